@@ -1,0 +1,148 @@
+# Backend choice, options, device information, and the one function that
+# runs an evaluation on whichever backend a fit uses.
+
+backend_state <- new.env(parent = emptyenv())
+backend_state$fallback_told <- FALSE
+
+cpu_threads <- function() {
+  threads <- getOption("kdegpu.threads")
+  if (is.null(threads)) return(0L) # all the cores OpenMP allows
+  if (!is.numeric(threads) || length(threads) != 1L || is.na(threads) || threads < 1) {
+    stop("`options(kdegpu.threads)` must be one positive whole number or NULL.", call. = FALSE)
+  }
+  as.integer(threads)
+}
+
+gpu_memory_budget <- function() {
+  budget <- getOption("kdegpu.gpu_memory")
+  if (is.null(budget)) return(0) # the backend's default: a fraction of free memory
+  if (!is.numeric(budget) || length(budget) != 1L || is.na(budget) || budget <= 0) {
+    stop("`options(kdegpu.gpu_memory)` must be one positive number of bytes or NULL.", call. = FALSE)
+  }
+  as.double(budget)
+}
+
+gpu_devices <- function(available) {
+  devices <- getOption("kdegpu.devices")
+  if (is.null(devices)) return(seq_len(available) - 1L)
+  if (!is.numeric(devices) || anyNA(devices) || any(devices < 0) || any(devices >= available)) {
+    stop(sprintf("`options(kdegpu.devices)` must list device numbers in 0..%d.",
+                 available - 1L), call. = FALSE)
+  }
+  as.integer(unique(devices))
+}
+
+cuda_info <- function() .Call(C_kde_cuda_info)
+
+#' What this installation of kdegpu can do
+#'
+#' Reports the backends that were built, the GPUs the CUDA backend can use
+#' (with their names and memory) and the OpenMP threads of the CPU backend.
+#'
+#' @return A list of class `"kdegpu_info"` with elements `backends`
+#'   (the usable backends), `cuda_compiled` (was the CUDA backend built?),
+#'   `cuda_message` (why no GPU is usable, if none is), `gpus` (a data frame
+#'   with one row per usable GPU: `device`, `name`, `memory_gb`, `free_gb`,
+#'   `compute_capability`, `multiprocessors`), `openmp` (was the CPU backend
+#'   built with OpenMP?) and `threads` (threads the CPU backend will use;
+#'   set with `options(kdegpu.threads = n)`).
+#' @examples
+#' kdegpu_info()
+#' @export
+kdegpu_info <- function() {
+  cuda <- cuda_info()
+  cpu <- .Call(C_kde_cpu_info)
+  gpus <- data.frame(
+    device = seq_along(cuda$name) - 1L,
+    name = cuda$name,
+    memory_gb = cuda$total_memory / 2^30,
+    free_gb = cuda$free_memory / 2^30,
+    compute_capability = cuda$compute_capability,
+    multiprocessors = cuda$multiprocessors,
+    stringsAsFactors = FALSE
+  )
+  threads <- cpu_threads()
+  structure(list(
+    backends = c("cpu", if (nrow(gpus) > 0L) "cuda"),
+    cuda_compiled = cuda$compiled,
+    cuda_message = cuda$message,
+    gpus = gpus,
+    openmp = cpu$openmp,
+    threads = if (threads == 0L) cpu$max_threads else min(threads, cpu$max_threads)
+  ), class = "kdegpu_info")
+}
+
+#' @export
+print.kdegpu_info <- function(x, ...) {
+  cat("kdegpu backends:", paste(x$backends, collapse = ", "), "\n")
+  cat(sprintf("  CPU: %s, %d thread%s\n",
+              if (x$openmp) "OpenMP" else "no OpenMP (single thread)",
+              x$threads, if (x$threads == 1L) "" else "s"))
+  if (nrow(x$gpus) > 0L) {
+    for (i in seq_len(nrow(x$gpus))) {
+      g <- x$gpus[i, ]
+      cat(sprintf("  GPU %d: %s (compute %s, %d SMs), %.1f GiB, %.1f GiB free\n",
+                  g$device, g$name, g$compute_capability, g$multiprocessors,
+                  g$memory_gb, g$free_gb))
+    }
+  } else {
+    cat(sprintf("  CUDA: %s\n", if (nzchar(x$cuda_message)) x$cuda_message else "no usable GPU"))
+  }
+  invisible(x)
+}
+
+# The backend a new fit uses.
+choose_backend <- function(backend) {
+  if (backend == "cpu") return("cpu")
+  cuda <- cuda_info()
+  usable <- length(cuda$name) > 0L
+  if (backend == "cuda") {
+    if (!usable) {
+      stop("`backend = \"cuda\"` needs a usable GPU: ", cuda$message, call. = FALSE)
+    }
+    return("cuda")
+  }
+  if (usable) return("cuda")
+  if (!backend_state$fallback_told) {
+    backend_state$fallback_told <- TRUE
+    message("kdegpu: no usable GPU (", cuda$message, "); using the CPU backend.")
+  }
+  "cpu"
+}
+
+# The device-resident copy of a CUDA fit, created on first use and again
+# after saveRDS()/readRDS(), where the external pointer comes back NULL.
+cuda_model <- function(object) {
+  cache <- object$device
+  if (is.null(cache$handle) || !.Call(C_kde_cuda_model_valid, cache$handle)) {
+    available <- length(cuda_info()$name)
+    if (available == 0L) {
+      stop("This fit uses the CUDA backend but no GPU is usable here: ",
+           cuda_info()$message, ". Refit with `backend = \"cpu\"`.", call. = FALSE)
+    }
+    cache$handle <- .Call(
+      C_kde_cuda_model_create, object$z, object$weights, kernel_index(object$kernel),
+      if (object$precision == "single") 1L else 0L, gpu_devices(available),
+      gpu_memory_budget()
+    )
+  }
+  cache$handle
+}
+
+# log f at the rows of `query` (already whitened with the fit's transform).
+# With leave_one_out = TRUE the queries are the training points and each
+# excludes its own term: the result is log sum_{j != i} w_j K(x_i - x_j).
+evaluate_log_density <- function(object, query, leave_one_out = FALSE) {
+  if (object$backend == "cuda") {
+    .Call(C_kde_log_density_cuda, cuda_model(object), query, object$log_const,
+          leave_one_out)
+  } else {
+    .Call(C_kde_log_density_cpu, object$z, object$weights, query,
+          kernel_index(object$kernel), object$log_const, leave_one_out,
+          cpu_threads())
+  }
+}
+
+whiten <- function(object, x) {
+  sweep(x, 2L, object$center, check.margin = FALSE) %*% object$transform
+}

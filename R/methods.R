@@ -1,0 +1,213 @@
+bandwidth_label <- function(object) {
+  method <- switch(object$bandwidth_method,
+    given = "given", nrd0 = "rule nrd0", nrd = "rule nrd",
+    scott = "Scott's rule", silverman = "Silverman's rule", object$bandwidth_method)
+  if (object$bandwidth_type == "full") return(sprintf("full H (%s)", method))
+  bw <- signif(object$bw, 4)
+  if (object$bandwidth_type == "scalar") bw <- bw[[1L]]
+  sprintf("bw = %s (%s)", paste(format(bw), collapse = ", "), method)
+}
+
+backend_label <- function(object) {
+  if (object$backend == "cuda") {
+    sprintf("cuda, %s precision", object$precision)
+  } else {
+    info <- .Call(C_kde_cpu_info)
+    threads <- cpu_threads()
+    threads <- if (threads == 0L) info$max_threads else min(threads, info$max_threads)
+    sprintf("cpu (%s, %d thread%s), double precision",
+            if (info$openmp) "OpenMP" else "no OpenMP", threads,
+            if (threads == 1L) "" else "s")
+  }
+}
+
+#' Print, summarise and plot a kernel density estimate
+#'
+#' `print()` shows the data, kernel, bandwidth and backend of a
+#' [kde_gpu()] fit; `summary()` adds the bandwidth matrix, the effective
+#' sample size and a summary of the data. `plot()` draws the density: in
+#' 1-D a curve as [stats::plot.density()] does, in 2-D contours over an
+#' image, in higher dimensions the 2-D margins of every pair of columns
+#' (Gaussian kernel only, whose margins are again Gaussian KDEs).
+#'
+#' @param x,object A [kde_gpu()] fit (or its summary, for `print`).
+#' @param n Grid points per axis for `plot()`.
+#' @param main,xlab,ylab Plot titles and axis labels, as in
+#'   [stats::plot.density()].
+#' @param ... Passed to the underlying graphics functions.
+#' @return `print()` and `plot()` return `x` invisibly; `summary()` an
+#'   object of class `"summary.kde_gpu"`.
+#' @examples
+#' fit <- kde_gpu(faithful, backend = "cpu")
+#' fit
+#' summary(fit)
+#' plot(fit)
+#' plot(kde_gpu(faithful$eruptions, backend = "cpu"))
+#' @name kde_gpu-methods
+NULL
+
+#' @rdname kde_gpu-methods
+#' @export
+print.kde_gpu <- function(x, ...) {
+  cat("Kernel density estimate (kdegpu)\n")
+  cat("  call:     ", paste(deparse(x$call), collapse = "\n"), "\n", sep = "")
+  cat(sprintf("  data:     %s (%d point%s in %d dimension%s%s)\n", x$data.name,
+              x$n, if (x$n == 1L) "" else "s", x$d, if (x$d == 1L) "" else "s",
+              if (length(unique(x$weights)) > 1L) ", weighted" else ""))
+  cat("  kernel:   ", x$kernel, "\n", sep = "")
+  cat("  bandwidth:", bandwidth_label(x), "\n")
+  cat("  backend:  ", backend_label(x), "\n", sep = "")
+  invisible(x)
+}
+
+#' @rdname kde_gpu-methods
+#' @export
+summary.kde_gpu <- function(object, ...) {
+  structure(list(
+    fit = object,
+    H = object$H,
+    n_effective = 1 / sum(object$weights^2),
+    data = summary(object$x)
+  ), class = "summary.kde_gpu")
+}
+
+#' @rdname kde_gpu-methods
+#' @export
+print.summary.kde_gpu <- function(x, ...) {
+  print(x$fit)
+  cat(sprintf("  effective sample size: %.1f\n", x$n_effective))
+  cat("\nBandwidth matrix H (kernel covariance):\n")
+  print(signif(x$H, 4))
+  cat("\nData:\n")
+  print(x$data)
+  invisible(x)
+}
+
+#' @rdname kde_gpu-methods
+#' @export
+plot.kde_gpu <- function(x, n = if (x$d == 1L) 512L else 100L, main = NULL,
+                         xlab = NULL, ylab = "Density", ...) {
+  n <- check_count(n, "n")
+  if (x$d == 1L) {
+    dens <- as.density(x, n = n)
+    if (is.null(main)) main <- paste0("kde_gpu(", x$data.name, ")")
+    graphics::plot(dens, main = main, xlab = xlab, ylab = ylab, ...)
+    return(invisible(x))
+  }
+  labels <- colnames(x$x)
+  if (is.null(labels)) labels <- paste0("x", seq_len(x$d))
+  if (x$d == 2L) {
+    grid <- density_grid(x, 1L, 2L, n)
+    graphics::image(grid$u, grid$v, grid$z, col = grDevices::hcl.colors(64, "YlOrRd", rev = TRUE),
+                    xlab = if (is.null(xlab)) labels[1L] else xlab,
+                    ylab = if (ylab == "Density") labels[2L] else ylab,
+                    main = if (is.null(main)) paste0("kde_gpu(", x$data.name, ")") else main, ...)
+    graphics::contour(grid$u, grid$v, grid$z, add = TRUE, drawlabels = FALSE)
+    return(invisible(x))
+  }
+  if (x$kernel != "gaussian") {
+    stop(sprintf(paste0(
+      "plot() of a %d-dimensional fit draws 2-D margins, which are exact only ",
+      "for the gaussian kernel; evaluate predict() on a grid of your own for the ",
+      "%s kernel."), x$d, x$kernel), call. = FALSE)
+  }
+  old <- graphics::par(mfrow = c(x$d - 1L, x$d - 1L), mar = c(2, 2, 1, 1), oma = c(0, 0, 2, 0))
+  on.exit(graphics::par(old))
+  for (i in seq_len(x$d - 1L)) {
+    for (j in 2:x$d) {
+      if (j <= i) { graphics::plot.new(); next }
+      grid <- density_grid(x, j, i, max(20L, n %/% 2L))
+      graphics::contour(grid$u, grid$v, grid$z, drawlabels = FALSE, xlab = "", ylab = "", ...)
+      graphics::mtext(paste(labels[j], "vs", labels[i]), side = 3, cex = 0.7)
+    }
+  }
+  graphics::mtext(if (is.null(main)) paste0("kde_gpu(", x$data.name, "): 2-D margins") else main,
+                  outer = TRUE)
+  invisible(x)
+}
+
+# The density of the margin in columns (i, j) on an n x n grid. For the
+# Gaussian kernel a margin is the KDE of those columns with the matching
+# block of H; for d = 2 it is the fit itself.
+density_grid <- function(x, i, j, n) {
+  pad <- 3 * sqrt(diag(x$H))[c(i, j)]
+  u <- seq(min(x$x[, i]) - pad[1L], max(x$x[, i]) + pad[1L], length.out = n)
+  v <- seq(min(x$x[, j]) - pad[2L], max(x$x[, j]) + pad[2L], length.out = n)
+  margin <- if (x$d == 2L && i == 1L && j == 2L) x else {
+    new_kde_gpu(x$x[, c(i, j), drop = FALSE], x$weights,
+                list(H = x$H[c(i, j), c(i, j)], type = "full", method = "given"),
+                x$kernel, x$backend, x$precision, x$call, x$data.name)
+  }
+  z <- predict(margin, as.matrix(expand.grid(u, v)))
+  list(u = u, v = v, z = matrix(z, n, n))
+}
+
+#' Leave-one-out log-likelihood of a kernel density estimate
+#'
+#' The log-likelihood of the training data under the leave-one-out
+#' estimate, \eqn{\sum_i \log \hat f_{-i}(x_i)}, where \eqn{\hat f_{-i}}
+#' omits point i and renormalises the other weights; the criterion that
+#' likelihood cross-validation maximises. Each self term is excluded inside
+#' the kernel sum, exactly, also for duplicated points. With weights,
+#' point i counts \eqn{n w_i} times (weights normalised to sum 1).
+#'
+#' @param object A [kde_gpu()] fit with at least two points of positive weight.
+#' @param ... Not used.
+#' @return An object of class `"logLik"` with attributes `df` (the number of
+#'   free bandwidth parameters: 1 for a scalar, d for a diagonal, d(d+1)/2
+#'   for a full H) and `nobs`.
+#' @examples
+#' fit <- kde_gpu(faithful$eruptions, backend = "cpu")
+#' logLik(fit)
+#' logLik(kde_gpu(faithful$eruptions, bw = 0.2, backend = "cpu"))
+#' @importFrom stats logLik
+#' @export
+logLik.kde_gpu <- function(object, ...) {
+  if (sum(object$weights > 0) < 2L) {
+    stop("logLik() needs at least two points of positive weight.", call. = FALSE)
+  }
+  loo <- evaluate_log_density(object, object$z, leave_one_out = TRUE)
+  loo <- loo - log1p(-object$weights)
+  w <- object$weights * object$n
+  value <- sum(ifelse(w > 0, w * loo, 0))
+  d <- object$d
+  df <- switch(object$bandwidth_type, scalar = 1L, diagonal = d, full = d * (d + 1L) / 2L)
+  structure(value, df = df, nobs = object$n, class = "logLik")
+}
+
+#' Convert a 1-D kernel density estimate to a density object
+#'
+#' Evaluates a 1-D [kde_gpu()] fit exactly on a regular grid and returns a
+#' [stats::density()] object, which base R's `print()`, `plot()` and
+#' `lines()` accept.
+#'
+#' @param x A 1-D [kde_gpu()] fit.
+#' @param n Number of grid points.
+#' @param from,to Grid limits; by default `cut` bandwidths beyond the data.
+#' @param cut Bandwidths beyond the data, as in [stats::density()].
+#' @param ... Not used.
+#' @return An object of class `"density"`.
+#' @examples
+#' dens <- as.density(kde_gpu(faithful$eruptions, backend = "cpu"))
+#' dens
+#' plot(dens)
+#' @export
+as.density <- function(x, ...) UseMethod("as.density")
+
+#' @rdname as.density
+#' @export
+as.density.kde_gpu <- function(x, n = 512L, from = NULL, to = NULL, cut = 3, ...) {
+  if (x$d != 1L) {
+    stop(sprintf("as.density() needs a 1-D fit, not %d-D.", x$d), call. = FALSE)
+  }
+  n <- check_count(n, "n")
+  bw <- sqrt(x$H[1L, 1L])
+  if (is.null(from)) from <- min(x$x) - cut * bw
+  if (is.null(to)) to <- max(x$x) + cut * bw
+  grid <- seq(from, to, length.out = n)
+  structure(list(
+    x = grid, y = predict(x, grid), bw = bw, n = x$n,
+    old.coords = FALSE,
+    call = x$call, data.name = x$data.name, has.na = FALSE
+  ), class = "density")
+}

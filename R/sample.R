@@ -1,0 +1,118 @@
+#' Random samples and permutations, and draws from a density estimate
+#'
+#' kdegpu makes [base::sample()] generic so that `sample(fit, size)` draws
+#' from a [kde_gpu()] fit. Every other call goes to `base::sample()`
+#' unchanged, with the same results under the same seed.
+#'
+#' @param x A [kde_gpu()] fit, or anything [base::sample()] accepts.
+#' @param size The number of points to draw.
+#' @param replace,prob As in [base::sample()] (not used for fits).
+#' @param ... Passed on to methods.
+#' @return For a fit: a matrix with `size` rows and the fit's columns (a
+#'   plain vector in 1-D). Otherwise what [base::sample()] returns.
+#' @details A draw picks a training point with probability equal to its
+#'   weight and adds kernel noise with covariance `H`: a uniform direction
+#'   times a radius from the kernel's radial law (exact, through beta and
+#'   gamma variates or rejection), mapped through the Cholesky factor of
+#'   `H`. All randomness comes from R's generator, so `set.seed()` makes
+#'   draws reproducible.
+#' @examples
+#' fit <- kde_gpu(faithful$waiting, backend = "cpu")
+#' set.seed(1)
+#' draws <- sample(fit, 1000)
+#' c(mean(draws), mean(faithful$waiting))
+#' sample(1:10) # base R's sample, unchanged
+#' @export
+sample <- function(x, size, replace = FALSE, prob = NULL, ...) {
+  UseMethod("sample")
+}
+
+#' @rdname sample
+#' @export
+sample.default <- function(x, size, replace = FALSE, prob = NULL, ...) {
+  if (missing(size)) base::sample(x, replace = replace, prob = prob)
+  else base::sample(x, size, replace = replace, prob = prob)
+}
+
+#' @rdname sample
+#' @export
+sample.kde_gpu <- function(x, size, replace = TRUE, prob = NULL, ...) {
+  if (missing(size)) stop_arg("size", "is missing: how many points to draw?")
+  size <- check_count(size, "size")
+  d <- x$d
+  centres <- x$x[sample.int(x$n, size, replace = TRUE, prob = x$weights), , drop = FALSE]
+  noise <- standard_kernel_noise(x$kernel, size, d)
+  draws <- centres + noise %*% x$chol_H
+  dimnames(draws) <- list(NULL, colnames(x$x))
+  if (d == 1L) drop(draws) else draws
+}
+
+# size x d draws from the kernel with identity covariance: direction times
+# a * s, where s has density proportional to s^(d-1) k(s).
+standard_kernel_noise <- function(kernel, size, d) {
+  gauss <- matrix(stats::rnorm(size * d), size, d)
+  if (kernel == "gaussian" || size == 0L) return(gauss)
+  direction <- gauss / sqrt(rowSums(gauss^2))
+  s <- switch(kernel,
+    exponential = stats::rgamma(size, shape = d),
+    # k(s) = (1 - s^2)^p gives s^2 ~ Beta(d/2, p + 1).
+    rectangular = sqrt(stats::rbeta(size, d / 2, 1)),
+    epanechnikov = sqrt(stats::rbeta(size, d / 2, 2)),
+    biweight = sqrt(stats::rbeta(size, d / 2, 3)),
+    triangular = stats::rbeta(size, d, 2),
+    # Rejection from s^(d-1) (1 - s)^p: cos(pi s / 2) <= (pi / 2) (1 - s).
+    optcosine = rejection_radius(size, d, 1, function(s) {
+      cos(pi * s / 2) / ((pi / 2) * (1 - s))
+    }),
+    cosine = rejection_radius(size, d, 2, function(s) {
+      cos(pi * s / 2)^2 / ((pi / 2)^2 * (1 - s)^2)
+    })
+  )
+  direction * (s * kernel_constants(kernel, d)$scale)
+}
+
+# Radii from s^(d-1) (1 - s)^power accepted with probability accept(s).
+rejection_radius <- function(size, d, power, accept) {
+  out <- numeric(0)
+  while (length(out) < size) {
+    need <- size - length(out)
+    s <- stats::rbeta(ceiling(need * 1.5) + 10L, d, power + 1)
+    out <- c(out, s[stats::runif(length(s)) < accept(s)])
+  }
+  out[seq_len(size)]
+}
+
+#' Simulate data sets from a density estimate
+#'
+#' @param object A [kde_gpu()] fit.
+#' @param nsim Number of simulated data sets, each with as many points as
+#'   the training data.
+#' @param seed As in [stats::simulate()]: `NULL`, or an integer for
+#'   `set.seed()`.
+#' @param ... Not used.
+#' @return In 1-D, a data frame with `nsim` columns `sim_1`, ...; in d > 1 a
+#'   list of `nsim` matrices. The generator state is attached as attribute
+#'   `"seed"`, as [stats::simulate()] does.
+#' @examples
+#' fit <- kde_gpu(faithful$eruptions, backend = "cpu")
+#' sims <- simulate(fit, nsim = 2, seed = 1)
+#' sapply(sims, mean)
+#' @importFrom stats simulate
+#' @export
+simulate.kde_gpu <- function(object, nsim = 1, seed = NULL, ...) {
+  nsim <- check_count(nsim, "nsim")
+  if (!exists(".Random.seed", envir = .GlobalEnv, inherits = FALSE)) stats::runif(1)
+  if (is.null(seed)) {
+    rng_state <- get(".Random.seed", envir = .GlobalEnv)
+  } else {
+    old_seed <- get(".Random.seed", envir = .GlobalEnv)
+    on.exit(assign(".Random.seed", old_seed, envir = .GlobalEnv))
+    set.seed(seed)
+    rng_state <- structure(seed, kind = as.list(RNGkind()))
+  }
+  sims <- lapply(seq_len(nsim), function(i) sample.kde_gpu(object, object$n))
+  names(sims) <- paste0("sim_", seq_len(nsim))
+  out <- if (object$d == 1L) as.data.frame(sims) else sims
+  attr(out, "seed") <- rng_state
+  out
+}

@@ -1,0 +1,345 @@
+/*
+ * The .Call glue: the only C code that sees a SEXP. Each entry point checks
+ * its arguments by name (a direct .Call with junk errors, never crashes),
+ * turns them into plain C values, calls a backend and turns a kde_status
+ * into an R error. R has validated everything already; these checks are
+ * the second line of defence.
+ */
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+
+#define R_NO_REMAP
+#include <R.h>
+#include <Rinternals.h>
+
+#include "api.h"
+#include "kde_backend.h"
+#include "kde_cuda.h"
+#include <kdegpu/kernels.h>
+
+/* ---- argument checkers ------------------------------------------------- */
+
+/* A finite double matrix; returns its data and dimensions. */
+static const double *arg_matrix(SEXP x, const char *name, int64_t *nrow,
+                                int64_t *ncol)
+{
+  if (TYPEOF(x) != REALSXP)
+    Rf_error("`%s` must be a double matrix, not of type '%s'", name,
+             Rf_type2char(TYPEOF(x)));
+  SEXP dim = Rf_getAttrib(x, R_DimSymbol);
+  if (TYPEOF(dim) != INTSXP || XLENGTH(dim) != 2)
+    Rf_error("`%s` must be a matrix (it has no 2-d dim attribute)", name);
+  *nrow = INTEGER(dim)[0];
+  *ncol = INTEGER(dim)[1];
+  const double *data = REAL(x);
+  R_xlen_t len = XLENGTH(x);
+  for (R_xlen_t i = 0; i < len; i++)
+    if (!R_FINITE(data[i]))
+      Rf_error("`%s` must contain only finite values (element %lld is not)",
+               name, (long long) i + 1);
+  return data;
+}
+
+static const double *arg_double_vector(SEXP x, const char *name,
+                                       int64_t length)
+{
+  if (TYPEOF(x) != REALSXP || XLENGTH(x) != length)
+    Rf_error("`%s` must be a double vector of length %lld", name,
+             (long long) length);
+  return REAL(x);
+}
+
+static double arg_double_scalar(SEXP x, const char *name)
+{
+  if (TYPEOF(x) != REALSXP || XLENGTH(x) != 1 || !R_FINITE(REAL(x)[0]))
+    Rf_error("`%s` must be one finite double", name);
+  return REAL(x)[0];
+}
+
+static int arg_int_scalar(SEXP x, const char *name)
+{
+  if (TYPEOF(x) != INTSXP || XLENGTH(x) != 1 || INTEGER(x)[0] == NA_INTEGER)
+    Rf_error("`%s` must be one non-missing integer", name);
+  return INTEGER(x)[0];
+}
+
+static int arg_flag(SEXP x, const char *name)
+{
+  if (TYPEOF(x) != LGLSXP || XLENGTH(x) != 1 || LOGICAL(x)[0] == NA_LOGICAL)
+    Rf_error("`%s` must be TRUE or FALSE", name);
+  return LOGICAL(x)[0];
+}
+
+static int arg_kernel(SEXP x)
+{
+  int kernel = arg_int_scalar(x, "kernel");
+  if (kernel < 0 || kernel >= KDE_N_KERNELS)
+    Rf_error("`kernel` must be a kernel index in 0..%d, not %d",
+             KDE_N_KERNELS - 1, kernel);
+  return kernel;
+}
+
+/* Weights: non-negative, finite, summing to 1 (R normalises them). The
+ * log weights are computed here once so both backends share them. */
+static void arg_weights(SEXP weight, int64_t n, kde_training_set *train)
+{
+  const double *w = arg_double_vector(weight, "weight", n);
+  double total = 0.0;
+  for (int64_t j = 0; j < n; j++) {
+    if (!R_FINITE(w[j]) || w[j] < 0)
+      Rf_error("`weight` must be finite and non-negative (element %lld is not)",
+               (long long) j + 1);
+    total += w[j];
+  }
+  if (!(fabs(total - 1.0) < 1e-8))
+    Rf_error("`weight` must sum to 1, not %g", total);
+  double *log_w = (double *) R_alloc((size_t) n, sizeof(double));
+  for (int64_t j = 0; j < n; j++)
+    log_w[j] = w[j] > 0 ? log(w[j]) : -INFINITY;
+  train->weight = w;
+  train->log_weight = log_w;
+}
+
+/* The training set from (train, weight, kernel); memory owned by R. */
+static kde_training_set arg_training_set(SEXP train, SEXP weight,
+                                         SEXP kernel)
+{
+  kde_training_set t;
+  t.kernel = arg_kernel(kernel);
+  t.train = arg_matrix(train, "train", &t.n_train, &t.dim);
+  if (t.n_train < 1 || t.dim < 1)
+    Rf_error("`train` must have at least one row and one column");
+  arg_weights(weight, t.n_train, &t);
+  return t;
+}
+
+static kde_query_set arg_query_set(SEXP query, SEXP log_const,
+                                   SEXP leave_one_out, int64_t dim,
+                                   int64_t n_train)
+{
+  kde_query_set q;
+  int64_t query_dim;
+  q.query = arg_matrix(query, "query", &q.n_query, &query_dim);
+  if (query_dim != dim)
+    Rf_error("`query` must have %lld columns, like `train`, not %lld",
+             (long long) dim, (long long) query_dim);
+  q.log_const = arg_double_scalar(log_const, "log_const");
+  q.leave_one_out = arg_flag(leave_one_out, "leave_one_out");
+  if (q.leave_one_out && q.n_query != n_train)
+    Rf_error("`leave_one_out` needs the queries to be the training points");
+  return q;
+}
+
+/* ---- interrupts and errors --------------------------------------------- */
+
+static void check_interrupt(void *unused)
+{
+  (void) unused;
+  R_CheckUserInterrupt();
+}
+
+/* R_CheckUserInterrupt longjmps; R_ToplevelExec catches that, so the
+ * backend learns about the interrupt as a return value and frees its
+ * memory before api.c raises the error (jeroen/curl's pattern). */
+static int pending_interrupt(void)
+{
+  return !R_ToplevelExec(check_interrupt, NULL);
+}
+
+static void raise_status(const kde_status *status)
+{
+  if (status->code == KDE_OK) return;
+  if (status->code == KDE_ERR_INTERRUPTED)
+    Rf_error("kdegpu: interrupted; nothing was leaked");
+  Rf_error("kdegpu: %s", status->message);
+}
+
+/* ---- CPU ---------------------------------------------------------------- */
+
+SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP kernel,
+                            SEXP log_const, SEXP leave_one_out, SEXP threads)
+{
+  kde_training_set t = arg_training_set(train, weight, kernel);
+  kde_query_set q = arg_query_set(query, log_const, leave_one_out, t.dim,
+                                  t.n_train);
+  int n_threads = arg_int_scalar(threads, "threads");
+
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
+  kde_status status;
+  kde_cpu_log_density(&t, &q, n_threads, pending_interrupt, REAL(out),
+                      &status);
+  UNPROTECT(1);
+  raise_status(&status);
+  return out;
+}
+
+SEXP kdegpu_cpu_info(void)
+{
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, 2));
+  SET_VECTOR_ELT(out, 0, Rf_ScalarLogical(kde_cpu_has_openmp()));
+  SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(kde_cpu_thread_limit(0)));
+  SET_STRING_ELT(names, 0, Rf_mkChar("openmp"));
+  SET_STRING_ELT(names, 1, Rf_mkChar("max_threads"));
+  Rf_setAttrib(out, R_NamesSymbol, names);
+  UNPROTECT(2);
+  return out;
+}
+
+/* ---- kernel constants --------------------------------------------------- */
+
+/* c(scale, log_norm_const) of kernels.h, so R uses the same numbers. */
+SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim)
+{
+  int k = arg_kernel(kernel);
+  int d = arg_int_scalar(dim, "dim");
+  if (d < 1) Rf_error("`dim` must be at least 1");
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, 2));
+  REAL(out)[0] = kde_scale(k, d);
+  REAL(out)[1] = kde_log_norm_const(k, d);
+  UNPROTECT(1);
+  return out;
+}
+
+/* ---- CUDA --------------------------------------------------------------- */
+
+SEXP kdegpu_cuda_info(void)
+{
+  kde_status status;
+  status.code = KDE_OK;
+  status.message[0] = '\0';
+  int n = kde_cuda_device_count(&status);
+  if (n < 0) n = 0;
+
+  const char *fields[] = {"compiled", "message", "name", "total_memory",
+                          "free_memory", "compute_capability",
+                          "multiprocessors"};
+  const int n_fields = 7;
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, n_fields));
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, n_fields));
+  for (int i = 0; i < n_fields; i++)
+    SET_STRING_ELT(names, i, Rf_mkChar(fields[i]));
+  Rf_setAttrib(out, R_NamesSymbol, names);
+
+  SET_VECTOR_ELT(out, 0, Rf_ScalarLogical(kde_cuda_compiled()));
+  SET_VECTOR_ELT(out, 1, Rf_mkString(status.message));
+  SEXP name = PROTECT(Rf_allocVector(STRSXP, n));
+  SEXP total = PROTECT(Rf_allocVector(REALSXP, n));
+  SEXP free_mem = PROTECT(Rf_allocVector(REALSXP, n));
+  SEXP capability = PROTECT(Rf_allocVector(STRSXP, n));
+  SEXP sms = PROTECT(Rf_allocVector(INTSXP, n));
+  for (int i = 0; i < n; i++) {
+    kde_cuda_device_info info;
+    kde_status device_status;
+    device_status.code = KDE_OK;
+    memset(&info, 0, sizeof info);
+    kde_cuda_get_device_info(i, &info, &device_status);
+    char cc[32];
+    snprintf(cc, sizeof cc, "%d.%d", info.compute_major, info.compute_minor);
+    SET_STRING_ELT(name, i, Rf_mkChar(device_status.code == KDE_OK
+                                          ? info.name : "unavailable"));
+    REAL(total)[i] = info.total_memory;
+    REAL(free_mem)[i] = info.free_memory;
+    SET_STRING_ELT(capability, i, Rf_mkChar(cc));
+    INTEGER(sms)[i] = info.multiprocessors;
+  }
+  SET_VECTOR_ELT(out, 2, name);
+  SET_VECTOR_ELT(out, 3, total);
+  SET_VECTOR_ELT(out, 4, free_mem);
+  SET_VECTOR_ELT(out, 5, capability);
+  SET_VECTOR_ELT(out, 6, sms);
+  UNPROTECT(7);
+  return out;
+}
+
+static void cuda_model_finalizer(SEXP handle)
+{
+  kde_cuda_model *model = (kde_cuda_model *) R_ExternalPtrAddr(handle);
+  if (model != NULL) {
+    kde_cuda_model_free(model);
+    R_ClearExternalPtr(handle);
+  }
+}
+
+/* Uploads the training set; returns an external pointer whose finalizer
+ * frees the device memory when the fit is garbage-collected. */
+SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
+                              SEXP precision, SEXP devices,
+                              SEXP memory_budget)
+{
+  kde_training_set t = arg_training_set(train, weight, kernel);
+  int prec = arg_int_scalar(precision, "precision");
+  if (prec != KDE_PRECISION_DOUBLE && prec != KDE_PRECISION_SINGLE)
+    Rf_error("`precision` must be 0 (double) or 1 (single)");
+  if (TYPEOF(devices) != INTSXP || XLENGTH(devices) < 1)
+    Rf_error("`devices` must be a non-empty integer vector");
+  for (R_xlen_t i = 0; i < XLENGTH(devices); i++)
+    if (INTEGER(devices)[i] == NA_INTEGER || INTEGER(devices)[i] < 0)
+      Rf_error("`devices` must hold non-negative device indices");
+  double budget = arg_double_scalar(memory_budget, "memory_budget");
+
+  kde_status status;
+  status.code = KDE_OK;
+  status.message[0] = '\0';
+  kde_cuda_model *model =
+      kde_cuda_model_create(&t, prec, INTEGER(devices),
+                            (int) XLENGTH(devices), budget, &status);
+  if (model == NULL) {
+    if (status.code == KDE_OK) {
+      status.code = KDE_ERR_CUDA;
+      snprintf(status.message, sizeof status.message,
+               "could not create the CUDA model");
+    }
+    raise_status(&status);
+  }
+  /* The shape rides in the pointer's protected slot, so an evaluation can
+   * check its queries against the model it really holds. */
+  SEXP shape = PROTECT(Rf_allocVector(REALSXP, 2));
+  REAL(shape)[0] = (double) t.n_train;
+  REAL(shape)[1] = (double) t.dim;
+  SEXP handle = PROTECT(R_MakeExternalPtr(model, R_NilValue, shape));
+  R_RegisterCFinalizerEx(handle, cuda_model_finalizer, TRUE);
+  UNPROTECT(2);
+  return handle;
+}
+
+static kde_cuda_model *arg_cuda_model(SEXP handle)
+{
+  if (TYPEOF(handle) != EXTPTRSXP)
+    Rf_error("`model` must be an external pointer to a CUDA model");
+  kde_cuda_model *model = (kde_cuda_model *) R_ExternalPtrAddr(handle);
+  if (model == NULL)
+    Rf_error("`model` is no longer on the GPU (restored from a file?)");
+  return model;
+}
+
+SEXP kdegpu_cuda_model_valid(SEXP handle)
+{
+  return Rf_ScalarLogical(TYPEOF(handle) == EXTPTRSXP &&
+                          R_ExternalPtrAddr(handle) != NULL);
+}
+
+SEXP kdegpu_cuda_model_release(SEXP handle)
+{
+  if (TYPEOF(handle) == EXTPTRSXP) cuda_model_finalizer(handle);
+  return R_NilValue;
+}
+
+SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP log_const,
+                             SEXP leave_one_out)
+{
+  kde_cuda_model *model = arg_cuda_model(handle);
+  const double *shape = REAL(R_ExternalPtrProtected(handle));
+  kde_query_set q = arg_query_set(query, log_const, leave_one_out,
+                                  (int64_t) shape[1], (int64_t) shape[0]);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
+  kde_status status;
+  status.code = KDE_OK;
+  status.message[0] = '\0';
+  if (q.n_query > 0)
+    kde_cuda_log_density(model, &q, pending_interrupt, REAL(out), &status);
+  UNPROTECT(1);
+  raise_status(&status);
+  return out;
+}

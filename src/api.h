@@ -1,0 +1,20 @@
+/* The .Call entry points, registered in init.c. */
+#ifndef KDEGPU_API_H
+#define KDEGPU_API_H
+
+#include <Rinternals.h>
+
+SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP kernel,
+                            SEXP log_const, SEXP leave_one_out, SEXP threads);
+SEXP kdegpu_cpu_info(void);
+SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
+SEXP kdegpu_cuda_info(void);
+SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
+                              SEXP precision, SEXP devices,
+                              SEXP memory_budget);
+SEXP kdegpu_cuda_model_valid(SEXP handle);
+SEXP kdegpu_cuda_model_release(SEXP handle);
+SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP log_const,
+                             SEXP leave_one_out);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * The CUDA backend's C interface. Implemented by kde_cuda.cu when configure
+ * finds nvcc, and by kde_cuda_stub.c (every call reports
+ * KDE_ERR_UNAVAILABLE) when it does not, so api.c needs no #ifdef.
+ */
+#ifndef KDEGPU_KDE_CUDA_H
+#define KDEGPU_KDE_CUDA_H
+
+#include <stddef.h>
+#include "kde_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { KDE_PRECISION_DOUBLE = 0, KDE_PRECISION_SINGLE = 1 } kde_precision;
+
+/* Training data resident on one or more devices; opaque to the glue. */
+typedef struct kde_cuda_model kde_cuda_model;
+
+/* 1 when the CUDA backend was compiled in, 0 for the stub. */
+int kde_cuda_compiled(void);
+
+/* Number of usable devices (0 with a status message when the driver or
+ * device is missing; that message is what the R error says). */
+int kde_cuda_device_count(kde_status *status);
+
+typedef struct {
+  char name[256];
+  double total_memory;  /* bytes */
+  double free_memory;   /* bytes */
+  int compute_major;
+  int compute_minor;
+  int multiprocessors;
+} kde_cuda_device_info;
+
+void kde_cuda_get_device_info(int device, kde_cuda_device_info *info,
+                              kde_status *status);
+
+/*
+ * Copies the training set to the devices listed in `devices` (n_devices >=
+ * 1). `memory_budget` bounds the device memory (bytes, per device) that the
+ * model and each evaluation may use; <= 0 means the default, a safe
+ * fraction of free memory. When the training set does not fit, the model
+ * keeps a host copy and streams it in batches. Returns NULL on failure,
+ * with nothing left allocated.
+ */
+kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
+                                      int precision, const int *devices,
+                                      int n_devices, double memory_budget,
+                                      kde_status *status);
+
+/* Frees every device and host allocation of the model; NULL is a no-op. */
+void kde_cuda_model_free(kde_cuda_model *model);
+
+/* Same contract as kde_cpu_log_density(). */
+void kde_cuda_log_density(kde_cuda_model *model, const kde_query_set *query,
+                          kde_interrupt_probe interrupted, double *out,
+                          kde_status *status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KDEGPU_KDE_CUDA_H */
