@@ -138,7 +138,9 @@ density_grid <- function(x, i, j, n) {
                 list(H = x$H[c(i, j), c(i, j)], type = "full", method = "given"),
                 x$kernel, x$backend, x$precision, x$call, x$data.name)
   }
-  z <- predict(margin, as.matrix(expand.grid(u, v)))
+  points <- as.matrix(expand.grid(u, v))
+  colnames(points) <- colnames(margin$x)
+  z <- predict(margin, points)
   list(u = u, v = v, z = matrix(z, n, n))
 }
 
@@ -166,8 +168,7 @@ logLik.kde_gpu <- function(object, ...) {
   if (sum(object$weights > 0) < 2L) {
     stop("logLik() needs at least two points of positive weight.", call. = FALSE)
   }
-  loo <- evaluate_log_density(object, object$z, leave_one_out = TRUE)
-  loo <- loo - log1p(-object$weights)
+  loo <- leave_one_out_log_density(object)
   w <- object$weights * object$n
   value <- sum(ifelse(w > 0, w * loo, 0))
   d <- object$d

@@ -68,3 +68,8 @@ check_count <- function(x, arg) {
   }
   as.integer(x)
 }
+
+check_flag <- function(x, arg) {
+  if (!is.logical(x) || length(x) != 1L || is.na(x)) stop_arg(arg, "must be TRUE or FALSE.")
+  x
+}
