@@ -20,6 +20,7 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
   if (anyNA(bw) || any(!is.finite(bw)) || any(bw <= 0)) {
     stop_arg("bw", "must be positive and finite.")
   }
+  bw <- as.vector(bw) # drops the attributes of a bw_lscv() result
   if (length(bw) == 1L) {
     return(list(H = diag(bw^2, d), type = "scalar", method = "given"))
   }
@@ -35,7 +36,7 @@ bandwidth_from_H <- function(H, d) {
   if (!is.matrix(H) || !identical(dim(H), c(d, d))) {
     stop_arg("H", sprintf("must be a %d x %d matrix (the kernel covariance).", d, d))
   }
-  storage.mode(H) <- "double"
+  H <- matrix(as.double(H), d, d) # drops classes and attributes
   if (any(!is.finite(H))) stop_arg("H", "must contain only finite values.")
   if (!isSymmetric(unname(H), tol = 1e-10 * max(1, max(abs(H))))) {
     stop_arg("H", "must be symmetric.")
@@ -63,7 +64,7 @@ bandwidth_rule <- function(x, weights, rule) {
   hit <- pmatch(tolower(rule), bandwidth_rules)
   if (is.na(hit)) {
     stop_arg("bw", sprintf("names an unknown rule \"%s\"; use one of %s, or a number.",
-                           rule, paste0("\"", bandwidth_rules, "\"", collapse = ", ")))
+                           rule, paste0("\"", c(bandwidth_rules, cv_rules), "\"", collapse = ", ")))
   }
   rule <- bandwidth_rules[[hit]]
   if (nrow(x) < 2L) {

@@ -42,7 +42,9 @@
 #' @param bw The kernel's standard deviation: one positive number, one per
 #'   column, or the name of a rule: `"nrd0"` (default in 1-D, as
 #'   `density()`), `"nrd"` (per column in d > 1), `"scott"` (default in
-#'   d > 1: \eqn{H = n^{-2/(d+4)} \mathrm{cov}(x)}) or `"silverman"`.
+#'   d > 1: \eqn{H = n^{-2/(d+4)} \mathrm{cov}(x)}), `"silverman"`, or a
+#'   cross-validation selector: `"lscv"` (alias `"ucv"`, Gaussian kernel) or
+#'   `"mlcv"` (see [bw_lscv()]), scalar in 1-D and full H in d > 1.
 #' @param H The kernel's covariance matrix (d x d, symmetric positive
 #'   definite), instead of `bw`.
 #' @param kernel The kernel's name (see Kernels).
@@ -75,9 +77,15 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   kernel <- resolve_kernel(kernel)
   x <- as_point_matrix(x, "x")
   weights <- normalise_weights(weights, nrow(x))
-  bandwidth <- resolve_bandwidth(x, weights, bw, H)
-  new_kde_gpu(x, weights, bandwidth, kernel, choose_backend(backend), precision,
-              call, data_name)
+  backend <- choose_backend(backend)
+  bandwidth <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) &&
+                   tolower(bw) %in% cv_rules && is.null(H)) {
+    rule <- if (tolower(bw) == "ucv") "lscv" else tolower(bw)
+    bandwidth_by_cv(x, weights, rule, kernel, backend, precision)
+  } else {
+    resolve_bandwidth(x, weights, bw, H)
+  }
+  new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, call, data_name)
 }
 
 new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,

@@ -1,7 +1,9 @@
 bandwidth_label <- function(object) {
   method <- switch(object$bandwidth_method,
     given = "given", nrd0 = "rule nrd0", nrd = "rule nrd",
-    scott = "Scott's rule", silverman = "Silverman's rule", object$bandwidth_method)
+    scott = "Scott's rule", silverman = "Silverman's rule",
+    lscv = "least-squares cross-validation", mlcv = "likelihood cross-validation",
+    object$bandwidth_method)
   if (object$bandwidth_type == "full") return(sprintf("full H (%s)", method))
   bw <- signif(object$bw, 4)
   if (object$bandwidth_type == "scalar") bw <- bw[[1L]]

@@ -1,0 +1,219 @@
+#' Bandwidth selection by exact cross-validation
+#'
+#' `bw_lscv()` minimises the least-squares (unbiased) cross-validation
+#' criterion and `bw_mlcv()` maximises the leave-one-out likelihood, over a
+#' scalar bandwidth, one per coordinate, or a full bandwidth matrix. Both
+#' evaluate their criterion exactly, with no binning, through the same fused
+#' kernels as [predict()][predict.kde_gpu] (on the GPU when `backend` allows),
+#' which is what makes O(n^2) criteria affordable at large n.
+#'
+#' The criteria, with weights \eqn{w_i} summing to 1 and \eqn{\hat f_{-i}}
+#' the estimate without point i (its weight renormalised):
+#' \deqn{\mathrm{LSCV}(H) = \int \hat f^2 - 2 \sum_i w_i \hat f_{-i}(x_i),
+#'   \qquad \int \hat f^2 = \sum_{i,j} w_i w_j K_{2H}(x_i - x_j),}
+#' \deqn{\mathrm{MLCV}(H) = \sum_i n w_i \log \hat f_{-i}(x_i)}
+#' (the [logLik()][logLik.kde_gpu] of a fit). LSCV needs the kernel's
+#' self-convolution in closed form, which the Gaussian kernel has (a Gaussian
+#' with covariance 2H); it is the only kernel `bw_lscv()` supports. MLCV works
+#' with every kernel; with a compact kernel it is `-Inf` for bandwidths so small
+#' that some point has no neighbour within reach. Self terms are excluded
+#' inside the kernel sums, exactly, also for duplicated points.
+#'
+#' The criteria can have several local optima, so the search is global: a
+#' grid of bandwidths proportional to the normal-reference bandwidth
+#' (`range` gives its limits as factors), then a local optimiser
+#' ([stats::optimize()] for a scalar, Nelder-Mead over log standard
+#' deviations or over the Cholesky factor of H otherwise) from the best grid
+#' points. A warning says when the optimum lies at the end of the search
+#' range, as [stats::bw.ucv()] does.
+#'
+#' @param x Data, as for [kde_gpu()].
+#' @param type `"scalar"` (one standard deviation; H = bw^2 I), `"diagonal"`
+#'   (one per coordinate) or `"full"` (a full covariance matrix H).
+#' @param weights Optional weights, as for [kde_gpu()].
+#' @param range Factors of the normal-reference bandwidth that bound the grid
+#'   search; `c(lower, upper)` with `0 < lower < upper`.
+#' @param grid Number of grid points.
+#' @param tol Relative tolerance of the local optimiser.
+#' @param kernel The kernel (`bw_mlcv()`); `bw_lscv()` supports `"gaussian"`.
+#' @param backend,precision As for [kde_gpu()].
+#' @return For `type = "scalar"` the bandwidth (the kernel's standard
+#'   deviation), for `"diagonal"` a vector of standard deviations, for
+#'   `"full"` the matrix H. Attributes: `criterion` (the criterion at the
+#'   optimum: LSCV, or the leave-one-out log-likelihood for MLCV), `H` (the
+#'   bandwidth matrix) and `trace` (a data frame of every evaluation).
+#' @examples
+#' bw_lscv(faithful$eruptions, backend = "cpu")
+#' bw.ucv(faithful$eruptions)
+#' bw_mlcv(faithful$eruptions, kernel = "epanechnikov", backend = "cpu")
+#' H <- bw_lscv(faithful, type = "full", backend = "cpu", grid = 10)
+#' H
+#' fit <- kde_gpu(faithful, H = H, backend = "cpu")
+#' @name bandwidth_cv
+NULL
+
+#' @rdname bandwidth_cv
+#' @export
+bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
+                    range = c(0.1, 2), grid = 25L, tol = 1e-8,
+                    kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
+                    precision = c("double", "single")) {
+  kernel <- resolve_kernel(kernel)
+  if (kernel != "gaussian") {
+    stop_arg("kernel", sprintf(paste0(
+      "must be \"gaussian\" for bw_lscv(): least-squares cross-validation needs ",
+      "the kernel's self-convolution in closed form; use bw_mlcv() for the %s kernel."),
+      kernel))
+  }
+  select_bandwidth(x, "lscv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
+                   weights, range, grid, tol, kernel, backend, precision)
+}
+
+#' @rdname bandwidth_cv
+#' @export
+bw_mlcv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
+                    range = c(0.1, 2), grid = 25L, tol = 1e-8,
+                    kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
+                    precision = c("double", "single")) {
+  select_bandwidth(x, "mlcv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
+                   weights, range, grid, tol, resolve_kernel(kernel), backend, precision)
+}
+
+select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kernel,
+                             backend, precision) {
+  x <- as_point_matrix(x, "x")
+  n <- nrow(x)
+  d <- ncol(x)
+  if (n < 3L) stop_arg("x", "needs at least 3 points for cross-validation.")
+  weights <- normalise_weights(weights, n)
+  if (sum(weights > 0) < 3L) stop_arg("weights", "must give at least 3 points positive weight.")
+  if (!is.numeric(range) || length(range) != 2L || anyNA(range) || any(!is.finite(range)) ||
+      range[[1L]] <= 0 || range[[1L]] >= range[[2L]]) {
+    stop_arg("range", "must be two positive numbers c(lower, upper) with lower < upper.")
+  }
+  grid <- check_count(grid, "grid")
+  if (grid < 3L) stop_arg("grid", "must be at least 3.")
+  if (!is.numeric(tol) || length(tol) != 1L || !(tol > 0)) stop_arg("tol", "must be one positive number.")
+  backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
+  precision <- match_choice(precision, c("double", "single"), "precision")
+
+  # Normal reference: Silverman's rule with the full weighted covariance.
+  S <- stats::cov.wt(x, wt = weights)$cov
+  if (is.null(chol_or_null(S))) {
+    stop_arg("x", "has constant or collinear columns; no bandwidth can be selected.")
+  }
+  n_eff <- 1 / sum(weights^2)
+  reference <- (4 / (d + 2))^(2 / (d + 4)) * n_eff^(-2 / (d + 4)) * S
+
+  trace <- new.env(parent = emptyenv())
+  trace$rows <- list()
+  # The criterion to minimise at bandwidth matrix H.
+  objective <- function(H) {
+    value <- cv_criterion(x, weights, H, kernel, backend, precision, criterion)
+    trace$rows[[length(trace$rows) + 1L]] <- c(value = value, H = as.vector(H))
+    if (criterion == "mlcv") -value else value
+  }
+  safe_objective <- function(H) {
+    v <- objective(H)
+    if (is.finite(v)) v else .Machine$double.xmax
+  }
+
+  # Grid over a common factor c: H = c^2 * shape, shape scalar/diagonal/full.
+  shape <- switch(type,
+    scalar = diag(mean(diag(S)), d) * (reference[1L, 1L] / S[1L, 1L]),
+    diagonal = diag(diag(reference), d),
+    full = reference)
+  factors <- exp(seq(log(range[[1L]]), log(range[[2L]]), length.out = grid))
+  grid_values <- vapply(factors, function(f) safe_objective(f^2 * shape), 0)
+  best <- which.min(grid_values)
+  at_edge <- best == 1L || best == grid
+
+  lower <- factors[max(1L, best - 1L)]
+  upper <- factors[min(grid, best + 1L)]
+  if (type == "scalar") {
+    opt <- stats::optimize(function(log_f) safe_objective(exp(2 * log_f) * shape),
+                           log(c(lower, upper)), tol = tol)
+    H <- exp(2 * opt$minimum) * shape
+  } else {
+    start <- factors[best]^2 * shape
+    par_to_H <- if (type == "diagonal") {
+      function(p) diag(exp(2 * p), d)
+    } else {
+      function(p) {
+        L <- matrix(0, d, d)
+        L[lower.tri(L, diag = TRUE)] <- p
+        diag(L) <- exp(diag(L))
+        L %*% t(L)
+      }
+    }
+    p0 <- if (type == "diagonal") log(sqrt(diag(start))) else {
+      L <- t(chol(start))
+      diag(L) <- log(diag(L))
+      L[lower.tri(L, diag = TRUE)]
+    }
+    # Nelder-Mead restarted from its own answer: a fresh simplex escapes the
+    # premature convergence a collapsed one shows on flat valleys.
+    for (round in 1:3) {
+      opt <- stats::optim(p0, function(p) safe_objective(par_to_H(p)), method = "Nelder-Mead",
+                          control = list(reltol = tol, maxit = 200L * length(p0)))
+      if (round > 1L && abs(opt$value - previous) <= tol * abs(previous)) break
+      previous <- opt$value
+      p0 <- opt$par
+    }
+    H <- par_to_H(opt$par)
+  }
+  H <- (H + t(H)) / 2
+  if (at_edge) {
+    warning(sprintf(paste0(
+      "%s optimum at the %s end of the search range (factor %g of the normal-reference ",
+      "bandwidth); widen `range`."), toupper(criterion),
+      if (best == 1L) "lower" else "upper", factors[best]), call. = FALSE)
+  }
+  value <- cv_criterion(x, weights, H, kernel, backend, precision, criterion)
+  rows <- do.call(rbind, trace$rows)
+  out <- switch(type, scalar = sqrt(H[1L, 1L]), diagonal = sqrt(diag(H)), full = {
+    dimnames(H) <- list(colnames(x), colnames(x))
+    H
+  })
+  if (type == "diagonal") names(out) <- colnames(x)
+  structure(out, criterion = value, H = H,
+            trace = data.frame(evaluation = seq_len(nrow(rows)), rows),
+            class = c("kdegpu_bandwidth", class(out)))
+}
+
+#' @export
+print.kdegpu_bandwidth <- function(x, ...) {
+  value <- x
+  attributes(value) <- attributes(x)[intersect(names(attributes(x)), c("dim", "dimnames", "names"))]
+  print(value, ...)
+  cat(sprintf("criterion at the optimum: %.8g (%d evaluations)\n",
+              attr(x, "criterion"), nrow(attr(x, "trace"))))
+  invisible(x)
+}
+
+# LSCV(H) or the leave-one-out log-likelihood at H, exactly.
+cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion) {
+  bandwidth <- list(H = H, type = "full", method = "given")
+  fit <- new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, NULL, "x")
+  loo <- leave_one_out_log_density(fit)
+  if (criterion == "mlcv") {
+    w <- weights * nrow(x)
+    return(sum(ifelse(w > 0, w * loo, 0)))
+  }
+  # int f^2 = sum_i w_i f_{2H}(x_i), a KDE with covariance 2H at the data.
+  fit_2H <- new_kde_gpu(x, weights, list(H = 2 * H, type = "full", method = "given"),
+                        kernel, backend, precision, NULL, "x")
+  integral <- sum(weights * exp(evaluate_log_density(fit_2H, fit_2H$z)))
+  integral - 2 * sum(weights * exp(loo))
+}
+
+# bw = "lscv" / "ucv" / "mlcv" in kde_gpu(): scalar in 1-D, full H in d > 1.
+cv_rules <- c("lscv", "ucv", "mlcv")
+
+bandwidth_by_cv <- function(x, weights, rule, kernel, backend, precision) {
+  type <- if (ncol(x) == 1L) "scalar" else "full"
+  selector <- if (rule == "mlcv") bw_mlcv else bw_lscv
+  H <- attr(selector(x, type = type, weights = weights, kernel = kernel,
+                     backend = backend, precision = precision), "H")
+  list(H = H, type = type, method = rule)
+}
