@@ -1,0 +1,120 @@
+# Cross-validation bandwidth selectors against plain-R criteria, stats::bw.ucv
+# and ks::Hlscv.
+
+# Exact LSCV and leave-one-out log-likelihood in plain R (Gaussian, full H),
+# written from the definitions with the n x n matrix, for small n.
+ref_gauss_matrix <- function(x, H) {
+  d <- ncol(x)
+  Hinv <- solve(H)
+  diffs <- lapply(seq_len(d), function(k) outer(x[, k], x[, k], "-"))
+  q <- Reduce(`+`, lapply(seq_len(d), function(a) Reduce(`+`, lapply(seq_len(d), function(b) {
+    Hinv[a, b] * diffs[[a]] * diffs[[b]]
+  }))))
+  exp(-q / 2) / sqrt((2 * pi)^d * det(H))
+}
+
+ref_lscv <- function(x, H, w = rep(1 / nrow(x), nrow(x))) {
+  K2 <- ref_gauss_matrix(x, 2 * H)
+  K <- ref_gauss_matrix(x, H)
+  diag(K) <- 0
+  loo <- as.vector(K %*% w) / (1 - w)
+  sum(w * (K2 %*% w)) - 2 * sum(w * loo)
+}
+
+ref_mlcv <- function(x, H, w = rep(1 / nrow(x), nrow(x))) {
+  K <- ref_gauss_matrix(x, H)
+  diag(K) <- 0
+  sum(nrow(x) * w * log(as.vector(K %*% w) / (1 - w)))
+}
+
+criterion <- function(x, H, w, which) {
+  kdegpu:::cv_criterion(x, w, H, "gaussian", "cpu", "double", which)
+}
+
+test_that("LSCV and MLCV criteria equal plain-R references to 1e-10", {
+  set.seed(11)
+  for (d in 1:3) {
+    x <- matrix(rnorm(60 * d), 60, d)
+    H <- crossprod(matrix(rnorm(d * d), d)) / 10 + diag(0.05, d)
+    w <- runif(60)
+    w <- w / sum(w)
+    for (weights in list(rep(1 / 60, 60), w)) {
+      expect_lt(abs(criterion(x, H, weights, "lscv") / ref_lscv(x, H, weights) - 1), 1e-10)
+      expect_lt(abs(criterion(x, H, weights, "mlcv") / ref_mlcv(x, H, weights) - 1), 1e-10)
+    }
+  }
+})
+
+test_that("leave-one-out excludes exactly the self term, also for duplicated points", {
+  x <- matrix(c(0, 0, 1, 3), ncol = 1) # a duplicated point
+  H <- matrix(0.5)
+  expect_lt(abs(criterion(x, H, rep(0.25, 4), "mlcv") / ref_mlcv(x, H) - 1), 1e-12)
+  fit <- kde_gpu(x, H = H, backend = "cpu")
+  expect_equal(as.numeric(logLik(fit)), ref_mlcv(x, H), tolerance = 1e-12)
+})
+
+test_that("bw_lscv matches stats::bw.ucv on its criterion and interval", {
+  set.seed(2)
+  x <- c(rnorm(150), rnorm(100, 4, 0.5))
+  ours <- bw_lscv(x, backend = "cpu")
+  theirs <- stats::bw.ucv(x, nb = 100000L)
+  # bw.ucv bins the pairwise distances and uses 1/n^2 for the leave-one-out
+  # term, so the two optima agree to the binning's accuracy.
+  expect_equal(as.numeric(ours), theirs, tolerance = 0.02)
+  # The optimum is a minimum of the exact criterion.
+  h <- as.numeric(ours)
+  value <- function(h) ref_lscv(matrix(x), matrix(h^2))
+  expect_equal(attr(ours, "criterion"), value(h), tolerance = 1e-10)
+  expect_lte(value(h), value(h * 1.01))
+  expect_lte(value(h), value(h * 0.99))
+})
+
+test_that("bw_lscv full H matches ks::Hlscv in 2-D", {
+  skip_if_not_installed("ks")
+  set.seed(3)
+  x <- matrix(rnorm(400), 200) %*% matrix(c(1, 0.5, 0, 1), 2)
+  ours <- bw_lscv(x, type = "full", backend = "cpu")
+  theirs <- suppressWarnings(ks::Hlscv(x))
+  expect_equal(unname(unclass(ours)[1:2, 1:2]), unname(theirs), tolerance = 0.01)
+  # and it is at least as good on the exact criterion
+  expect_lte(criterion(x, attr(ours, "H"), rep(1 / 200, 200), "lscv"),
+             criterion(x, theirs, rep(1 / 200, 200), "lscv") + 1e-9)
+})
+
+test_that("bw_mlcv matches a plain-R optimiser, scalar and diagonal", {
+  set.seed(4)
+  x <- matrix(c(rnorm(120), rnorm(120, sd = 3)), ncol = 2)
+  scalar <- bw_mlcv(x[, 1], backend = "cpu")
+  ref <- optimize(function(h) ref_mlcv(x[, 1, drop = FALSE], matrix(h^2)),
+                  c(0.05, 2), maximum = TRUE, tol = 1e-8)$maximum
+  expect_equal(as.numeric(scalar), ref, tolerance = 1e-4)
+  diagonal <- bw_mlcv(x, type = "diagonal", backend = "cpu")
+  ref2 <- optim(log(c(0.3, 1)), function(p) -ref_mlcv(x, diag(exp(2 * p))),
+                control = list(reltol = 1e-12))$par
+  expect_equal(unname(as.numeric(diagonal)), exp(ref2), tolerance = 1e-3)
+})
+
+test_that("bw = 'lscv', 'ucv' and 'mlcv' in kde_gpu() use the selectors", {
+  x <- faithful$eruptions
+  h <- as.numeric(bw_lscv(x, backend = "cpu"))
+  expect_equal(kde_gpu(x, bw = "ucv", backend = "cpu")$bw, h)
+  expect_equal(kde_gpu(x, bw = "lscv", backend = "cpu")$bw, h)
+  fit <- kde_gpu(x, bw = "mlcv", kernel = "epanechnikov", backend = "cpu")
+  expect_equal(fit$bw, as.numeric(bw_mlcv(x, kernel = "epanechnikov", backend = "cpu")))
+})
+
+test_that("a boundary optimum warns, as bw.ucv does", {
+  set.seed(5)
+  x <- rnorm(100)
+  expect_warning(bw_lscv(x, range = c(2, 3), backend = "cpu"), "end of the search range")
+})
+
+test_that("bad input to the selectors errors naming the argument", {
+  expect_error(bw_lscv(1:2, backend = "cpu"), "`x`")
+  expect_error(bw_lscv(rnorm(20), kernel = "epanechnikov", backend = "cpu"), "`kernel`")
+  expect_error(bw_lscv(rnorm(20), range = c(-1, 2), backend = "cpu"), "`range`")
+  expect_error(bw_lscv(rnorm(20), range = c(2, 1), backend = "cpu"), "`range`")
+  expect_error(bw_mlcv(rnorm(20), type = "nope", backend = "cpu"), "`type`")
+  expect_error(bw_mlcv(rnorm(20), grid = 1, backend = "cpu"), "`grid`")
+  expect_error(bw_mlcv(cbind(1:10, 1:10), backend = "cpu"), "`x`")
+})
