@@ -239,4 +239,11 @@ KDE_HD double kde_log_norm_const(int kernel, int d)
 KDE_DEFINE_LSE(double, , exp, log)
 KDE_DEFINE_LSE(float, _f, expf, logf)
 
+/* Base-2 twins: the same state with max and sum meaning exp2(max) * sum.
+ * The CUDA backend keeps its exponents in log2 units (coordinates scaled so
+ * that one exp2 per pair remains); log2 of the result times log(2) is the
+ * natural log. Same merge, so the same -inf guards. */
+KDE_DEFINE_LSE(double, _2, exp2, log2)
+KDE_DEFINE_LSE(float, _f2, exp2f, log2f)
+
 #endif /* KDEGPU_KERNELS_H */

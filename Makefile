@@ -1,0 +1,107 @@
+# Developer entry points for kdegpu. Not part of the R package (it is in
+# .Rbuildignore), so GNU make features are fine here.
+#
+#   make deps           install R and the R packages used here (Debian/Ubuntu, apt)
+#   make install        deps, then R CMD INSTALL .
+#   make demo           install, then Rscript $(DEMO) (inst/demo/demo.R or inst/examples/demo.R)
+#   make test           install, then the testthat suite against the installed package
+#   make test-cpu-only  build a tarball, install it --without-cuda into a temporary
+#                       library, then the tests against that
+#   make document       roxygen2::roxygenise(), sourcing R/ (no compilation)
+#   make check          R CMD build, then R CMD check --as-cran --no-manual
+#   make clean          remove build products
+#
+# Variables:
+#   LIB=DIR           library to install into (default: R's first library when
+#                     writable, else ./.Rlib); test and demo put it first on R_LIBS
+#   INSTALL_ARGS=...  extra R CMD INSTALL arguments, e.g.
+#                     INSTALL_ARGS="--configure-args=--with-cuda=/opt/cuda"
+#   KDEGPU_TEST_COUNTS=FILE  test runs append "passed failed skipped" to FILE
+
+R ?= R
+RSCRIPT ?= Rscript
+PKG := kdegpu
+
+DEB_PACKAGES := r-base-dev r-cran-testthat r-cran-ks r-cran-kernsmooth \
+  r-cran-knitr r-cran-rmarkdown r-cran-roxygen2 r-cran-future \
+  r-cran-future.apply r-cran-bench pandoc
+
+# Evaluated when a recipe runs (after deps), not when make starts: R may not
+# be installed yet then.
+INSTALL_LIB = $(if $(LIB),$(LIB),$(shell $(RSCRIPT) -e 'p <- .libPaths()[1]; cat(if (file.access(p, 2) == 0) p else "$(CURDIR)/.Rlib")' 2>/dev/null))
+VERSION = $(shell sed -n 's/^Version: *//p' DESCRIPTION)
+DEMO ?= $(firstword $(wildcard inst/demo/demo.R inst/examples/demo.R) inst/demo/demo.R)
+
+# Runs tests/testthat against the installed package (progress bar on a
+# terminal, a compact summary in logs); prints and records
+# "N passed, N failed, N skipped" (failed counts failed expectations plus
+# errors, as testthat's FAIL does) and exits non-zero on any failure.
+RUN_TESTS := \
+  res <- testthat::test_local(".", \
+    reporter = if (isatty(stdout())) testthat::ProgressReporter$$new(show_praise = FALSE) \
+      else testthat::SummaryReporter$$new(show_praise = FALSE), \
+    load_package = "installed", stop_on_failure = FALSE); \
+  df <- as.data.frame(res); \
+  n <- c(sum(df$$passed), sum(df$$failed) + sum(df$$error), sum(df$$skipped)); \
+  cat(sprintf("%d passed, %d failed, %d skipped\n", n[1], n[2], n[3])); \
+  out <- Sys.getenv("KDEGPU_TEST_COUNTS"); \
+  if (nzchar(out)) cat(n, "\n", file = out, append = TRUE); \
+  quit(status = as.integer(n[2] > 0))
+
+.PHONY: deps install demo test test-cpu-only document check clean
+
+deps:
+	@if ! command -v dpkg-query >/dev/null 2>&1; then \
+	  echo "make deps: no dpkg here; install R and the R packages testthat, ks, KernSmooth,"; \
+	  echo "  knitr, rmarkdown, roxygen2, future, future.apply and bench, and pandoc, yourself"; \
+	  command -v $(RSCRIPT) >/dev/null 2>&1 || exit 1; exit 0; \
+	fi; \
+	missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' \
+	    || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "make deps: all present"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo=sudo; fi; \
+	echo "make deps: installing$$missing"; \
+	$$sudo apt-get update && \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
+
+install: deps
+	@lib="$(INSTALL_LIB)"; mkdir -p "$$lib" && \
+	echo "$(R) CMD INSTALL -l $$lib $(INSTALL_ARGS) ." && \
+	$(R) CMD INSTALL -l "$$lib" $(INSTALL_ARGS) .
+
+demo: install
+	R_LIBS="$(INSTALL_LIB)$${R_LIBS:+:$$R_LIBS}" $(RSCRIPT) $(DEMO)
+
+test: install
+	R_LIBS="$(INSTALL_LIB)$${R_LIBS:+:$$R_LIBS}" $(RSCRIPT) -e '$(RUN_TESTS)'
+
+# Builds from a source tarball in a temporary folder, so the in-place (CUDA)
+# objects in src/ stay valid for the next `make install`.
+test-cpu-only: deps
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/kdegpu-cpu-only.XXXXXX") && \
+	trap 'rm -rf "$$tmp"' EXIT && \
+	(cd "$$tmp" && $(R) CMD build --no-build-vignettes --no-manual "$(CURDIR)") && \
+	mkdir "$$tmp/lib" && \
+	echo "$(R) CMD INSTALL --configure-args=--without-cuda -l $$tmp/lib $(PKG)_$(VERSION).tar.gz" && \
+	$(R) CMD INSTALL --configure-args=--without-cuda -l "$$tmp/lib" "$$tmp/$(PKG)_$(VERSION).tar.gz" && \
+	echo "running the tests against the CPU-only build" && \
+	KDEGPU_WITHOUT_CUDA=1 R_LIBS="$$tmp/lib$${R_LIBS:+:$$R_LIBS}" $(RSCRIPT) -e '$(RUN_TESTS)'
+
+document: deps
+	$(RSCRIPT) -e 'roxygen2::roxygenise(load_code = roxygen2::load_source)'
+
+# The checks that need the network (CRAN incoming, the clock behind "future
+# file timestamps") are off unless the environment turns them on.
+check: deps
+	rm -rf $(PKG).Rcheck $(PKG)_$(VERSION).tar.gz
+	$(R) CMD build .
+	_R_CHECK_CRAN_INCOMING_REMOTE_=$${_R_CHECK_CRAN_INCOMING_REMOTE_:-false} \
+	_R_CHECK_SYSTEM_CLOCK_=$${_R_CHECK_SYSTEM_CLOCK_:-false} \
+	  $(R) CMD check --as-cran --no-manual $(PKG)_$(VERSION).tar.gz
+
+clean:
+	sh ./cleanup
+	rm -rf .Rlib $(PKG).Rcheck $(PKG)_*.tar.gz

@@ -1,0 +1,51 @@
+#!/bin/bash
+# Build and run the CUDA backend harness (no R needed).
+#
+#   bash bench/cuda/run.sh build   compile bench/cuda/build/harness (+ ptxas report)
+#   bash bench/cuda/run.sh         build if missing, then on the GPU machine:
+#                                  harness all, compute-sanitizer memcheck
+#                                  (quick subset) and racecheck (tiny), SASS
+#                                  summary of the hot kernel; logs in $OUT
+#                                  (default bench/cuda/out)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${OUT:-$here/out}
+mkdir -p "$out" "$here/build"
+NVCC=${NVCC:-nvcc}
+command -v "$NVCC" >/dev/null 2>&1 || NVCC=/usr/local/cuda/bin/nvcc
+ARCH=${ARCH:-sm_90}
+bin=$here/build/harness
+flags="-O3 -std=c++17 -arch=$ARCH -DKDE_CUDA_BENCH -I$root/inst/include -I$root/src"
+
+build() {
+  "$NVCC" $flags -Xptxas -v -c "$root/src/kde_cuda.cu" -o "$here/build/kde_cuda.o" \
+    2> "$here/build/ptxas.txt" || { cat "$here/build/ptxas.txt"; return 1; }
+  "$NVCC" $flags "$here/harness.cu" "$here/build/kde_cuda.o" -o "$bin"
+}
+
+if [ "${1:-}" = build ]; then build; exit $?; fi
+[ -x "$bin" ] || build || exit 1
+PATH=$PATH:/usr/local/cuda/bin
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv 2>&1 | tee "$out/gpu.txt"
+"$bin" ${MODE:-all} 2>&1 | tee "$out/harness.log"
+status=${PIPESTATUS[0]}
+if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  timeout 240 compute-sanitizer --tool memcheck --leak-check full "$bin" quick \
+    > "$out/memcheck.log" 2>&1
+  echo "memcheck rc=$?: $(grep -E 'ERROR SUMMARY|LEAK SUMMARY' "$out/memcheck.log" | tr '\n' ' ')"
+  timeout 120 compute-sanitizer --tool racecheck "$bin" tiny > "$out/racecheck.log" 2>&1
+  echo "racecheck rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tr '\n' ' ')"
+fi
+if command -v cuobjdump >/dev/null; then
+  cuobjdump -sass "$here/build/kde_cuda.o" > "$out/sass_all.txt" 2>&1
+  # the single-precision Gaussian d = 3 kernel: its instruction mix
+  awk '/Function : .*kde_small_kernelILi0EfLi3E/{p=1} /Function : /&&!/kde_small_kernelILi0EfLi3E/{p=0} p' \
+    "$out/sass_all.txt" > "$out/sass_gauss_f3.txt"
+  echo "gaussian float d=3 SASS mix:"
+  grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9_.]+' "$out/sass_gauss_f3.txt" | awk '{print $2}' \
+    | sed 's/\..*//' | sort | uniq -c | sort -rn | head -15
+  grep -c 'MUFU.EX2' "$out/sass_gauss_f3.txt" | sed 's/^/MUFU.EX2 count: /'
+  gzip -f "$out/sass_all.txt"
+fi
+exit $status

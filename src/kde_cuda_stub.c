@@ -1,0 +1,63 @@
+/*
+ * kde_cuda_stub.c: the CUDA interface (kde_cuda.h) for builds without nvcc.
+ * Every call reports KDE_ERR_UNAVAILABLE, so api.c needs no #ifdef and the R
+ * error tells the user how to get the CUDA backend.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kde_cuda.h"
+
+static const char kde_no_cuda[] =
+    "kdegpu was built without CUDA (nvcc was not found at install time);"
+    " reinstall with CUDA_HOME set to build the CUDA backend";
+
+static void kde_stub_unavailable(kde_status *status)
+{
+  if (status == NULL) return;
+  status->code = KDE_ERR_UNAVAILABLE;
+  snprintf(status->message, sizeof status->message, "%s", kde_no_cuda);
+}
+
+int kde_cuda_compiled(void) { return 0; }
+
+int kde_cuda_device_count(kde_status *status)
+{
+  kde_stub_unavailable(status);
+  return 0;
+}
+
+void kde_cuda_get_device_info(int device, kde_cuda_device_info *info,
+                              kde_status *status)
+{
+  (void) device;
+  if (info != NULL) memset(info, 0, sizeof *info);
+  kde_stub_unavailable(status);
+}
+
+kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
+                                      int precision, const int *devices,
+                                      int n_devices, double memory_budget,
+                                      kde_status *status)
+{
+  (void) train;
+  (void) precision;
+  (void) devices;
+  (void) n_devices;
+  (void) memory_budget;
+  kde_stub_unavailable(status);
+  return NULL;
+}
+
+void kde_cuda_model_free(kde_cuda_model *model) { (void) model; }
+
+void kde_cuda_log_density(kde_cuda_model *model, const kde_query_set *query,
+                          kde_interrupt_probe interrupted, double *out,
+                          kde_status *status)
+{
+  (void) model;
+  (void) query;
+  (void) interrupted;
+  (void) out;
+  kde_stub_unavailable(status);
+}

@@ -1,0 +1,122 @@
+# print / summary / plot / logLik / as.density / kdegpu_info.
+
+test_that("print() mentions the backend and returns its argument invisibly", {
+  fit <- kde_gpu(ref_data(30, 2, seed = 400), backend = "cpu")
+  expect_output(print(fit), "cpu")
+  expect_invisible(out <- print(fit))
+  expect_identical(out, fit)
+  fit1 <- kde_gpu(ref_data(30, 1, seed = 401)[, 1], kernel = "cosine",
+                  backend = "cpu")
+  expect_output(print(fit1), "cpu")
+})
+
+test_that("summary() runs in 1-D and 3-D", {
+  for (d in c(1, 3)) {
+    fit <- kde_gpu(ref_data(30, d, seed = 402), backend = "cpu")
+    expect_error(s <- summary(fit), NA)
+    expect_error(capture.output(print(s)), NA)
+  }
+})
+
+test_that("plot() works in 1-D, 2-D and 3-D", {
+  path <- tempfile(fileext = ".pdf")
+  grDevices::pdf(path)
+  on.exit({
+    grDevices::dev.off()
+    unlink(path)
+  }, add = TRUE)
+  for (d in 1:3) {
+    fit <- kde_gpu(ref_data(60, d, seed = 403 + d), backend = "cpu")
+    expect_error(plot(fit), NA)
+  }
+  fit1 <- kde_gpu(ref_data(60, 1, seed = 407), kernel = "epanechnikov",
+                  backend = "cpu")
+  expect_error(plot(fit1, main = "title", col = 2), NA)
+})
+
+test_that("logLik() is the exact leave-one-out log-likelihood (unweighted)", {
+  for (d in c(1, 2, 3)) {
+    x <- ref_data(60, d, seed = 410 + d)
+    H <- ref_full_H(d, 0.7, seed = 420 + d)
+    for (k in ref_kernels) {
+      fit <- kde_gpu(x, H = H, kernel = k, backend = "cpu")
+      ll <- logLik(fit)
+      expect_s3_class(ll, "logLik")
+      expect_equal(attr(ll, "nobs"), 60)
+      expect_true(is.numeric(attr(ll, "df")) && length(attr(ll, "df")) == 1)
+      want <- ref_loo_loglik(x, H, k)
+      lab <- paste(k, "d =", d)
+      if (is.finite(want)) {
+        expect_equal(as.numeric(ll), want, tolerance = 1e-10, label = lab)
+      } else {
+        expect_identical(as.numeric(ll), want, label = lab)
+      }
+    }
+  }
+})
+
+test_that("logLik() is -Inf when a point has no neighbour in a compact support", {
+  x <- c(0, 0.1, 0.2, 50)
+  fit <- kde_gpu(x, bw = 0.5, kernel = "epanechnikov", backend = "cpu")
+  expect_identical(as.numeric(logLik(fit)), -Inf)
+  expect_true(is.finite(as.numeric(logLik(
+    kde_gpu(x, bw = 0.5, kernel = "gaussian", backend = "cpu")))))
+})
+
+test_that("logLik() of a weighted fit follows the documented formula", {
+  for (d in c(1, 3)) {
+    x <- ref_data(50, d, seed = 430 + d)
+    set.seed(431)
+    w <- rexp(50)
+    H <- ref_full_H(d, 0.8, seed = 432)
+    for (k in c("gaussian", "biweight", "exponential")) {
+      fit <- kde_gpu(x, H = H, kernel = k, weights = w, backend = "cpu")
+      expect_equal(as.numeric(logLik(fit)), ref_loo_loglik(x, H, k, w),
+                   tolerance = 1e-10, label = paste(k, d))
+      expect_equal(attr(logLik(fit), "nobs"), 50)
+    }
+  }
+})
+
+test_that("as.density() gives a 'density' whose y is predict() at its x", {
+  x <- ref_data(80, 1, seed = 440)[, 1]
+  for (k in c("gaussian", "triangular")) {
+    fit <- kde_gpu(x, bw = 0.4, kernel = k, backend = "cpu")
+    den <- as.density(fit)
+    expect_s3_class(den, "density")
+    expect_length(den$x, 512)
+    expect_length(den$y, 512)
+    expect_equal(den$y, predict(fit, den$x), tolerance = 1e-13)
+    expect_equal(den$bw, 0.4, tolerance = 1e-14)
+    expect_equal(den$n, 80)
+    expect_true(is.character(den$data.name))
+    expect_true(is.call(den$call))
+    expect_true(min(den$x) < min(x) && max(den$x) > max(x))
+    expect_true(all(diff(den$x) > 0))
+    expect_length(as.density(fit, n = 100)$x, 100)
+    expect_output(print(den), "Bandwidth")
+    path <- tempfile(fileext = ".pdf")
+    grDevices::pdf(path)
+    expect_error(plot(den), NA)
+    grDevices::dev.off()
+    unlink(path)
+  }
+  # It integrates to about 1 over a grid covering the data (+ 3 bw).
+  fit <- kde_gpu(x, bw = 0.4, backend = "cpu")
+  den <- as.density(fit, n = 2048)
+  mass <- sum(diff(den$x) * (den$y[-1] + den$y[-2048]) / 2)
+  expect_equal(mass, 1, tolerance = 5e-3)
+})
+
+test_that("kdegpu_info() reports the build and the hardware", {
+  info <- kdegpu_info()
+  expect_type(info, "list")
+  expect_true(all(c("cuda_compiled", "gpus", "openmp", "threads") %in%
+                    names(info)))
+  expect_true(is.logical(info$cuda_compiled) && length(info$cuda_compiled) == 1)
+  expect_true(is.logical(info$openmp) && length(info$openmp) == 1)
+  expect_s3_class(info$gpus, "data.frame")
+  expect_true(is.integer(info$threads) && length(info$threads) == 1)
+  expect_gte(info$threads, 1L)
+  if (!isTRUE(info$cuda_compiled)) expect_equal(nrow(info$gpus), 0)
+})

@@ -1,0 +1,37 @@
+# The CPU thread count (option kdegpu.threads) changes speed, not results.
+
+test_that("results are identical with 1 and 2 threads", {
+  x <- ref_data(3001, 3, seed = 600)
+  q <- ref_queries(x, 997, seed = 601)
+  set.seed(602)
+  w <- runif(3001)
+  for (k in c("gaussian", "epanechnikov", "exponential")) {
+    fit <- kde_gpu(x, kernel = k, weights = w, backend = "cpu")
+    with_kde_options(list(kdegpu.threads = 1), {
+      p1 <- predict(fit, q, log = TRUE)
+      l1 <- logLik(fit)
+    })
+    with_kde_options(list(kdegpu.threads = 2), {
+      p2 <- predict(fit, q, log = TRUE)
+      l2 <- logLik(fit)
+    })
+    expect_identical(p1, p2, label = k)
+    expect_identical(l1, l2, label = k)
+    expect_log_density_equal(p1, ref_log_density(x, q, fit$H, k, w),
+                             label = k)
+  }
+})
+
+test_that("more threads than cores or queries still gives the same answer", {
+  x <- ref_data(200, 2, seed = 610)
+  q <- ref_queries(x, 3, seed = 611)
+  fit <- kde_gpu(x, bw = 0.5, backend = "cpu")
+  p1 <- with_kde_options(list(kdegpu.threads = 1), predict(fit, q))
+  p64 <- with_kde_options(list(kdegpu.threads = 64), predict(fit, q))
+  expect_identical(p64, p1)
+})
+
+test_that("kdegpu_info()$threads is a positive integer", {
+  expect_identical(with_kde_options(list(kdegpu.threads = 1),
+                                    kdegpu_info()$threads), 1L)
+})
