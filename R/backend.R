@@ -110,21 +110,26 @@ choose_backend <- function(backend) {
   "cpu"
 }
 
-# The device-resident copy of a CUDA fit, created on first use and again
-# after saveRDS()/readRDS(), where the external pointer comes back NULL.
+# The device-resident copy of a CUDA fit, created on first use, again after
+# saveRDS()/readRDS() (where the external pointer comes back NULL), and again
+# when options(kdegpu.gpu_memory) or options(kdegpu.devices) change, so that
+# the options always govern the next evaluation.
 cuda_model <- function(object) {
   cache <- object$device
-  if (is.null(cache$handle) || !.Call(C_kde_cuda_model_valid, cache$handle)) {
-    available <- length(cuda_info()$name)
-    if (available == 0L) {
-      stop("This fit uses the CUDA backend but no GPU is usable here: ",
-           cuda_info()$message, ". Refit with `backend = \"cpu\"`.", call. = FALSE)
-    }
+  available <- length(cuda_info()$name)
+  if (available == 0L) {
+    stop("This fit uses the CUDA backend but no GPU is usable here: ",
+         cuda_info()$message, ". Refit with `backend = \"cpu\"`.", call. = FALSE)
+  }
+  config <- list(budget = gpu_memory_budget(), devices = gpu_devices(available))
+  if (is.null(cache$handle) || !.Call(C_kde_cuda_model_valid, cache$handle) ||
+      !identical(cache$config, config)) {
+    if (!is.null(cache$handle)) .Call(C_kde_cuda_model_release, cache$handle)
     cache$handle <- .Call(
       C_kde_cuda_model_create, object$z, object$weights, kernel_index(object$kernel),
-      if (object$precision == "single") 1L else 0L, gpu_devices(available),
-      gpu_memory_budget()
+      if (object$precision == "single") 1L else 0L, config$devices, config$budget
     )
+    cache$config <- config
   }
   cache$handle
 }
