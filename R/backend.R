@@ -116,7 +116,7 @@ choose_backend <- function(backend) {
 # the options always govern the next evaluation.
 cuda_model <- function(object) {
   cache <- object$device
-  available <- length(cuda_info()$name)
+  available <- .Call(C_kde_cuda_device_count)
   if (available == 0L) {
     stop("This fit uses the CUDA backend but no GPU is usable here: ",
          cuda_info()$message, ". Refit with `backend = \"cpu\"`.", call. = FALSE)
@@ -132,6 +132,13 @@ cuda_model <- function(object) {
     cache$config <- config
   }
   cache$handle
+}
+
+# Frees a fit's device copy now rather than when the fit is collected: for
+# the many short-lived fits of a bandwidth search.
+release_device_copy <- function(object) {
+  if (!is.null(object$device$handle)) .Call(C_kde_cuda_model_release, object$device$handle)
+  invisible()
 }
 
 # log f at the rows of `query` (already whitened with the fit's transform).

@@ -195,6 +195,7 @@ print.kdegpu_bandwidth <- function(x, ...) {
 cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion) {
   bandwidth <- list(H = H, type = "full", method = "given")
   fit <- new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, NULL, "x")
+  on.exit(release_device_copy(fit))
   loo <- leave_one_out_log_density(fit)
   if (criterion == "mlcv") {
     w <- weights * nrow(x)
@@ -203,6 +204,7 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion) {
   # int f^2 = sum_i w_i f_{2H}(x_i), a KDE with covariance 2H at the data.
   fit_2H <- new_kde_gpu(x, weights, list(H = 2 * H, type = "full", method = "given"),
                         kernel, backend, precision, NULL, "x")
+  on.exit(release_device_copy(fit_2H), add = TRUE)
   integral <- sum(weights * exp(evaluate_log_density(fit_2H, fit_2H$z)))
   integral - 2 * sum(weights * exp(loo))
 }

@@ -253,6 +253,17 @@ SEXP kdegpu_cuda_info(void)
   return out;
 }
 
+/* The number of usable GPUs alone: cheap enough to ask before every
+ * evaluation (kdegpu_cuda_info also reads each device's properties). */
+SEXP kdegpu_cuda_device_count(void)
+{
+  kde_status status;
+  status.code = KDE_OK;
+  status.message[0] = '\0';
+  int n = kde_cuda_device_count(&status);
+  return Rf_ScalarInteger(n < 0 ? 0 : n);
+}
+
 static void cuda_model_finalizer(SEXP handle)
 {
   kde_cuda_model *model = (kde_cuda_model *) R_ExternalPtrAddr(handle);

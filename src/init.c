@@ -13,6 +13,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(cpu_info, 0),
   CALLDEF(kernel_constants, 2),
   CALLDEF(cuda_info, 0),
+  CALLDEF(cuda_device_count, 0),
   CALLDEF(cuda_model_create, 6),
   CALLDEF(cuda_model_valid, 1),
   CALLDEF(cuda_model_release, 1),
