@@ -4,7 +4,8 @@
 #
 # Prints, measured in this run on this machine: kdegpu's CPU backend against
 # plain vectorised base R and ks::kde(binned = FALSE) at n = m = 4000, d = 2,
-# Gaussian, full H (medians and ratios), then kdegpu's time against n.
+# Gaussian, full H (medians and ratios); time and peak R memory against n;
+# and 1-D grids against stats::density and KernSmooth::bkde.
 # Writes the numbers to inst/benchmarks/cpu.csv when run from the source tree.
 suppressPackageStartupMessages(library(kdegpu))
 
@@ -64,15 +65,58 @@ table1 <- data.frame(
 )
 print(table1, row.names = FALSE)
 
-sizes <- c(1e3, 3e3, 1e4, 3e4, 1e5)
-scaling <- do.call(rbind, lapply(sizes, function(size) {
+# Peak R memory of an evaluation, in MB: gc()'s "max used" after a reset.
+peak_mb <- function(f) {
+  invisible(gc(reset = TRUE))
+  before <- sum(gc()[, 2L])
+  f()
+  sum(gc()[, 6L]) - before
+}
+
+# Time and peak memory against n (n = m, d = 2): kdegpu up to 1e5, the
+# base-R and ks implementations while they take under ~10 s.
+scaling <- list()
+for (size in c(1e3, 3e3, 1e4, 3e4, 1e5)) {
   xs <- matrix(rnorm(size * d), size, d)
-  f <- kde_gpu(xs, backend = "cpu")
-  t <- median_seconds(function() predict(f, xs), reps = if (size >= 3e4) 1L else 3L)
-  data.frame(n = size, m = size, median_s = signif(t, 3), pairs_per_s = signif(size^2 / t, 3))
-}))
-cat("\nkdegpu CPU time against n (n = m, d = 2, Gaussian, Scott's full H):\n")
+  Hs <- size^(-2 / (d + 4)) * cov(xs)
+  f <- kde_gpu(xs, H = Hs, backend = "cpu")
+  reps <- if (size >= 3e4) 1L else 3L
+  add <- function(method, fn) {
+    scaling[[length(scaling) + 1L]] <<- data.frame(
+      method = method, n = size, m = size,
+      median_s = signif(median_seconds(fn, reps), 3), peak_mb = signif(peak_mb(fn), 3))
+  }
+  add("kdegpu_cpu", function() predict(f, xs))
+  if (size <= 1e4) add("base_r", function() base_r_log_density(xs, xs, Hs))
+  if (size <= 1e4 && requireNamespace("ks", quietly = TRUE)) {
+    add("ks_kde_exact", function() ks::kde(xs, H = Hs, eval.points = xs, binned = FALSE))
+  }
+}
+scaling <- do.call(rbind, scaling)
+cat("\nTime and peak R memory against n (n = m, d = 2, Gaussian, full H):\n")
 print(scaling, row.names = FALSE)
+
+# 1-D densities on a 512-point grid: kdegpu (exact) against the binned
+# approximations of stats::density and KernSmooth::bkde.
+grid_rows <- list()
+for (size in c(1e3, 1e4, 1e5, 1e6)) {
+  x1 <- rnorm(size)
+  bw <- bw.nrd0(x1)
+  grid <- seq(min(x1) - 3 * bw, max(x1) + 3 * bw, length.out = 512L)
+  f1 <- kde_gpu(x1, bw = bw, backend = "cpu")
+  add <- function(method, fn) {
+    grid_rows[[length(grid_rows) + 1L]] <<- data.frame(
+      method = method, n = size, m = 512, median_s = signif(median_seconds(fn, 5L), 3))
+  }
+  add("kdegpu_cpu (exact)", function() predict(f1, grid))
+  add("stats::density (binned, FFT)", function() density(x1, bw = bw, n = 512L))
+  if (requireNamespace("KernSmooth", quietly = TRUE)) {
+    add("KernSmooth::bkde (binned)", function() KernSmooth::bkde(x1, bandwidth = bw, gridsize = 512L))
+  }
+}
+grid_rows <- do.call(rbind, grid_rows)
+cat("\n1-D density on a 512-point grid (Gaussian, bw.nrd0):\n")
+print(grid_rows, row.names = FALSE)
 
 if (dir.exists("inst/benchmarks")) {
   stamp <- data.frame(machine = Sys.info()[["machine"]], threads = info$threads,
@@ -80,9 +124,11 @@ if (dir.exists("inst/benchmarks")) {
                       kdegpu_version = as.character(packageVersion("kdegpu")))
   write.csv(cbind(stamp, rbind(
     data.frame(kind = "comparison", method = table1$method, n = n, m = n, d = d,
-               median_s = table1$median_s),
-    data.frame(kind = "scaling", method = "kdegpu_cpu", n = scaling$n, m = scaling$m, d = d,
-               median_s = scaling$median_s))),
+               median_s = table1$median_s, peak_mb = NA),
+    data.frame(kind = "scaling", method = scaling$method, n = scaling$n, m = scaling$m, d = d,
+               median_s = scaling$median_s, peak_mb = scaling$peak_mb),
+    data.frame(kind = "grid_1d", method = grid_rows$method, n = grid_rows$n, m = grid_rows$m,
+               d = 1L, median_s = grid_rows$median_s, peak_mb = NA))),
     "inst/benchmarks/cpu.csv", row.names = FALSE)
   cat("\nwrote inst/benchmarks/cpu.csv\n")
 }
