@@ -37,6 +37,10 @@
 #' @param tol Relative tolerance of the local optimiser.
 #' @param kernel The kernel (`bw_mlcv()`); `bw_lscv()` supports `"gaussian"`.
 #' @param backend,precision As for [kde_gpu()].
+#' @param cluster `NULL`, a `parallel` cluster or `"future"`: spread each
+#'   criterion evaluation over the workers, sharding the training points as
+#'   [predict()][predict.kde_gpu] does (each worker receives its shard once
+#'   per search).
 #' @return For `type = "scalar"` the bandwidth (the kernel's standard
 #'   deviation), for `"diagonal"` a vector of standard deviations, for
 #'   `"full"` the matrix H. Attributes: `criterion` (the criterion at the
@@ -57,7 +61,7 @@ NULL
 bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
                     range = c(0.1, 2), grid = 25L, tol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
-                    precision = c("double", "single")) {
+                    precision = c("double", "single"), cluster = NULL) {
   kernel <- resolve_kernel(kernel)
   if (kernel != "gaussian") {
     stop_arg("kernel", sprintf(paste0(
@@ -66,7 +70,7 @@ bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
       kernel))
   }
   select_bandwidth(x, "lscv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
-                   weights, range, grid, tol, kernel, backend, precision)
+                   weights, range, grid, tol, kernel, backend, precision, cluster)
 }
 
 #' @rdname bandwidth_cv
@@ -74,13 +78,14 @@ bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
 bw_mlcv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
                     range = c(0.1, 2), grid = 25L, tol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
-                    precision = c("double", "single")) {
+                    precision = c("double", "single"), cluster = NULL) {
   select_bandwidth(x, "mlcv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
-                   weights, range, grid, tol, resolve_kernel(kernel), backend, precision)
+                   weights, range, grid, tol, resolve_kernel(kernel), backend, precision,
+                   cluster)
 }
 
 select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kernel,
-                             backend, precision) {
+                             backend, precision, cluster = NULL) {
   x <- as_point_matrix(x, "x")
   n <- nrow(x)
   d <- ncol(x)
@@ -96,6 +101,12 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   if (!is.numeric(tol) || length(tol) != 1L || !(tol > 0)) stop_arg("tol", "must be one positive number.")
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
   precision <- match_choice(precision, c("double", "single"), "precision")
+  engine <- cluster_engine(cluster)
+  # One id for the whole search: cluster workers receive their shard once.
+  data <- if (is.null(engine)) NULL else cluster_data(x, weights, new_data_id(), new.env())
+  evaluate <- function(H) {
+    cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data)
+  }
 
   # Normal reference: Silverman's rule with the full weighted covariance.
   S <- stats::cov.wt(x, wt = weights)$cov
@@ -109,7 +120,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   trace$rows <- list()
   # The criterion to minimise at bandwidth matrix H.
   objective <- function(H) {
-    value <- cv_criterion(x, weights, H, kernel, backend, precision, criterion)
+    value <- evaluate(H)
     trace$rows[[length(trace$rows) + 1L]] <- c(value = value, H = as.vector(H))
     if (criterion == "mlcv") -value else value
   }
@@ -169,7 +180,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
       "bandwidth); widen `range`."), toupper(criterion),
       if (best == 1L) "lower" else "upper", factors[best]), call. = FALSE)
   }
-  value <- cv_criterion(x, weights, H, kernel, backend, precision, criterion)
+  value <- evaluate(H)
   rows <- do.call(rbind, trace$rows)
   out <- switch(type, scalar = sqrt(H[1L, 1L]), diagonal = sqrt(diag(H)), full = {
     dimnames(H) <- list(colnames(x), colnames(x))
@@ -191,21 +202,29 @@ print.kdegpu_bandwidth <- function(x, ...) {
   invisible(x)
 }
 
-# LSCV(H) or the leave-one-out log-likelihood at H, exactly.
-cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion) {
-  bandwidth <- list(H = H, type = "full", method = "given")
-  fit <- new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, NULL, "x")
-  on.exit(release_device_copy(fit))
-  loo <- leave_one_out_log_density(fit)
+# LSCV(H) or the leave-one-out log-likelihood at H, exactly; here, or over
+# the cluster `engine` holding `data`.
+cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
+                         engine = NULL, data = NULL) {
+  # log sum_j w_j K_B(x_i - x_j) at every training point, for bandwidth B.
+  log_sums <- function(B, leave_one_out) {
+    if (!is.null(engine)) {
+      return(cluster_log_sum(engine, data, x, B, kernel, precision,
+                             if (backend == "cpu") "cpu" else "auto", "training",
+                             leave_one_out))
+    }
+    fit <- new_kde_gpu(x, weights, list(H = B, type = "full", method = "given"),
+                       kernel, backend, precision, NULL, "x")
+    on.exit(release_device_copy(fit))
+    evaluate_log_density(fit, fit$z, leave_one_out = leave_one_out)
+  }
+  loo <- renormalise_leave_one_out(log_sums(H, TRUE), weights)
   if (criterion == "mlcv") {
     w <- weights * nrow(x)
     return(sum(ifelse(w > 0, w * loo, 0)))
   }
   # int f^2 = sum_i w_i f_{2H}(x_i), a KDE with covariance 2H at the data.
-  fit_2H <- new_kde_gpu(x, weights, list(H = 2 * H, type = "full", method = "given"),
-                        kernel, backend, precision, NULL, "x")
-  on.exit(release_device_copy(fit_2H), add = TRUE)
-  integral <- sum(weights * exp(evaluate_log_density(fit_2H, fit_2H$z)))
+  integral <- sum(weights * exp(log_sums(2 * H, FALSE)))
   integral - 2 * sum(weights * exp(loo))
 }
 

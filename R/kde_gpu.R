@@ -115,6 +115,7 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     chol_H = white$R,
     log_const = white$log_const,
     z = NULL,
+    id = new_data_id(), # names the data on cluster workers
     device = new.env(parent = emptyenv())
   ), class = "kde_gpu")
   object$z <- whiten(object, x)

@@ -156,6 +156,8 @@ density_grid <- function(x, i, j, n) {
 #' point i counts \eqn{n w_i} times (weights normalised to sum 1).
 #'
 #' @param object A [kde_gpu()] fit with at least two points of positive weight.
+#' @param cluster As in [predict()][predict.kde_gpu]: `NULL`, a `parallel`
+#'   cluster or `"future"`; the training points are sharded across workers.
 #' @param ... Not used.
 #' @return An object of class `"logLik"` with attributes `df` (the number of
 #'   free bandwidth parameters: 1 for a scalar, d for a diagonal, d(d+1)/2
@@ -166,11 +168,11 @@ density_grid <- function(x, i, j, n) {
 #' logLik(kde_gpu(faithful$eruptions, bw = 0.2, backend = "cpu"))
 #' @importFrom stats logLik
 #' @export
-logLik.kde_gpu <- function(object, ...) {
+logLik.kde_gpu <- function(object, cluster = NULL, ...) {
   if (sum(object$weights > 0) < 2L) {
     stop("logLik() needs at least two points of positive weight.", call. = FALSE)
   }
-  loo <- leave_one_out_log_density(object)
+  loo <- leave_one_out_log_density(object, cluster_engine(cluster))
   w <- object$weights * object$n
   value <- sum(ifelse(w > 0, w * loo, 0))
   d <- object$d

@@ -15,6 +15,17 @@
 #'   (weights renormalised): an outlier score, and the terms of
 #'   [logLik()][logLik.kde_gpu]. The self term is excluded exactly inside
 #'   the kernel sum, also for duplicated points.
+#' @param cluster Where to evaluate: `NULL` (here), a cluster from
+#'   [parallel::makeCluster()], or `"future"` for the current
+#'   [future::plan()] (multisession, cluster, or a batch scheduler through
+#'   future.batchtools). Each worker evaluates with its own backend (its GPUs,
+#'   or its CPU cores) and needs kdegpu installed. A `parallel` worker
+#'   receives the training data once per fit and keeps it.
+#' @param split With a cluster: `"queries"` gives every worker all training
+#'   points and a chunk of the queries; `"training"` gives each worker a shard
+#'   of the training points (for training sets too large for one node) and
+#'   merges the shards' log-sum-exp states. Leave-one-out always shards the
+#'   training points. Results equal the single-process ones to rounding.
 #' @param ... Not used.
 #' @return A numeric vector with one value per point.
 #' @examples
@@ -22,17 +33,26 @@
 #' head(predict(fit, log = TRUE))
 #' # outlier scores: the least typical quakes have the lowest values
 #' head(order(predict(fit, log = TRUE, leave_one_out = TRUE)))
+#' \donttest{
+#' # on two local worker processes, each with its own backend
+#' cl <- parallel::makePSOCKcluster(2)
+#' head(predict(fit, log = TRUE, cluster = cl))
+#' parallel::stopCluster(cl)
+#' }
 #' predict(fit, c(-20, 180, 300))
 #' @export
-predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE, ...) {
+predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
+                            cluster = NULL, split = c("queries", "training"), ...) {
   check_flag(log, "log")
   check_flag(leave_one_out, "leave_one_out")
+  engine <- cluster_engine(cluster)
+  split <- match_choice(split, c("queries", "training"), "split")
   at_training_points <- missing(newdata) || is.null(newdata)
   if (leave_one_out) {
     if (!at_training_points) {
       stop_arg("leave_one_out", "applies to the training points only; drop `newdata`.")
     }
-    log_density <- leave_one_out_log_density(object)
+    log_density <- leave_one_out_log_density(object, engine)
     return(if (log) log_density else exp(log_density))
   }
   query <- if (at_training_points) {
@@ -40,8 +60,18 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
   } else {
     match_columns(as_point_matrix(newdata, "newdata", object$d), object$x)
   }
-  log_density <- evaluate_log_density(object, whiten(object, query))
+  log_density <- if (is.null(engine)) {
+    evaluate_log_density(object, whiten(object, query))
+  } else {
+    cluster_log_sum(engine, fit_cluster_data(object), query, object$H, object$kernel,
+                    object$precision, worker_backend(object), split)
+  }
   if (log) log_density else exp(log_density)
+}
+
+# Workers pick their own backend unless the fit insists on the CPU.
+worker_backend <- function(object) {
+  if (object$backend == "cpu") "cpu" else "auto"
 }
 
 # Reorders the columns of `query` by name when both it and the training
@@ -59,8 +89,18 @@ match_columns <- function(query, train) {
 
 # log f_{-i}(x_i): the estimate without point i, its weight renormalised.
 # -Inf for a point whose weight is all the weight there is.
-leave_one_out_log_density <- function(object) {
-  log_sum <- evaluate_log_density(object, object$z, leave_one_out = TRUE)
-  w <- object$weights
-  ifelse(w < 1, log_sum - log1p(-pmin(w, 1)), -Inf)
+leave_one_out_log_density <- function(object, engine = NULL) {
+  log_sum <- if (is.null(engine)) {
+    evaluate_log_density(object, object$z, leave_one_out = TRUE)
+  } else {
+    cluster_log_sum(engine, fit_cluster_data(object), object$x, object$H, object$kernel,
+                    object$precision, worker_backend(object), "training", leave_one_out = TRUE)
+  }
+  renormalise_leave_one_out(log_sum, object$weights)
+}
+
+# From log sum_{j != i} w_j K to log f_{-i}: divide by the other points'
+# weight, 1 - w_i; -Inf for a point whose weight is all there is.
+renormalise_leave_one_out <- function(log_sum, weights) {
+  ifelse(weights < 1, log_sum - log1p(-pmin(weights, 1)), -Inf)
 }

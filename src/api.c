@@ -187,6 +187,35 @@ SEXP kdegpu_cpu_info(void)
   return out;
 }
 
+/* Row-wise log-sum-exp of an m x k matrix of log values (-Inf allowed),
+ * with the kernels' own merge: how partial results over training shards,
+ * computed anywhere, are combined. */
+SEXP kdegpu_lse_rows(SEXP parts)
+{
+  if (TYPEOF(parts) != REALSXP)
+    Rf_error("`parts` must be a double matrix");
+  SEXP dim = Rf_getAttrib(parts, R_DimSymbol);
+  if (TYPEOF(dim) != INTSXP || XLENGTH(dim) != 2)
+    Rf_error("`parts` must be a matrix");
+  int64_t m = INTEGER(dim)[0], k = INTEGER(dim)[1];
+  const double *p = REAL(parts);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) m));
+  for (int64_t i = 0; i < m; i++) {
+    kde_lse state = kde_lse_empty();
+    for (int64_t c = 0; c < k; c++) {
+      double v = p[i + c * m];
+      if (ISNAN(v) || v == INFINITY) {
+        UNPROTECT(1);
+        Rf_error("`parts` must hold log values in [-Inf, Inf), not NaN or Inf");
+      }
+      state = kde_lse_add(state, v);
+    }
+    REAL(out)[i] = kde_lse_log(state);
+  }
+  UNPROTECT(1);
+  return out;
+}
+
 /* ---- kernel constants --------------------------------------------------- */
 
 /* c(scale, log_norm_const) of kernels.h, so R uses the same numbers. */
