@@ -99,13 +99,15 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   grid <- check_count(grid, "grid")
   if (grid < 3L) stop_arg("grid", "must be at least 3.")
   if (!is.numeric(tol) || length(tol) != 1L || !(tol > 0)) stop_arg("tol", "must be one positive number.")
-  backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
+  requested_backend <- match_choice(backend, c("auto", "cuda", "cpu"), "backend")
+  backend <- choose_backend(requested_backend)
   precision <- match_choice(precision, c("double", "single"), "precision")
   engine <- cluster_engine(cluster)
   # One id for the whole search: cluster workers receive their shard once.
   data <- if (is.null(engine)) NULL else cluster_data(x, weights, new_data_id(), new.env())
   evaluate <- function(H) {
-    cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data)
+    cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data,
+                 requested_backend)
   }
 
   # Normal reference: Silverman's rule with the full weighted covariance.
@@ -205,12 +207,12 @@ print.kdegpu_bandwidth <- function(x, ...) {
 # LSCV(H) or the leave-one-out log-likelihood at H, exactly; here, or over
 # the cluster `engine` holding `data`.
 cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
-                         engine = NULL, data = NULL) {
+                         engine = NULL, data = NULL, requested_backend = backend) {
   # log sum_j w_j K_B(x_i - x_j) at every training point, for bandwidth B.
   log_sums <- function(B, leave_one_out) {
     if (!is.null(engine)) {
       return(cluster_log_sum(engine, data, x, B, kernel, precision,
-                             if (backend == "cpu") "cpu" else "auto", "training",
+                             requested_backend, "training",
                              leave_one_out))
     }
     fit <- new_kde_gpu(x, weights, list(H = B, type = "full", method = "given"),

@@ -97,11 +97,8 @@ worker_run <- function(task, shard, id) {
 worker_evaluate <- function(shard, task) {
   n_out <- nrow(task$points)
   if (!is.finite(shard$log_share)) return(rep(-Inf, n_out))
-  backend <- if (identical(task$backend, "cpu") || .Call(C_kde_cuda_device_count) == 0L) {
-    "cpu"
-  } else {
-    "cuda"
-  }
+  backend <- switch(task$backend, cpu = "cpu", cuda = "cuda",
+                    auto = if (.Call(C_kde_cuda_device_count) > 0L) "cuda" else "cpu")
   fit <- new_kde_gpu(shard$x, shard$weights, list(H = task$H, type = "full", method = "given"),
                      task$kernel, backend, task$precision, NULL, "shard")
   on.exit(release_device_copy(fit))

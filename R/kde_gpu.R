@@ -77,6 +77,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   kernel <- resolve_kernel(kernel)
   x <- as_point_matrix(x, "x")
   weights <- normalise_weights(weights, nrow(x))
+  requested_backend <- backend
   backend <- choose_backend(backend)
   bandwidth <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) &&
                    tolower(bw) %in% cv_rules && is.null(H)) {
@@ -85,7 +86,10 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   } else {
     resolve_bandwidth(x, weights, bw, H)
   }
-  new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, call, data_name)
+  object <- new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, call, data_name)
+  # Cluster workers choose their own backend unless the user asked for one.
+  object$requested_backend <- requested_backend
+  object
 }
 
 new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,

@@ -69,9 +69,11 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
   if (log) log_density else exp(log_density)
 }
 
-# Workers pick their own backend unless the fit insists on the CPU.
+# Workers pick their own backend ("auto": their GPUs if usable, else their
+# CPU cores) unless the fit was made with an explicit backend.
 worker_backend <- function(object) {
-  if (object$backend == "cpu") "cpu" else "auto"
+  requested <- object$requested_backend
+  if (is.null(requested)) "auto" else requested
 }
 
 # Reorders the columns of `query` by name when both it and the training
