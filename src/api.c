@@ -147,6 +147,14 @@ static int pending_interrupt(void)
   return !R_ToplevelExec(check_interrupt, NULL);
 }
 
+static kde_status status_ok(void)
+{
+  kde_status status;
+  status.code = KDE_OK;
+  status.message[0] = '\0';
+  return status;
+}
+
 static void raise_status(const kde_status *status)
 {
   if (status->code == KDE_OK) return;
@@ -166,7 +174,7 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP kernel,
   int n_threads = arg_int_scalar(threads, "threads");
 
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
-  kde_status status;
+  kde_status status = status_ok();
   kde_cpu_log_density(&t, &q, n_threads, pending_interrupt, REAL(out),
                       &status);
   UNPROTECT(1);
@@ -235,9 +243,7 @@ SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim)
 
 SEXP kdegpu_cuda_info(void)
 {
-  kde_status status;
-  status.code = KDE_OK;
-  status.message[0] = '\0';
+  kde_status status = status_ok();
   int n = kde_cuda_device_count(&status);
   if (n < 0) n = 0;
 
@@ -260,8 +266,7 @@ SEXP kdegpu_cuda_info(void)
   SEXP sms = PROTECT(Rf_allocVector(INTSXP, n));
   for (int i = 0; i < n; i++) {
     kde_cuda_device_info info;
-    kde_status device_status;
-    device_status.code = KDE_OK;
+    kde_status device_status = status_ok();
     memset(&info, 0, sizeof info);
     kde_cuda_get_device_info(i, &info, &device_status);
     char cc[32];
@@ -286,9 +291,7 @@ SEXP kdegpu_cuda_info(void)
  * evaluation (kdegpu_cuda_info also reads each device's properties). */
 SEXP kdegpu_cuda_device_count(void)
 {
-  kde_status status;
-  status.code = KDE_OK;
-  status.message[0] = '\0';
+  kde_status status = status_ok();
   int n = kde_cuda_device_count(&status);
   return Rf_ScalarInteger(n < 0 ? 0 : n);
 }
@@ -319,9 +322,7 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
       Rf_error("`devices` must hold non-negative device indices");
   double budget = arg_double_scalar(memory_budget, "memory_budget");
 
-  kde_status status;
-  status.code = KDE_OK;
-  status.message[0] = '\0';
+  kde_status status = status_ok();
   kde_cuda_model *model =
       kde_cuda_model_create(&t, prec, INTEGER(devices),
                             (int) XLENGTH(devices), budget, &status);
@@ -374,9 +375,7 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP log_const,
   kde_query_set q = arg_query_set(query, log_const, leave_one_out,
                                   (int64_t) shape[1], (int64_t) shape[0]);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
-  kde_status status;
-  status.code = KDE_OK;
-  status.message[0] = '\0';
+  kde_status status = status_ok();
   if (q.n_query > 0)
     kde_cuda_log_density(model, &q, pending_interrupt, REAL(out), &status);
   UNPROTECT(1);
