@@ -16,6 +16,8 @@
 #                     writable, else ./.Rlib); test and demo put it first on R_LIBS
 #   INSTALL_ARGS=...  extra R CMD INSTALL arguments, e.g.
 #                     INSTALL_ARGS="--configure-args=--with-cuda=/opt/cuda"
+#   SKIP_DEPS=1       do not check or install system packages (e.g. on the GPU
+#                     machine, whose R comes from .gpu/rbundle.tar.xz, not apt)
 #   KDEGPU_TEST_COUNTS=FILE  test runs append "passed failed skipped" to FILE
 
 R ?= R
@@ -51,7 +53,8 @@ RUN_TESTS := \
 .PHONY: deps install demo test test-cpu-only document check clean
 
 deps:
-	@if ! command -v dpkg-query >/dev/null 2>&1; then \
+	@if [ -n "$(SKIP_DEPS)" ]; then echo "make deps: skipped (SKIP_DEPS is set)"; exit 0; fi; \
+	if ! command -v dpkg-query >/dev/null 2>&1; then \
 	  echo "make deps: no dpkg here; install R and the R packages testthat, ks, KernSmooth,"; \
 	  echo "  knitr, rmarkdown, roxygen2, future, future.apply and bench, and pandoc, yourself"; \
 	  command -v $(RSCRIPT) >/dev/null 2>&1 || exit 1; exit 0; \
@@ -76,7 +79,8 @@ demo: install
 	R_LIBS="$(INSTALL_LIB)$${R_LIBS:+:$$R_LIBS}" $(RSCRIPT) $(DEMO)
 
 test: install
-	R_LIBS="$(INSTALL_LIB)$${R_LIBS:+:$$R_LIBS}" $(RSCRIPT) -e '$(RUN_TESTS)'
+	@lib="$(INSTALL_LIB)"; echo "running the tests against the package in $$lib" && \
+	R_LIBS="$$lib$${R_LIBS:+:$$R_LIBS}" $(RSCRIPT) -e '$(RUN_TESTS)'
 
 # Builds from a source tarball in a temporary folder, so the in-place (CUDA)
 # objects in src/ stay valid for the next `make install`.

@@ -22,7 +22,10 @@
  *   group of 8 (4 in double) training points is checked once per query; only
  *   when the group's sum passes 2^60 (a term far above the reference, or the
  *   first group) is the max raised to the group's maximum and the group
- *   summed again. No per-pair branch, no per-pair max.
+ *   summed again. No per-pair branch, no per-pair max. For d <= 4 the check
+ *   of a group is resolved after the next group's FMAs are issued, so the
+ *   exp2s drain while the FMA pipe works (software pipelining by one group).
+ * * Double precision uses its own branch-free exp2 (fast_exp2(double)).
  * * Gaussian in single precision with d >= 16: the dot products q.x run on
  *   the tensor cores as 3xTF32 (each operand split into a TF32 "big" and
  *   "small" part, three mma.sync per product), which keeps about 22 bits of
@@ -227,25 +230,72 @@ __host__ __device__ constexpr bool kernel_sums_logs(int kernel)
 }
 
 template <typename T> struct real_traits;
+/* group: training points per lazy-max check. min_blocks: blocks per SM the
+ * register allocation must allow: 4 x 4 warps in float; double needs more
+ * registers per thread (its exp2 is a 14-term polynomial) and has the ILP
+ * to run at 2 x 4 warps (16 independent exp2 chains per warp and group). */
 template <> struct real_traits<float> {
-  static constexpr int group = 8; /* training points per max update */
+  static constexpr int group = 8;
+  static constexpr int min_blocks = 4;
   static __device__ __forceinline__ float lowest() { return -FLT_MAX; }
 };
 template <> struct real_traits<double> {
   static constexpr int group = 4;
+  static constexpr int min_blocks = 2;
   static __device__ __forceinline__ double lowest() { return -DBL_MAX; }
 };
 
-/* exp2 for the hot loop: MUFU.EX2 in single precision (2 ulp; denormal
- * results flush to zero, i.e. terms below 2^-126 of the running max), the
- * correctly rounded library exp2 in double. */
+/* exp2 for the hot loop. Single precision: MUFU.EX2 (2 ulp; results below
+ * 2^-126, i.e. terms below 2^-126 of the running max, flush to zero). */
 __device__ __forceinline__ float fast_exp2(float x)
 {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ double fast_exp2(double x) { return exp2(x); }
+
+/* Double precision, without the library's branches for extreme arguments:
+ * 2^x = 2^n 2^f with n = rint(x) (the 1.5 * 2^52 shifter) and |f| <= 1/2,
+ * 2^f = exp(f log 2) by its Taylor series to degree 13 (truncation below
+ * 4e-18), 2^n built in the exponent field. At most 2 ulp from exp2 (tested
+ * on 2e7 arguments). x < -1022 gives 0 (as ftz in single: such terms are
+ * below 2^-1022 of the running max), x > 1023 gives 2^1023, which is all
+ * the lazy-max check needs to see. */
+__device__ __forceinline__ double fast_exp2(double x)
+{
+  const double xc = fmin(fmax(x, -1022.0), 1023.0);
+  const double shifter = 6755399441055744.0;
+  const double t = xc + shifter;
+  const int n = __double2loint(t);
+  const double f = xc - (t - shifter);
+  double p = 0x1.816193166d0f9p-40; /* (log 2)^k / k!, k = 13 .. 0 */
+  p = fma(p, f, 0x1.c3bd650fc2986p-36);
+  p = fma(p, f, 0x1.e8cac7351bb25p-32);
+  p = fma(p, f, 0x1.e4cf5158b8ecap-28);
+  p = fma(p, f, 0x1.b5253d395e7c4p-24);
+  p = fma(p, f, 0x1.62c0223a5c824p-20);
+  p = fma(p, f, 0x1.ffcbfc588b0c7p-17);
+  p = fma(p, f, 0x1.430912f86c787p-13);
+  p = fma(p, f, 0x1.5d87fe78a6731p-10);
+  p = fma(p, f, 0x1.3b2ab6fba4e77p-7);
+  p = fma(p, f, 0x1.c6b08d704a0c0p-5);
+  p = fma(p, f, 0x1.ebfbdff82c58fp-3);
+  p = fma(p, f, 0x1.62e42fefa39efp-1);
+  p = fma(p, f, 1.0);
+  const double r = p * __hiloint2double((n + 1023) << 20, 0);
+  return x < -1022.0 ? 0.0 : r;
+}
+
+/* Sum of U terms as a balanced tree: fewer dependent adds in a row. */
+template <typename T, int U>
+__device__ __forceinline__ T tree_sum(T (&v)[U])
+{
+#pragma unroll
+  for (int width = U / 2; width > 0; width /= 2)
+#pragma unroll
+    for (int p = 0; p < width; p++) v[p] += v[p + width];
+  return v[0];
+}
 
 /* The profile functions of kernels.h, picked by type. K is a compile-time
  * constant, so their switch folds away. */
@@ -350,41 +400,73 @@ __device__ __forceinline__ void block_copy_async(void *smem, const void *gmem,
  * m starts at lowest() (finite), not -inf, so value - m is never
  * (-inf) - (-inf): zero-weight and padding points (value -inf) add 0.
  */
+/* Lazy-max pieces, for LSE kernels. group_exps: g[i] = sum_p exp2(value[i][p]
+ * - m[i]); returns whether some query's group sum passed kLazyLimit.
+ * group_fix: for those queries only, m[i] becomes the group's maximum, the
+ * earlier sums s and ts are rescaled, and g[i] is summed again. */
+template <typename T, int Q, int U>
+__device__ __forceinline__ bool group_exps(const T (&value)[Q][U], const T (&m)[Q],
+                                           T (&g)[Q])
+{
+  bool far = false;
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    T e[U];
+#pragma unroll
+    for (int p = 0; p < U; p++) e[p] = fast_exp2(value[i][p] - m[i]);
+    g[i] = tree_sum(e);
+    far |= !(g[i] <= (T) kLazyLimit);
+  }
+  return far;
+}
+
+template <typename T, int U>
+__device__ __forceinline__ void group_fix_one(const T (&value)[U], T &m, T &s,
+                                              T &ts, T &g)
+{
+  T group_max = value[0];
+#pragma unroll
+  for (int p = 1; p < U; p++) group_max = fmax(group_max, value[p]);
+  const T f = fast_exp2(m - group_max); /* 0 from lowest() */
+  s *= f;
+  ts *= f;
+  m = group_max;
+  T e[U];
+#pragma unroll
+  for (int p = 0; p < U; p++) e[p] = fast_exp2(value[p] - m);
+  g = tree_sum(e);
+}
+
+/*
+ * One group of U training points against the thread's Q queries, all in
+ * registers: value[i][p] is log2 of the term (LSE kernels) or the term itself
+ * (compact kernels). The sums are two-level: the group into ts (the tile's
+ * sum), ts into s by the caller.
+ *
+ * LSE kernels: every term is added as exp2(value - m), m the running max. If
+ * the group's sum passes kLazyLimit (or is inf), some term lies far above m:
+ * then, and only then, m becomes the group's maximum, the earlier sums are
+ * rescaled by exp2(old m - new m), and the group is summed again. This
+ * happens for the first group of a split and for rare large jumps, so the
+ * branch is almost never taken and costs one compare per query per group.
+ *
+ * m starts at lowest() (finite), not -inf, so value - m is never
+ * (-inf) - (-inf): zero-weight and padding points (value -inf) add 0.
+ */
 template <bool LSE, typename T, int Q, int U>
 __device__ __forceinline__ void accumulate_group(T (&value)[Q][U], T (&m)[Q],
                                                  T (&s)[Q], T (&ts)[Q])
 {
   if (!LSE) {
 #pragma unroll
-    for (int i = 0; i < Q; i++)
-#pragma unroll
-      for (int p = 0; p < U; p++) ts[i] += value[i][p];
+    for (int i = 0; i < Q; i++) ts[i] += tree_sum(value[i]);
     return;
   }
   T g[Q];
-  bool far = false;
+  if (__builtin_expect(group_exps(value, m, g), 0)) {
 #pragma unroll
-  for (int i = 0; i < Q; i++) {
-    g[i] = 0;
-#pragma unroll
-    for (int p = 0; p < U; p++) g[i] += fast_exp2(value[i][p] - m[i]);
-    far |= !(g[i] <= (T) kLazyLimit);
-  }
-  if (__builtin_expect(far, 0)) {
-#pragma unroll
-    for (int i = 0; i < Q; i++) {
-      if (g[i] <= (T) kLazyLimit) continue;
-      T group_max = value[i][0];
-#pragma unroll
-      for (int p = 1; p < U; p++) group_max = fmax(group_max, value[i][p]);
-      const T f = fast_exp2(m[i] - group_max); /* 0 from lowest() */
-      s[i] *= f;
-      ts[i] *= f;
-      m[i] = group_max;
-      g[i] = 0;
-#pragma unroll
-      for (int p = 0; p < U; p++) g[i] += fast_exp2(value[i][p] - m[i]);
-    }
+    for (int i = 0; i < Q; i++)
+      if (!(g[i] <= (T) kLazyLimit)) group_fix_one(value[i], m[i], s[i], ts[i], g[i]);
   }
 #pragma unroll
   for (int i = 0; i < Q; i++) ts[i] += g[i];
@@ -440,54 +522,93 @@ __device__ __forceinline__ void write_partials(const kde_args<T> &a, T *smem,
   }
 }
 
-/* One shared tile (kUnit points) for the small-d kernel: this warp's quarter,
- * in groups of U points. CHECK: the tile may hold a query's own point. */
-template <int K, typename T, int D, bool CHECK, int Q>
-__device__ __forceinline__ void small_tile(const T *__restrict__ tile,
-                                           const T (&q)[Q][D], T (&m)[Q],
-                                           T (&s)[Q], T (&ts)[Q],
-                                           int64_t warp_first,
-                                           const int64_t (&qg)[Q])
+/* The values of one group of U points (starting at point j of the tile)
+ * against the thread's queries; CHECK: exclude a query's own point. */
+template <int K, typename T, int D, bool CHECK, int Q, int U>
+__device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
+                                                   int j, const T (&q)[Q][D],
+                                                   int64_t first,
+                                                   const int64_t (&qg)[Q],
+                                                   T (&value)[Q][U])
 {
-  constexpr int U = real_traits<T>::group;
   constexpr bool LSE = kernel_sums_logs(K);
   /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 and the query holds q, so
    * aux + q.x = log2 w + log2 k + |q|^2 / 2; the host subtracts |q|^2 / 2.
    * (log2 k = -s2 / 2 for the pre-scaled coordinates, kde_log_profile.) */
   constexpr bool EXPANDED = K == KDE_GAUSSIAN && D >= 3;
-  const int warp = threadIdx.x / 32;
-#pragma unroll 2
-  for (int g = 0; g < kSmallPointsPerWarp; g += U) {
-    const int j = warp * kSmallPointsPerWarp + g;
-    const T *base = tile + (j / kTileWidth) * (D + 1) * kTileWidth +
-                    (j % kTileWidth);
-    T x[D + 1][U];
+  const T *base = tile + (j / kTileWidth) * (D + 1) * kTileWidth + (j % kTileWidth);
+  T x[D + 1][U];
 #pragma unroll
-    for (int k = 0; k <= D; k++) load_vec<T, U>(base + k * kTileWidth, x[k]);
-    T value[Q][U];
+  for (int k = 0; k <= D; k++) load_vec<T, U>(base + k * kTileWidth, x[k]);
 #pragma unroll
-    for (int p = 0; p < U; p++) {
+  for (int p = 0; p < U; p++) {
 #pragma unroll
-      for (int i = 0; i < Q; i++) {
-        T v;
-        if (EXPANDED) {
-          v = x[D][p];
+    for (int i = 0; i < Q; i++) {
+      T v;
+      if (EXPANDED) {
+        v = x[D][p];
 #pragma unroll
-          for (int k = 0; k < D; k++) v = fma(q[i][k], x[k][p], v);
-        } else {
-          T s2 = 0;
+        for (int k = 0; k < D; k++) v = fma(q[i][k], x[k][p], v);
+      } else {
+        T s2 = 0;
 #pragma unroll
-          for (int k = 0; k < D; k++) {
-            const T diff = q[i][k] - x[k][p];
-            s2 = fma(diff, diff, s2);
-          }
-          v = pair_value<K, LSE>(s2, x[D][p]);
+        for (int k = 0; k < D; k++) {
+          const T diff = q[i][k] - x[k][p];
+          s2 = fma(diff, diff, s2);
         }
-        if (CHECK && warp_first + g + p == qg[i]) v = excluded_value<LSE, T>();
-        value[i][p] = v;
+        v = pair_value<K, LSE>(s2, x[D][p]);
       }
+      if (CHECK && first + j + p == qg[i]) v = excluded_value<LSE, T>();
+      value[i][p] = v;
     }
-    accumulate_group<LSE>(value, m, s, ts);
+  }
+}
+
+/* One shared tile (kUnit points) for the small-d kernel: this warp's quarter,
+ * in groups of U points. CHECK: the tile may hold a query's own point.
+ *
+ * LSE kernels are software-pipelined by one group: the values (FMAs) of
+ * group k are computed while the exp2s of group k - 1 drain from the MUFU
+ * pipe, and only then is group k - 1's lazy-max check resolved (in the rare
+ * case by recomputing its values from shared memory). */
+template <int K, typename T, int D, bool CHECK, int Q>
+__device__ __forceinline__ void small_tile(const T *__restrict__ tile,
+                                           const T (&q)[Q][D], T (&m)[Q],
+                                           T (&s)[Q], T (&ts)[Q],
+                                           int64_t first,
+                                           const int64_t (&qg)[Q])
+{
+  constexpr int U = real_traits<T>::group;
+  constexpr bool LSE = kernel_sums_logs(K);
+  const int j0 = (threadIdx.x / 32) * kSmallPointsPerWarp;
+  T value[Q][U];
+  if (!LSE) {
+#pragma unroll 2
+    for (int g = 0; g < kSmallPointsPerWarp; g += U) {
+      small_group_values<K, T, D, CHECK>(tile, j0 + g, q, first, qg, value);
+#pragma unroll
+      for (int i = 0; i < Q; i++) ts[i] += tree_sum(value[i]);
+    }
+    return;
+  }
+  T gsum[Q];
+  small_group_values<K, T, D, CHECK>(tile, j0, q, first, qg, value);
+  bool far = group_exps(value, m, gsum);
+#pragma unroll 1
+  for (int g = U; g <= kSmallPointsPerWarp; g += U) {
+    if (g < kSmallPointsPerWarp)
+      small_group_values<K, T, D, CHECK>(tile, j0 + g, q, first, qg, value);
+    if (__builtin_expect(far, 0)) { /* resolve group g - U */
+      T again[Q][U];
+      small_group_values<K, T, D, CHECK>(tile, j0 + g - U, q, first, qg, again);
+#pragma unroll
+      for (int i = 0; i < Q; i++)
+        if (!(gsum[i] <= (T) kLazyLimit))
+          group_fix_one(again[i], m[i], s[i], ts[i], gsum[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < Q; i++) ts[i] += gsum[i];
+    if (g < kSmallPointsPerWarp) far = group_exps(value, m, gsum);
   }
 }
 
@@ -498,7 +619,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
  * Tiles are double-buffered with cp.async.
  */
 template <int K, typename T, int D>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     kde_small_kernel(const kde_args<T> a)
 {
   constexpr int Q = kQueriesPerThread;
@@ -521,7 +642,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int k = 0; k < D; k++) q[i][k] = a.query[q0 + slot[i] + k * a.ldq];
   }
-  int64_t qg_lo = qg[0], qg_hi = qg[Q - 1];
+  const int64_t qg_lo = qg[0], qg_hi = qg[Q - 1];
 
   T m[Q], s[Q];
 #pragma unroll
@@ -546,17 +667,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     async_wait_all_but_newest();
     __syncthreads();
     const T *tile = smem + (t & 1) * tile_elems;
-    const int64_t warp_first =
-        a.train_base + p0 + t * kUnit + warp * kSmallPointsPerWarp;
+    /* global index of the tile's point 0 (leave one out) */
+    const int64_t tile_first = a.train_base + p0 + t * kUnit;
+    const int64_t warp_first = tile_first + warp * kSmallPointsPerWarp;
     T ts[Q];
 #pragma unroll
     for (int i = 0; i < Q; i++) ts[i] = 0;
     const bool check = a.leave_one_out && qg_lo < warp_first + kSmallPointsPerWarp &&
                        warp_first <= qg_hi;
     if (check)
-      small_tile<K, T, D, true>(tile, q, m, s, ts, warp_first, qg);
+      small_tile<K, T, D, true>(tile, q, m, s, ts, tile_first, qg);
     else
-      small_tile<K, T, D, false>(tile, q, m, s, ts, warp_first, qg);
+      small_tile<K, T, D, false>(tile, q, m, s, ts, tile_first, qg);
 #pragma unroll
     for (int i = 0; i < Q; i++) s[i] += ts[i];
     __syncthreads(); /* the next prefetch overwrites this buffer */
@@ -574,7 +696,7 @@ __global__ void __launch_bounds__(kThreads, 1)
  * with the queries' chunk reloaded alongside).
  */
 template <int K, typename T>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     kde_wide_kernel(const kde_args<T> a)
 {
   constexpr int Q = kQueriesPerThread;
@@ -906,10 +1028,21 @@ __global__ void kde_merge_kernel(const T *__restrict__ part_max,
   const int sub = (int) (gid & (lanes - 1));
   const bool valid = i < n_query;
   kde_lse_2 st = kde_lse_empty_2();
-  if (valid)
-    for (int sp = sub; sp < n_splits; sp += lanes)
-      st = kde_lse_merge_2(st, kde_lse_make_2((double) part_max[sp * ldq + i],
-                                              (double) part_sum[sp * ldq + i]));
+  if (valid) {
+    /* 8 loads in flight per thread before the (serial) merges */
+    for (int sp0 = sub; sp0 < n_splits; sp0 += 8 * lanes) {
+      T pm[8], ps[8];
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        const int sp = sp0 + u * lanes;
+        pm[u] = sp < n_splits ? part_max[sp * ldq + i] : (T) -INFINITY;
+        ps[u] = sp < n_splits ? part_sum[sp * ldq + i] : (T) 0;
+      }
+#pragma unroll
+      for (int u = 0; u < 8; u++)
+        st = kde_lse_merge_2(st, kde_lse_make_2((double) pm[u], (double) ps[u]));
+    }
+  }
   for (int offset = lanes / 2; offset > 0; offset /= 2) {
     const double other_max = __shfl_xor_sync(0xffffffffu, st.max, offset);
     const double other_sum = __shfl_xor_sync(0xffffffffu, st.sum, offset);
@@ -1050,48 +1183,57 @@ static float tf32_round(float v)
   return v;
 }
 
-/* Tensor-core storage tile (see kde_tf32_kernel): B fragments of big and
- * small parts, then aux = log2 w - |x|^2 / 2 of the float coordinates. */
-static void pack_train_tf32(const kde_training_set *train,
-                            const kde_cuda_model *model, float *dst)
+/* Where value (point or query row r, dimension k) goes in the tensor-core
+ * layouts: the B fragment of a storage tile (b0: k = t, b1: k = t + 4, for
+ * column g, lane = 4 g + t) and the A fragment of a query m16 tile (a0: (g,
+ * t), a1: (g + 8, t), a2: (g, t + 4), a3: (g + 8, t + 4)). See
+ * kde_tf32_kernel; the small part sits 2 floats (B) or 128 floats (A) after
+ * the big part. */
+static int64_t tf32_train_slot(int64_t point_in_tile, int64_t k)
+{
+  const int64_t j = point_in_tile / 8, g = point_in_tile % 8;
+  const int64_t kk = k / 8, t = k % 4, h = (k % 8) / 4;
+  return ((kk * 4 + j) * 32 + 4 * g + t) * 4 + h;
+}
+static int64_t tf32_query_slot(int64_t row_in_tile, int64_t k)
+{
+  const int64_t g = row_in_tile % 8, hr = row_in_tile / 8;
+  const int64_t kk = k / 8, t = k % 4, hc = (k % 8) / 4;
+  return kk * 256 + (4 * g + t) * 4 + hr + 2 * hc;
+}
+
+/* Tensor-core storage tiles: big and small parts of the coordinates in B
+ * fragment order, then aux = log2 w - |x|^2 / 2 of the float coordinates.
+ * Padding (dimensions up to 8 k8, null points) is zero, aux -inf. Reads the
+ * column-major input one column at a time. */
+static int pack_train_tf32(const kde_training_set *train,
+                           const kde_cuda_model *model, float *dst)
 {
   const int64_t n = train->n_train, d = model->dim;
   const int64_t n_tiles = model->n_points / kTileWidth;
-  for (int64_t b = 0; b < n_tiles; b++) {
-    float *tile = dst + b * model->tile_elems;
-    float *aux = tile + (int64_t) model->k8 * 512;
-    for (int kk = 0; kk < model->k8; kk++)
-      for (int j = 0; j < 4; j++)
-        for (int lane = 0; lane < 32; lane++) {
-          const int g = lane / 4, t = lane % 4;
-          const int64_t point = b * kTileWidth + 8 * j + g;
-          float *at = tile + ((kk * 4 + j) * 32 + lane) * 4;
-          for (int h = 0; h < 2; h++) {
-            const int64_t k = 8 * kk + t + 4 * h;
-            float v = 0;
-            if (point < n && k < d)
-              v = (float) ((train->train[point + k * n] - model->center[k]) *
-                           model->scale);
-            const float big = tf32_round(v);
-            at[h] = big;
-            at[2 + h] = tf32_round(v - big);
-          }
-        }
-    for (int p = 0; p < kTileWidth; p++) {
-      const int64_t point = b * kTileWidth + p;
-      double value = -INFINITY;
-      if (point < n) {
-        double norm2 = 0;
-        for (int64_t k = 0; k < d; k++) {
-          const float v = (float) ((train->train[point + k * n] - model->center[k]) *
-                                   model->scale);
-          norm2 += (double) v * v;
-        }
-        value = train->log_weight[point] * kLog2e - 0.5 * norm2;
-      }
-      aux[p] = (float) value;
+  double *norm2 = (double *) calloc((size_t) n, sizeof(double));
+  if (norm2 == NULL) return -1;
+  memset(dst, 0, (size_t) n_tiles * model->tile_elems * sizeof(float));
+  for (int64_t k = 0; k < d; k++) {
+    const double *col = train->train + k * n;
+    const double c = model->center[k], sc = model->scale;
+    for (int64_t j = 0; j < n; j++) {
+      const float v = (float) ((col[j] - c) * sc);
+      const float big = tf32_round(v);
+      float *at = dst + (j / kTileWidth) * model->tile_elems +
+                  tf32_train_slot(j % kTileWidth, k);
+      at[0] = big;
+      at[2] = tf32_round(v - big);
+      norm2[j] += (double) v * v;
     }
   }
+  for (int64_t j = 0; j < model->n_points; j++) {
+    float *aux = dst + (j / kTileWidth) * model->tile_elems + (int64_t) model->k8 * 512;
+    aux[j % kTileWidth] =
+        j < n ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2[j]) : -INFINITY;
+  }
+  free(norm2);
+  return 0;
 }
 
 /* Pack the training set: storage tiles of 32 points, dimension-major, then
@@ -1350,9 +1492,13 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
       goto cleanup;
     }
   }
-  if (model->tf32)
-    pack_train_tf32(train, model, (float *) model->host_train);
-  else if (precision == KDE_PRECISION_SINGLE)
+  if (model->tf32) {
+    if (pack_train_tf32(train, model, (float *) model->host_train) != 0) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "out of host memory packing the training set");
+      goto cleanup;
+    }
+  } else if (precision == KDE_PRECISION_SINGLE)
     pack_train<float>(train, model, (float *) model->host_train);
   else
     pack_train<double>(train, model, (double *) model->host_train);
@@ -1424,24 +1570,36 @@ typedef struct {
   int timed;
 } kde_device_job;
 
-/* Splits of the training range for one launch: enough blocks for a few
- * full waves, each split at least kMinUnitsPerSplit units. */
+/* Splits of the training range for one launch (grid.y). With 8 or more
+ * waves of query blocks, none (the last wave costs at most 1/8). Otherwise
+ * enough blocks for at least 4 waves (few queries, many training points),
+ * each split at least kMinUnitsPerSplit units; among the candidates the
+ * first whose last wave is nearly full (wave efficiency >= 96%), or else the
+ * most efficient. */
 static int choose_splits(const kde_device_job *job, int64_t blocks_q,
                          int64_t units)
 {
-  int64_t conc = job->concurrency > 0 ? job->concurrency : 1;
-  int64_t s_max = units / kMinUnitsPerSplit, waves, s, per;
-  if (blocks_q >= 4 * conc) return 1;
+  const int64_t conc = job->concurrency > 0 ? job->concurrency : 1;
+  int64_t s_max = units / kMinUnitsPerSplit, s_lo, best = 1;
+  double best_eff = -1;
   if (s_max > job->split_cap) s_max = job->split_cap;
   if (s_max > 65535) s_max = 65535;
   if (s_max < 1) s_max = 1;
-  waves = blocks_q * s_max / conc;
-  if (waves < 1) waves = 1;
-  s = ceil_div(waves * conc, blocks_q);
-  if (s > s_max) s = s_max;
-  if (s < 1) s = 1;
-  per = ceil_div(units, s);
-  return (int) ceil_div(units, per);
+  if (blocks_q >= 8 * conc) return 1;
+  s_lo = ceil_div(4 * conc, blocks_q);
+  if (s_lo > s_max) s_lo = s_max;
+  for (int64_t s = s_lo; s <= s_max && s < s_lo + 64; s++) {
+    /* the split count after rounding the split length to whole units */
+    const int64_t actual = ceil_div(units, ceil_div(units, s));
+    const int64_t blocks = blocks_q * actual;
+    const double eff = (double) blocks / (double) (ceil_div(blocks, conc) * conc);
+    if (eff > best_eff + 1e-9) {
+      best_eff = eff;
+      best = actual;
+    }
+    if (eff >= 0.96) break;
+  }
+  return (int) best;
 }
 
 template <typename T>
@@ -1464,40 +1622,28 @@ static void pack_queries(const kde_cuda_model *model, const kde_query_set *query
   }
 }
 
-/* Tensor-core query layout: [m16 tile][k8][big | small][lane][a0..a3]. */
+/* Tensor-core query layout: [m16 tile][k8][big | small][lane][a0..a3],
+ * zero padded; reads the column-major queries one column at a time. */
 static void pack_queries_tf32(const kde_cuda_model *model,
                               const kde_query_set *query, int64_t first,
                               int64_t rows, int64_t ldq, float *dst,
                               double *query_offset)
 {
   const int64_t d = model->dim, nq = query->n_query;
-  for (int64_t i = 0; i < rows; i++) {
-    double norm2 = 0;
-    for (int64_t k = 0; k < d; k++) {
-      const float v = (float) ((query->query[first + i + k * nq] - model->center[k]) *
-                               model->scale);
-      norm2 += (double) v * v;
+  memset(dst, 0, (size_t) ldq * model->query_elems * sizeof(float));
+  for (int64_t i = 0; i < rows; i++) query_offset[first + i] = 0;
+  for (int64_t k = 0; k < d; k++) {
+    const double *col = query->query + k * nq + first;
+    const double c = model->center[k], sc = model->scale;
+    for (int64_t i = 0; i < rows; i++) {
+      const float v = (float) ((col[i] - c) * sc);
+      const float big = tf32_round(v);
+      float *at = dst + (i / 16) * model->k8 * 256 + tf32_query_slot(i % 16, k);
+      at[0] = big;
+      at[128] = tf32_round(v - big);
+      query_offset[first + i] += 0.5 * (double) v * (double) v;
     }
-    query_offset[first + i] = 0.5 * norm2;
   }
-  for (int64_t mt = 0; mt < ldq / 16; mt++)
-    for (int kk = 0; kk < model->k8; kk++) {
-      float *at = dst + (mt * model->k8 + kk) * 256;
-      for (int lane = 0; lane < 32; lane++) {
-        const int g = lane / 4, t = lane % 4;
-        for (int e = 0; e < 4; e++) { /* a0: (g, t) a1: (g+8, t) a2: (g, t+4) a3: (g+8, t+4) */
-          const int64_t row = mt * 16 + g + 8 * (e % 2);
-          const int64_t k = 8 * kk + t + 4 * (e / 2);
-          float v = 0;
-          if (row < rows && k < d)
-            v = (float) ((query->query[first + row + k * nq] - model->center[k]) *
-                         model->scale);
-          const float big = tf32_round(v);
-          at[lane * 4 + e] = big;
-          at[128 + lane * 4 + e] = tf32_round(v - big);
-        }
-      }
-    }
 }
 
 /* Enqueue one step of `job` (one query batch against one training shard)

@@ -39,6 +39,7 @@ extern int64_t kde_cuda_bench_batches;
 extern int64_t kde_cuda_bench_launches;
 extern int kde_cuda_bench_max_splits;
 extern int kde_cuda_bench_mode;
+extern int kde_cuda_bench_no_tf32;
 }
 
 static const char *kernel_names[KDE_N_KERNELS] = {
@@ -256,6 +257,18 @@ static double tiny_budget(int64_t d, int precision)
 
 /* ---- correctness --------------------------------------------------------- */
 
+/* |got - ref| / max(1, |ref|). Single precision: 1e-5 for the smooth
+ * unbounded kernels; compact kernels lose relative accuracy in terms near
+ * the edge of the support (float coordinates carry ~1e-7 |x| of rounding,
+ * and k -> 0 there), and the rectangular kernel's discontinuity can flip a
+ * point on the edge: 1e-4 and 2e-3. Double: 1e-10 throughout. */
+static double tolerance(int kernel, int precision)
+{
+  if (precision != KDE_PRECISION_SINGLE) return 1e-10;
+  if (!kde_kernel_is_compact(kernel)) return 1e-5;
+  return kernel == KDE_RECTANGULAR ? 2e-3 : 1e-4;
+}
+
 static void correctness(bool quick)
 {
   const int dims_all[] = {1, 2, 3, 5, 16};
@@ -271,6 +284,7 @@ static void correctness(bool quick)
   const int64_t n = quick ? 600 : 2345, m = quick ? 333 : 1777;
   int cases = 0, failed = 0;
   double worst[2] = {0, 0};
+  double worst_kernel[2][KDE_N_KERNELS] = {{0}};
   printf("\n== correctness: n_train=%lld n_query=%lld (loo: n_query=n_train)\n",
          (long long) n, (long long) m);
   for (int precision = 0; precision <= 1; precision++)
@@ -291,7 +305,7 @@ static void correctness(bool quick)
               int rc = evaluate(t, q, kernel, precision, {0}, budget, loo,
                                 log_const, got, &st);
               cases++;
-              const double tol = precision == KDE_PRECISION_SINGLE ? 1e-5 : 1e-10;
+              const double tol = tolerance(kernel, precision);
               bool ok = rc == 0;
               compare_result c;
               if (ok) {
@@ -300,6 +314,8 @@ static void correctness(bool quick)
                 /* every output written and not NaN */
                 for (double v : got) if (std::isnan(v)) { ok = false; break; }
                 worst[precision] = std::max(worst[precision], c.max_err);
+                worst_kernel[precision][kernel] =
+                    std::max(worst_kernel[precision][kernel], c.max_err);
               }
               if (!ok) failed++;
               if (!ok || (kernel == KDE_GAUSSIAN && d == 3 && !weights && !loo)) {
@@ -315,6 +331,11 @@ static void correctness(bool quick)
             }
   printf("correctness: %d cases, %d failed; worst error double %.2e, single %.2e\n",
          cases, failed, worst[0], worst[1]);
+  printf("worst error by kernel (double / single):");
+  for (int kernel : kernels)
+    printf(" %s %.1e/%.1e", kernel_names[kernel], worst_kernel[0][kernel],
+           worst_kernel[1][kernel]);
+  printf("\n");
   failures += failed;
 }
 
@@ -350,6 +371,48 @@ static void multi_device()
                precision ? "single" : "double",
                kde_cuda_bench_mode ? "split-training" : "split-queries",
                c.max_err, (long long) kde_cuda_bench_batches, rc ? st.message : "");
+      }
+}
+
+/* The tensor-core path (single-precision Gaussian, d >= 16) against the
+ * reference and against the FMA path, at dimensions that are and are not
+ * multiples of 8. */
+static void tensor_core_tests()
+{
+  printf("\n== tensor-core (3xTF32) path\n");
+  for (int d : {16, 21, 64})
+    for (int loo = 0; loo <= 1; loo++)
+      for (int tiny = 0; tiny <= 1; tiny++) {
+        dataset t = make_data(3001, d, KDE_GAUSSIAN, 1, 300 + d);
+        dataset q = loo ? t : make_queries(1500, t, 301, 13);
+        const double lc = kde_log_norm_const(KDE_GAUSSIAN, d);
+        std::vector<int64_t> rows = sample_rows(q.n, 40, 7);
+        std::vector<double> ref = reference(KDE_GAUSSIAN, t, q, rows, loo, lc);
+        std::vector<double> tc, fma;
+        kde_status st, st2;
+        const double budget = tiny ? tiny_budget(d, 1) * 2 : 0;
+        int rc = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, budget, loo, lc, tc, &st);
+        kde_cuda_bench_no_tf32 = 1;
+        int rc2 = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, budget, loo, lc, fma, &st2);
+        kde_cuda_bench_no_tf32 = 0;
+        compare_result c, c2;
+        double vs = 0;
+        bool ok = rc == 0 && rc2 == 0;
+        if (ok) {
+          c = compare(tc, rows, ref);
+          c2 = compare(fma, rows, ref);
+          for (int64_t i = 0; i < q.n; i++)
+            if (std::isfinite(fma[i]))
+              vs = std::max(vs, fabs(tc[i] - fma[i]) / std::max(1.0, fabs(fma[i])));
+            else if (tc[i] != fma[i])
+              vs = INFINITY;
+          ok = c.nan == 0 && c.mismatched_inf == 0 && c.max_err <= 1e-5 && vs <= 1e-5;
+        }
+        failures += !ok;
+        printf("%s gaussian d=%d loo=%d tiny=%d single: tf32 max_err %.2e, fma max_err"
+               " %.2e, tf32 vs fma (all %lld queries) %.2e %s%s\n",
+               ok ? "ok  " : "FAIL", d, loo, tiny, c.max_err, c2.max_err,
+               (long long) q.n, vs, rc ? st.message : "", rc2 ? st2.message : "");
       }
 }
 
@@ -479,6 +542,8 @@ static double expected_rate(int kernel, int d, int precision)
 {
   double r = precision ? 3e12 : 3e11;
   if (d > 4) r /= d / 4.0;
+  if (precision && kernel == KDE_GAUSSIAN && d >= 16 && !kde_cuda_bench_no_tf32)
+    r = d <= 16 ? 2e12 : 8e11;
   if (kernel != KDE_GAUSSIAN) r /= 2;
   return r;
 }
@@ -509,11 +574,20 @@ static void bench_one(int kernel, int d, int64_t n, int64_t m_full, int precisio
   timing tm = time_eval(model, q, 3, out);
   kde_cuda_model_free(model);
   const double pairs = (double) n * m;
+  /* accuracy of the timed run against the CPU reference on a few queries */
+  char acc[64] = "";
+  if (d >= 16 && precision == 1 && n == 1000000) {
+    std::vector<int64_t> rows = sample_rows(m, 14, 17);
+    std::vector<double> ref = reference(kernel, t, q, rows, 0, 0);
+    compare_result c = compare(out, rows, ref);
+    snprintf(acc, sizeof acc, " max_err(16 q)=%.1e", c.max_err);
+    if (!(c.max_err <= 1e-5) || c.nan || c.mismatched_inf) failures++;
+  }
   printf("%-12s %-12s d=%-3d n=%-9lld m=%-9lld %-6s kernel %9.3f ms  %8.3e eval/s"
-         "  (wall %8.3f ms, %8.3e/s) splits=%d\n",
+         "  (wall %8.3f ms, %8.3e/s) splits=%d%s\n",
          label, kernel_names[kernel], d, (long long) n, (long long) m,
          precision ? "single" : "double", tm.kernel_s * 1e3, pairs / tm.kernel_s,
-         tm.wall_s * 1e3, pairs / tm.wall_s, kde_cuda_bench_max_splits);
+         tm.wall_s * 1e3, pairs / tm.wall_s, kde_cuda_bench_max_splits, acc);
   fflush(stdout);
   if (keep) *keep = out;
   if (keep_q) *keep_q = q;
@@ -534,6 +608,13 @@ static void bench()
   for (int precision = 1; precision >= 0; precision--)
     for (int d : {3, 16})
       bench_one(KDE_GAUSSIAN, d, 10000000, 100, precision, "100x1e7");
+  kde_cuda_bench_no_tf32 = 1; /* the FMA kernel at the tensor-core sizes */
+  for (int d : {16, 64}) {
+    bench_one(KDE_GAUSSIAN, d, 1000000, 1000000, 1, "fma-only");
+    bench_one(KDE_GAUSSIAN, d, 10000000, 100, 1, "fma-only");
+  }
+  kde_cuda_bench_no_tf32 = 0;
+  bench_one(KDE_GAUSSIAN, 64, 10000000, 100, 1, "100x1e7");
 
   /* accuracy at n = 1e6: single vs double vs the CPU reference */
   printf("\n== accuracy: gaussian d=3, n=1e6\n");
@@ -604,9 +685,23 @@ int main(int argc, char **argv)
       }
   } else if (mode == "quick") {
     correctness(true);
+  } else if (mode == "profile") {
+    /* one evaluation of each shape, for ncu */
+    struct shape { int d; int64_t n, m; } shapes[] = {
+        {3, 1000000, 131072}, {3, 10000000, 100}, {64, 1000000, 65536}};
+    for (const shape &sh : shapes) {
+      dataset t = make_data(sh.n, sh.d, KDE_GAUSSIAN, 0, 42);
+      dataset q = make_queries(sh.m, t, 43, 0);
+      std::vector<double> got;
+      kde_status st;
+      int rc = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, 0, 0, 0, got, &st);
+      printf("profile d=%d n=%lld m=%lld rc=%d splits=%d %s\n", sh.d, (long long) sh.n,
+             (long long) sh.m, rc, kde_cuda_bench_max_splits, st.message);
+    }
   } else {
     if (mode == "all" || mode == "test") {
       correctness(false);
+      tensor_core_tests();
       multi_device();
       errors_and_interrupts();
     }

@@ -4,9 +4,16 @@
 #   bash bench/cuda/run.sh build   compile bench/cuda/build/harness (+ ptxas report)
 #   bash bench/cuda/run.sh         build if missing, then on the GPU machine:
 #                                  harness all, compute-sanitizer memcheck
-#                                  (quick subset) and racecheck (tiny), SASS
-#                                  summary of the hot kernel; logs in $OUT
-#                                  (default bench/cuda/out)
+#                                  (quick subset) and racecheck (tiny), ncu on
+#                                  three shapes, SASS summary of the hot
+#                                  kernel; logs (7 files) in $OUT (default
+#                                  bench/cuda/out)
+#   MODE=test|bench|quick ...      run that harness mode instead of "all";
+#   SANITIZE=0, PROFILE=0          skip compute-sanitizer / ncu
+#
+# The harness binary can be built here (nvcc, no GPU needed) and carried to
+# the GPU machine: the run tool's carry=["bench/cuda/build"] (git-ignored via
+# .git/info/exclude).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -27,9 +34,24 @@ build() {
 if [ "${1:-}" = build ]; then build; exit $?; fi
 [ -x "$bin" ] || build || exit 1
 PATH=$PATH:/usr/local/cuda/bin
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv 2>&1 | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv 2>&1
+# SM clock and power while the harness runs (this background job is ours)
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu \
+  --format=csv -lms 1000 > "$out/clocks.csv" 2>&1 &
+smi_pid=$!
 "$bin" ${MODE:-all} 2>&1 | tee "$out/harness.log"
 status=${PIPESTATUS[0]}
+kill "$smi_pid" 2>/dev/null
+echo "SM clock under load (MHz): $(awk -F', ' 'NR>1 && $5+0 > 50 {print $2+0}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -3 | tr '\n' ' ')"
+if [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null; then
+  # hardware counters for one evaluation of three shapes (clocks left alone)
+  timeout 300 ncu --clock-control none -k regex:'kde_(small|tf32|merge)' \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy --section LaunchStats \
+    "$bin" profile > "$out/ncu.txt" 2>&1
+  echo "ncu rc=$?"
+  grep -E '^  [a-z_]+.*kde_|SM Frequency|Duration|Compute \(SM\) Throughput|Issue Slots Busy|Executed Ipc Active|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Theoretical Occupancy' "$out/ncu.txt" | head -80
+fi
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   timeout 240 compute-sanitizer --tool memcheck --leak-check full "$bin" quick \
     > "$out/memcheck.log" 2>&1
