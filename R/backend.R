@@ -156,5 +156,5 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE) {
 }
 
 whiten <- function(object, x) {
-  sweep(x, 2L, object$center, check.margin = FALSE) %*% object$transform
+  .Call(C_kde_whiten, x, as.double(object$center), object$transform, cpu_threads())
 }

@@ -16,6 +16,7 @@
 #include "api.h"
 #include "kde_backend.h"
 #include "kde_cuda.h"
+#include "whiten.h"
 #include <kdegpu/kernels.h>
 
 /* ---- argument checkers ------------------------------------------------- */
@@ -220,6 +221,22 @@ SEXP kdegpu_lse_rows(SEXP parts)
     }
     REAL(out)[i] = kde_lse_log(state);
   }
+  UNPROTECT(1);
+  return out;
+}
+
+/* z = (x - center) T, the whitening every evaluation's queries go through. */
+SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads)
+{
+  int64_t n, d, t_rows, t_cols;
+  const double *data = arg_matrix(x, "x", &n, &d);
+  const double *c = arg_double_vector(center, "center", d);
+  const double *t = arg_matrix(transform, "transform", &t_rows, &t_cols);
+  if (t_rows != d || t_cols != d)
+    Rf_error("`transform` must be a %lld x %lld matrix", (long long) d, (long long) d);
+  int n_threads = arg_int_scalar(threads, "threads");
+  SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) n, (int) d));
+  kde_whiten(data, n, d, c, t, n_threads, REAL(out));
   UNPROTECT(1);
   return out;
 }

@@ -1,6 +1,14 @@
 # Evaluation over parallel clusters and future plans, against the
 # single-process results (two local workers).
 
+# Two local PSOCK workers, or a skip where sockets are unavailable (R built
+# without its internet module, as on some minimal machines).
+start_cluster <- function() {
+  cl <- tryCatch(parallel::makePSOCKcluster(2), error = function(e) e)
+  if (inherits(cl, "error")) skip(paste("cannot start local PSOCK workers:", conditionMessage(cl)))
+  cl
+}
+
 # Stops the workers and closes every connection, a dead worker's too.
 stop_cluster <- function(cl) {
   try(parallel::stopCluster(cl), silent = TRUE)
@@ -20,7 +28,7 @@ rel_err <- function(a, b) {
 }
 
 test_that("predict over a PSOCK cluster equals the single-process result", {
-  cl <- parallel::makePSOCKcluster(2)
+  cl <- start_cluster()
   on.exit(stop_cluster(cl), add = TRUE)
   data <- cluster_data_set()
   for (kernel in c("gaussian", "epanechnikov", "exponential")) {
@@ -35,7 +43,7 @@ test_that("predict over a PSOCK cluster equals the single-process result", {
 })
 
 test_that("leave-one-out and logLik over a cluster equal the single-process ones", {
-  cl <- parallel::makePSOCKcluster(2)
+  cl <- start_cluster()
   on.exit(stop_cluster(cl), add = TRUE)
   data <- cluster_data_set(2)
   fit <- kde_gpu(data$x, weights = data$w, backend = "cpu")
@@ -50,7 +58,7 @@ test_that("leave-one-out and logLik over a cluster equal the single-process ones
 })
 
 test_that("training data reach each worker once per fit", {
-  cl <- parallel::makePSOCKcluster(2)
+  cl <- start_cluster()
   on.exit(stop_cluster(cl), add = TRUE)
   data <- cluster_data_set(3)
   fit <- kde_gpu(data$x, backend = "cpu")
@@ -66,7 +74,7 @@ test_that("training data reach each worker once per fit", {
 })
 
 test_that("a worker that disappears gives a clear error, never a partial result", {
-  cl <- parallel::makePSOCKcluster(2)
+  cl <- start_cluster()
   on.exit(stop_cluster(cl), add = TRUE)
   data <- cluster_data_set(4)
   fit <- kde_gpu(data$x, backend = "cpu")
@@ -76,7 +84,7 @@ test_that("a worker that disappears gives a clear error, never a partial result"
 })
 
 test_that("an error on a worker is reported with the worker's number", {
-  cl <- parallel::makePSOCKcluster(2)
+  cl <- start_cluster()
   on.exit(stop_cluster(cl), add = TRUE)
   data <- cluster_data_set(5)
   fit <- kde_gpu(data$x, backend = "cpu")
@@ -93,6 +101,8 @@ test_that("predict and bandwidth selection under a future multisession plan", {
   skip_if_not_installed("future.apply")
   old_plan <- future::plan(future::multisession, workers = 2)
   on.exit(future::plan(old_plan), add = TRUE)
+  started <- tryCatch(future::value(future::future(TRUE)), error = function(e) e)
+  if (inherits(started, "error")) skip(paste("cannot start future workers:", conditionMessage(started)))
   data <- cluster_data_set(6)
   fit <- kde_gpu(data$x, weights = data$w, backend = "cpu")
   ref <- predict(fit, data$q, log = TRUE)
@@ -104,7 +114,7 @@ test_that("predict and bandwidth selection under a future multisession plan", {
 })
 
 test_that("bw_mlcv and bw_lscv over a cluster equal the single-process selectors", {
-  cl <- parallel::makePSOCKcluster(2)
+  cl <- start_cluster()
   on.exit(stop_cluster(cl), add = TRUE)
   data <- cluster_data_set(7)
   x <- data$x[1:200, 1:2]
