@@ -21,9 +21,14 @@ torch_ok <- nzchar(Sys.which("python3")) &&
   system2("python3", c("-c", shQuote("import torch; assert torch.cuda.is_available()")),
           stdout = FALSE, stderr = FALSE) == 0L
 
+# Median seconds per call; short calls are repeated inside each timing so
+# that it spans at least 0.2 s (system.time() resolves 1 ms).
 median_time <- function(f, reps) {
-  f() # warm-up
-  median(vapply(seq_len(reps), function(i) system.time(f())[["elapsed"]], 0))
+  first <- system.time(f())[["elapsed"]] # warm-up
+  inner <- if (first < 0.05) ceiling(0.2 / max(first, 1e-3)) else 1L
+  median(vapply(seq_len(reps), function(i) {
+    system.time(for (k in seq_len(inner)) f())[["elapsed"]] / inner
+  }, 0))
 }
 reps_for <- function(pairs) if (pairs >= 1e12) 3L else if (pairs >= 1e10) 5L else 9L
 
@@ -57,8 +62,11 @@ run_torch <- function(n, m, d, precision) {
   as.numeric(strsplit(out[[length(out)]], " ")[[1L]][[1L]])
 }
 
+# KDEGPU_BENCH_CASES picks sections, e.g. "multi_gpu" on a two-GPU machine.
+cases <- strsplit(Sys.getenv("KDEGPU_BENCH_CASES", "gaussian,kernels,few_queries,multi_gpu"),
+                  ",")[[1L]]
 sizes <- if (quick) c(1e4, 1e5) else c(1e4, 1e5, 1e6)
-for (precision in c("single", "double")) {
+for (precision in if ("gaussian" %in% cases) c("single", "double")) {
   for (d in c(1L, 3L, 16L, 64L)) {
     for (n in sizes) {
       # Double precision at d >= 16 and n = 1e6 takes minutes: use 1e5
@@ -74,13 +82,13 @@ for (precision in c("single", "double")) {
   }
 }
 big <- if (quick) 1e5 else 1e6
-for (kernel in c("epanechnikov", "rectangular", "triangular", "biweight", "cosine",
+for (kernel in if ("kernels" %in% cases) c("epanechnikov", "rectangular", "triangular", "biweight", "cosine",
                  "optcosine", "exponential")) {
   record("kernels", kernel, 3L, big, big, "single", 1L, run_kdegpu(big, big, 3L, kernel))
 }
 few_n <- if (quick) 1e6 else 1e7
-record("few_queries", "gaussian", 3L, few_n, 100, "single", 1L, run_kdegpu(few_n, 100, 3L))
-if (nrow(info$gpus) >= 2L) {
+if ("few_queries" %in% cases) record("few_queries", "gaussian", 3L, few_n, 100, "single", 1L, run_kdegpu(few_n, 100, 3L))
+if (nrow(info$gpus) >= 2L && "multi_gpu" %in% cases) {
   for (devices in list(0L, seq_len(nrow(info$gpus)) - 1L)) {
     options(kdegpu.devices = devices)
     record("multi_gpu", "gaussian", 3L, big, big, "single", length(devices),
