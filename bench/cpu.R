@@ -9,9 +9,14 @@
 # Writes the numbers to inst/benchmarks/cpu.csv when run from the source tree.
 suppressPackageStartupMessages(library(kdegpu))
 
+# Median seconds per call; short calls are repeated inside each timing so
+# that it spans at least 0.2 s (system.time() resolves 1 ms).
 median_seconds <- function(expr_fn, reps = 5L) {
-  expr_fn() # warm-up
-  median(vapply(seq_len(reps), function(i) system.time(expr_fn())[["elapsed"]], 0))
+  first <- system.time(expr_fn())[["elapsed"]] # warm-up
+  inner <- if (first < 0.05) ceiling(0.2 / max(first, 1e-3)) else 1L
+  median(vapply(seq_len(reps), function(i) {
+    system.time(for (k in seq_len(inner)) expr_fn())[["elapsed"]] / inner
+  }, 0))
 }
 
 # Exact Gaussian KDE in plain vectorised base R: whiten once, then sum
