@@ -31,18 +31,19 @@ as_point_matrix <- function(x, arg, columns = NULL) {
     }
   }
   if (length(dim(x)) != 2L) stop_arg(arg, "must be a vector or a matrix.")
-  storage.mode(x) <- "double"
+  if (!is.double(x)) storage.mode(x) <- "double"
   if (nrow(x) == 0L) stop_arg(arg, "has no rows: at least one point is needed.")
   if (ncol(x) == 0L) stop_arg(arg, "has no columns.")
   if (!is.null(columns) && ncol(x) != columns) {
     stop_arg(arg, sprintf("must have %d column%s, like the training data, not %d.",
                           columns, if (columns == 1L) "" else "s", ncol(x)))
   }
-  bad <- !is.finite(x)
-  if (any(bad)) {
-    where <- which(bad, arr.ind = TRUE)[1L, ]
+  first_bad <- .Call(C_kde_first_nonfinite, x)
+  if (first_bad > 0) {
+    row <- (first_bad - 1) %% nrow(x) + 1
+    col <- (first_bad - 1) %/% nrow(x) + 1
     stop_arg(arg, sprintf("must contain only finite values; row %d, column %d is %s.",
-                          where[[1L]], where[[2L]], format(x[where[[1L]], where[[2L]]])))
+                          row, col, format(x[row, col])))
   }
   x
 }

@@ -9,6 +9,7 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP kernel,
 SEXP kdegpu_cpu_info(void);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
+SEXP kdegpu_first_nonfinite(SEXP x);
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_cuda_info(void);
 SEXP kdegpu_cuda_device_count(void);

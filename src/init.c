@@ -13,6 +13,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(cpu_info, 0),
   CALLDEF(kernel_constants, 2),
   CALLDEF(lse_rows, 1),
+  CALLDEF(first_nonfinite, 1),
   CALLDEF(whiten, 4),
   CALLDEF(cuda_info, 0),
   CALLDEF(cuda_device_count, 0),
