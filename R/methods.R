@@ -52,13 +52,13 @@ NULL
 #' @export
 print.kde_gpu <- function(x, ...) {
   cat("Kernel density estimate (kdegpu)\n")
-  cat("  call:     ", paste(deparse(x$call), collapse = "\n"), "\n", sep = "")
-  cat(sprintf("  data:     %s (%d point%s in %d dimension%s%s)\n", x$data.name,
+  cat("  call:      ", paste(deparse(x$call), collapse = "\n"), "\n", sep = "")
+  cat(sprintf("  data:      %s (%d point%s in %d dimension%s%s)\n", x$data.name,
               x$n, if (x$n == 1L) "" else "s", x$d, if (x$d == 1L) "" else "s",
               if (length(unique(x$weights)) > 1L) ", weighted" else ""))
-  cat("  kernel:   ", x$kernel, "\n", sep = "")
-  cat("  bandwidth:", bandwidth_label(x), "\n")
-  cat("  backend:  ", backend_label(x), "\n", sep = "")
+  cat("  kernel:    ", x$kernel, "\n", sep = "")
+  cat("  bandwidth: ", bandwidth_label(x), "\n", sep = "")
+  cat("  backend:   ", backend_label(x), "\n", sep = "")
   invisible(x)
 }
 
