@@ -55,7 +55,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "kdegpu/kernels.h"
 #include "kde_cuda.h"
@@ -1602,24 +1604,61 @@ static int choose_splits(const kde_device_job *job, int64_t blocks_q,
   return (int) best;
 }
 
+/* Runs body(lo, hi) over [0, rows) on the CPU threads kdegpu may use: the
+ * packing of a large query batch (a float conversion, or the TF32 split)
+ * otherwise takes a large part of an evaluation at high d. Rows are
+ * independent, so the result does not depend on the thread count. Thread
+ * creation failing (std::system_error) falls back to the calling thread;
+ * nothing is thrown across the C interface. */
+template <typename Body>
+static void parallel_rows(int64_t rows, const Body &body)
+{
+  const int64_t min_rows_per_thread = 16384;
+  int64_t threads = kde_cpu_thread_limit(0);
+  if (threads > rows / min_rows_per_thread) threads = rows / min_rows_per_thread;
+  if (threads <= 1) {
+    body((int64_t) 0, rows);
+    return;
+  }
+  std::vector<std::thread> pool;
+  int64_t started_up_to = 0;
+  try {
+    pool.reserve((size_t) threads - 1);
+    for (int64_t t = 1; t < threads; t++) {
+      const int64_t lo = rows * t / threads, hi = rows * (t + 1) / threads;
+      pool.emplace_back([&body, lo, hi] { body(lo, hi); });
+      started_up_to = t;
+    }
+  } catch (...) {
+  }
+  /* The calling thread does chunk 0 and every chunk no thread took. */
+  body((int64_t) 0, rows / threads);
+  for (int64_t t = started_up_to + 1; t < threads; t++)
+    body(rows * t / threads, rows * (t + 1) / threads);
+  for (std::thread &worker : pool) worker.join();
+}
+
 template <typename T>
 static void pack_queries(const kde_cuda_model *model, const kde_query_set *query,
                          int64_t first, int64_t rows, int64_t ldq, T *dst,
                          double *query_offset)
 {
   const int64_t d = model->dim, nq = query->n_query;
-  for (int64_t i = 0; i < rows; i++) query_offset[first + i] = 0;
-  for (int64_t k = 0; k < d; k++) {
-    const double *col = query->query + k * nq + first;
-    const double c = model->center[k], sc = model->scale;
-    T *out = dst + k * ldq;
-    for (int64_t i = 0; i < rows; i++) {
-      const T v = (T) ((col[i] - c) * sc);
-      out[i] = v;
-      query_offset[first + i] += 0.5 * (double) v * (double) v;
+  parallel_rows(rows, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) query_offset[first + i] = 0;
+    for (int64_t k = 0; k < d; k++) {
+      const double *col = query->query + k * nq + first;
+      const double c = model->center[k], sc = model->scale;
+      T *out = dst + k * ldq;
+      for (int64_t i = lo; i < hi; i++) {
+        const T v = (T) ((col[i] - c) * sc);
+        out[i] = v;
+        query_offset[first + i] += 0.5 * (double) v * (double) v;
+      }
     }
-    for (int64_t i = rows; i < ldq; i++) out[i] = 0;
-  }
+  });
+  for (int64_t k = 0; k < d; k++)
+    for (int64_t i = rows; i < ldq; i++) dst[k * ldq + i] = 0;
 }
 
 /* Tensor-core query layout: [m16 tile][k8][big | small][lane][a0..a3],
@@ -1631,19 +1670,24 @@ static void pack_queries_tf32(const kde_cuda_model *model,
 {
   const int64_t d = model->dim, nq = query->n_query;
   memset(dst, 0, (size_t) ldq * model->query_elems * sizeof(float));
-  for (int64_t i = 0; i < rows; i++) query_offset[first + i] = 0;
-  for (int64_t k = 0; k < d; k++) {
-    const double *col = query->query + k * nq + first;
-    const double c = model->center[k], sc = model->scale;
-    for (int64_t i = 0; i < rows; i++) {
-      const float v = (float) ((col[i] - c) * sc);
-      const float big = tf32_round(v);
-      float *at = dst + (i / 16) * model->k8 * 256 + tf32_query_slot(i % 16, k);
-      at[0] = big;
-      at[128] = tf32_round(v - big);
-      query_offset[first + i] += 0.5 * (double) v * (double) v;
+  /* Chunks of whole 16-row tiles, so no two threads write one tile. */
+  const int64_t tiles = (rows + 15) / 16;
+  parallel_rows(tiles, [&](int64_t tile_lo, int64_t tile_hi) {
+    const int64_t lo = tile_lo * 16, hi = tile_hi * 16 < rows ? tile_hi * 16 : rows;
+    for (int64_t i = lo; i < hi; i++) query_offset[first + i] = 0;
+    for (int64_t k = 0; k < d; k++) {
+      const double *col = query->query + k * nq + first;
+      const double c = model->center[k], sc = model->scale;
+      for (int64_t i = lo; i < hi; i++) {
+        const float v = (float) ((col[i] - c) * sc);
+        const float big = tf32_round(v);
+        float *at = dst + (i / 16) * model->k8 * 256 + tf32_query_slot(i % 16, k);
+        at[0] = big;
+        at[128] = tf32_round(v - big);
+        query_offset[first + i] += 0.5 * (double) v * (double) v;
+      }
     }
-  }
+  });
 }
 
 /* Enqueue one step of `job` (one query batch against one training shard)
