@@ -13,6 +13,13 @@ cpu_threads <- function() {
   as.integer(threads)
 }
 
+# The threads the CPU backend will use: the option, capped by what OpenMP
+# allows (the same cap the C code applies).
+cpu_threads_in_use <- function(max_threads) {
+  threads <- cpu_threads()
+  if (threads == 0L) max_threads else min(threads, max_threads)
+}
+
 gpu_memory_budget <- function() {
   budget <- getOption("kdegpu.gpu_memory")
   if (is.null(budget)) return(0) # the backend's default: a fraction of free memory
@@ -61,14 +68,13 @@ kdegpu_info <- function() {
     multiprocessors = cuda$multiprocessors,
     stringsAsFactors = FALSE
   )
-  threads <- cpu_threads()
   structure(list(
     backends = c("cpu", if (nrow(gpus) > 0L) "cuda"),
     cuda_compiled = cuda$compiled,
     cuda_message = cuda$message,
     gpus = gpus,
     openmp = cpu$openmp,
-    threads = if (threads == 0L) cpu$max_threads else min(threads, cpu$max_threads)
+    threads = cpu_threads_in_use(cpu$max_threads)
   ), class = "kdegpu_info")
 }
 

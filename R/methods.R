@@ -15,8 +15,7 @@ backend_label <- function(object) {
     sprintf("cuda, %s precision", object$precision)
   } else {
     info <- .Call(C_kde_cpu_info)
-    threads <- cpu_threads()
-    threads <- if (threads == 0L) info$max_threads else min(threads, info$max_threads)
+    threads <- cpu_threads_in_use(info$max_threads)
     sprintf("cpu (%s, %d thread%s), double precision",
             if (info$openmp) "OpenMP" else "no OpenMP", threads,
             if (threads == 1L) "" else "s")
