@@ -8,6 +8,7 @@
 # single-process time with one thread is the baseline measured in the same
 # run. Writes inst/benchmarks/cluster.csv from the source tree.
 suppressPackageStartupMessages(library(kdegpu))
+source("bench/timing.R")
 set.seed(1)
 n <- 40000L
 m <- 20000L
@@ -15,13 +16,9 @@ x <- matrix(rnorm(n * 2), n, 2)
 q <- matrix(rnorm(m * 2), m, 2)
 fit <- kde_gpu(x, backend = "cpu")
 
-median_seconds <- function(f, reps = 3L) {
-  f()
-  median(vapply(seq_len(reps), function(i) system.time(f())[["elapsed"]], 0))
-}
 old <- options(kdegpu.threads = 1L)
 rows <- list(data.frame(workers = 0L, split = "none (one process, one thread)",
-                        seconds = median_seconds(function() predict(fit, q))))
+                        seconds = median_seconds(function() predict(fit, q), reps = 3L)))
 cores <- parallel::detectCores()
 for (workers in unique(pmin(c(1L, 2L, 4L, 8L), cores))) {
   cl <- parallel::makePSOCKcluster(workers)
@@ -29,7 +26,8 @@ for (workers in unique(pmin(c(1L, 2L, 4L, 8L), cores))) {
   for (split in c("queries", "training")) {
     rows[[length(rows) + 1L]] <- data.frame(
       workers = workers, split = split,
-      seconds = median_seconds(function() predict(fit, q, cluster = cl, split = split)))
+      seconds = median_seconds(function() predict(fit, q, cluster = cl, split = split),
+                               reps = 3L))
   }
   parallel::stopCluster(cl)
 }

@@ -9,15 +9,7 @@
 # Writes the numbers to inst/benchmarks/cpu.csv when run from the source tree.
 suppressPackageStartupMessages(library(kdegpu))
 
-# Median seconds per call; short calls are repeated inside each timing so
-# that it spans at least 0.2 s (system.time() resolves 1 ms).
-median_seconds <- function(expr_fn, reps = 5L) {
-  first <- system.time(expr_fn())[["elapsed"]] # warm-up
-  inner <- if (first < 0.05) ceiling(0.2 / max(first, 1e-3)) else 1L
-  median(vapply(seq_len(reps), function(i) {
-    system.time(for (k in seq_len(inner)) expr_fn())[["elapsed"]] / inner
-  }, 0))
-}
+source("bench/timing.R")
 
 # Exact Gaussian KDE in plain vectorised base R: whiten once, then sum
 # exp(-|z_q - z_x|^2 / 2) over chunks of queries with outer(), so the

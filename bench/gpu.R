@@ -21,15 +21,7 @@ torch_ok <- nzchar(Sys.which("python3")) &&
   system2("python3", c("-c", shQuote("import torch; assert torch.cuda.is_available()")),
           stdout = FALSE, stderr = FALSE) == 0L
 
-# Median seconds per call; short calls are repeated inside each timing so
-# that it spans at least 0.2 s (system.time() resolves 1 ms).
-median_time <- function(f, reps) {
-  first <- system.time(f())[["elapsed"]] # warm-up
-  inner <- if (first < 0.05) ceiling(0.2 / max(first, 1e-3)) else 1L
-  median(vapply(seq_len(reps), function(i) {
-    system.time(for (k in seq_len(inner)) f())[["elapsed"]] / inner
-  }, 0))
-}
+source("bench/timing.R")
 reps_for <- function(pairs) if (pairs >= 1e12) 3L else if (pairs >= 1e10) 5L else 9L
 
 rows <- list()
@@ -49,7 +41,7 @@ run_kdegpu <- function(n, m, d, kernel = "gaussian", precision = "single") {
   x <- matrix(rnorm(n * d), n, d)
   q <- if (m == n) x else matrix(rnorm(m * d), m, d)
   fit <- kde_gpu(x, bw = 0.3, kernel = kernel, backend = "cuda", precision = precision)
-  t <- median_time(function() predict(fit, q, log = TRUE), reps_for(n * m))
+  t <- median_seconds(function() predict(fit, q, log = TRUE), reps_for(n * m))
   rm(fit); invisible(gc())
   t
 }
