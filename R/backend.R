@@ -116,17 +116,23 @@ choose_backend <- function(backend) {
   "cpu"
 }
 
+# The number of usable GPUs, or an error saying why a CUDA fit cannot run.
+gpus_for_cuda_fit <- function() {
+  available <- .Call(C_kde_cuda_device_count)
+  if (available == 0L) {
+    stop("This fit uses the CUDA backend but no GPU is usable here: ",
+         cuda_info()$message, ". Refit with `backend = \"cpu\"`.", call. = FALSE)
+  }
+  available
+}
+
 # The device-resident copy of a CUDA fit, created on first use, again after
 # saveRDS()/readRDS() (where the external pointer comes back NULL), and again
 # when options(kdegpu.gpu_memory) or options(kdegpu.devices) change, so that
 # the options always govern the next evaluation.
 cuda_model <- function(object) {
   cache <- object$device
-  available <- .Call(C_kde_cuda_device_count)
-  if (available == 0L) {
-    stop("This fit uses the CUDA backend but no GPU is usable here: ",
-         cuda_info()$message, ". Refit with `backend = \"cpu\"`.", call. = FALSE)
-  }
+  available <- gpus_for_cuda_fit()
   config <- list(budget = gpu_memory_budget(), devices = gpu_devices(available))
   if (is.null(cache$handle) || !.Call(C_kde_cuda_model_valid, cache$handle) ||
       !identical(cache$config, config)) {
@@ -147,18 +153,40 @@ release_device_copy <- function(object) {
   invisible()
 }
 
-# log f at the rows of `query` (already whitened with the fit's transform).
-# With leave_one_out = TRUE the queries are the training points and each
-# excludes its own term: the result is log sum_{j != i} w_j K(x_i - x_j).
-evaluate_log_density <- function(object, query, leave_one_out = FALSE) {
+# log f at the rows of `query`, in the fit's coordinates; the backend
+# whitens them (on the GPU for the CUDA backend), unless `whitened` says
+# they are already. With leave_one_out = TRUE the queries are the training
+# points and each excludes its own term: the result is
+# log sum_{j != i} w_j K(x_i - x_j).
+evaluate_log_density <- function(object, query, leave_one_out = FALSE,
+                                 whitened = leave_one_out) {
+  center <- if (whitened) NULL else as.double(object$center)
+  transform <- if (whitened) NULL else object$transform
   if (object$backend == "cuda") {
-    .Call(C_kde_log_density_cuda, cuda_model(object), query, object$log_const,
-          leave_one_out)
+    .Call(C_kde_log_density_cuda, cuda_model(object), query, center, transform,
+          object$log_const, leave_one_out, show_progress())
   } else {
-    .Call(C_kde_log_density_cpu, object$z, object$weights, query,
+    .Call(C_kde_log_density_cpu, object$z, object$weights, query, center, transform,
           kernel_index(object$kernel), object$log_const, leave_one_out,
-          cpu_threads())
+          cpu_threads(), show_progress())
   }
+}
+
+# The progress bar of evaluations and GPU draws, as the seconds after which
+# it appears (-1: never): options(kdegpu.progress = TRUE / FALSE), by
+# default in interactive sessions, and kdegpu.progress_delay (2 s).
+show_progress <- function() {
+  show <- getOption("kdegpu.progress", interactive())
+  if (!is.logical(show) || length(show) != 1L || is.na(show)) {
+    stop("`options(kdegpu.progress)` must be TRUE or FALSE.", call. = FALSE)
+  }
+  delay <- getOption("kdegpu.progress_delay", 2)
+  if (!is.numeric(delay) || length(delay) != 1L || is.na(delay) || delay < 0 ||
+      !is.finite(delay)) {
+    stop("`options(kdegpu.progress_delay)` must be one non-negative number of seconds.",
+         call. = FALSE)
+  }
+  if (show) as.double(delay) else -1
 }
 
 whiten <- function(object, x) {

@@ -218,7 +218,7 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
     fit <- new_kde_gpu(x, weights, list(H = B, type = "full", method = "given"),
                        kernel, backend, precision, NULL, "x")
     on.exit(release_device_copy(fit))
-    evaluate_log_density(fit, fit$z, leave_one_out = leave_one_out)
+    evaluate_log_density(fit, fit$z, leave_one_out = leave_one_out, whitened = TRUE)
   }
   loo <- renormalise_leave_one_out(log_sums(H, TRUE), weights)
   if (criterion == "mlcv") {

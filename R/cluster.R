@@ -102,7 +102,7 @@ worker_evaluate <- function(shard, task) {
   fit <- new_kde_gpu(shard$x, shard$weights, list(H = task$H, type = "full", method = "given"),
                      task$kernel, backend, task$precision, NULL, "shard")
   on.exit(release_device_copy(fit))
-  out <- evaluate_log_density(fit, whiten(fit, task$points))
+  out <- evaluate_log_density(fit, task$points)
   if (task$leave_one_out) out[shard$index] <- evaluate_log_density(fit, fit$z, leave_one_out = TRUE)
   out + shard$log_share
 }

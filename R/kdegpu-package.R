@@ -11,6 +11,11 @@
 #'   in batches with the same results.
 #' - `kdegpu.devices`: the GPUs to use, numbered from 0 as in CUDA
 #'   (default: all).
+#' - `kdegpu.progress`: show a progress bar (on standard error) for
+#'   evaluations and GPU draws that run longer than
+#'   `kdegpu.progress_delay` seconds (default 2); default: `interactive()`.
+#'   Ctrl-C stops an evaluation between chunks of work, with or without the
+#'   bar, and frees what it allocated.
 #' @keywords internal
 #' @useDynLib kdegpu, .registration = TRUE, .fixes = "C_"
 #' @importFrom stats predict

@@ -61,7 +61,7 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
     match_columns(as_point_matrix(newdata, "newdata", object$d), object$x)
   }
   log_density <- if (is.null(engine)) {
-    evaluate_log_density(object, whiten(object, query))
+    evaluate_log_density(object, query)
   } else {
     cluster_log_sum(engine, fit_cluster_data(object), query, object$H, object$kernel,
                     object$precision, worker_backend(object), split)

@@ -14,8 +14,11 @@
 #'   weight and adds kernel noise with covariance `H`: a uniform direction
 #'   times a radius from the kernel's radial law (exact, through beta and
 #'   gamma variates or rejection), mapped through the Cholesky factor of
-#'   `H`. All randomness comes from R's generator, so `set.seed()` makes
-#'   draws reproducible.
+#'   `H`. On the CPU backend all randomness comes from R's generator. A
+#'   CUDA fit draws 10,000 points or more (in up to 128 dimensions) on the
+#'   GPU, from a counter-based generator (Philox4x32-10) whose key is taken
+#'   from R's generator. Either way `set.seed()` makes draws reproducible;
+#'   the GPU's draws for a seed are not the CPU's, but have the same law.
 #' @examples
 #' fit <- kde_gpu(faithful$waiting, backend = "cpu")
 #' set.seed(1)
@@ -40,11 +43,34 @@ sample.kde_gpu <- function(x, size, replace = TRUE, prob = NULL, ...) {
   if (missing(size)) stop_arg("size", "is missing: how many points to draw?")
   size <- check_count(size, "size")
   d <- x$d
-  centres <- x$x[sample.int(x$n, size, replace = TRUE, prob = x$weights), , drop = FALSE]
-  noise <- standard_kernel_noise(x$kernel, size, d)
-  draws <- centres + noise %*% x$chol_H
+  draws <- if (samples_on_gpu(x, size)) {
+    gpu_draws(x, size)
+  } else {
+    centres <- x$x[sample.int(x$n, size, replace = TRUE, prob = x$weights), , drop = FALSE]
+    centres + standard_kernel_noise(x$kernel, size, d) %*% x$chol_H
+  }
   dimnames(draws) <- list(NULL, colnames(x$x))
   if (d == 1L) drop(draws) else draws
+}
+
+# Smaller draws cost less in R than the GPU's set-up; KDE_SAMPLE_MAX_DIM in
+# src/kde_cuda.h bounds the dimension of the GPU sampler.
+gpu_sample_min_size <- 10000L
+gpu_sample_max_dim <- 128L
+
+samples_on_gpu <- function(fit, size) {
+  fit$backend == "cuda" && size >= gpu_sample_min_size && fit$d <= gpu_sample_max_dim
+}
+
+# The GPU's generator is keyed by two 32-bit words drawn from R's generator.
+gpu_draws <- function(fit, size) {
+  available <- gpus_for_cuda_fit()
+  key <- floor(stats::runif(2L) * 2^32)
+  cumulative <- cumsum(fit$weights)
+  cumulative <- cumulative / cumulative[length(cumulative)]
+  .Call(C_kde_sample_cuda, fit$x, cumulative, fit$chol_H, kernel_index(fit$kernel),
+        as.double(size), key, gpu_devices(available)[[1L]], gpu_memory_budget(),
+        show_progress())
 }
 
 # size x d draws from the kernel with identity covariance: direction times

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
+#include <time.h>
+#include <limits.h>
 
 #define R_NO_REMAP
 #include <R.h>
@@ -16,6 +18,7 @@
 #include "api.h"
 #include "kde_backend.h"
 #include "kde_cuda.h"
+#include "finite.h"
 #include "whiten.h"
 #include <kdegpu/kernels.h>
 
@@ -34,11 +37,10 @@ static const double *arg_matrix(SEXP x, const char *name, int64_t *nrow,
   *nrow = INTEGER(dim)[0];
   *ncol = INTEGER(dim)[1];
   const double *data = REAL(x);
-  R_xlen_t len = XLENGTH(x);
-  for (R_xlen_t i = 0; i < len; i++)
-    if (!R_FINITE(data[i]))
-      Rf_error("`%s` must contain only finite values (element %lld is not)",
-               name, (long long) i + 1);
+  int64_t bad = kde_first_nonfinite(data, (int64_t) XLENGTH(x), 0);
+  if (bad >= 0)
+    Rf_error("`%s` must contain only finite values (element %lld is not)",
+             name, (long long) bad + 1);
   return data;
 }
 
@@ -115,9 +117,11 @@ static kde_training_set arg_training_set(SEXP train, SEXP weight,
   return t;
 }
 
-static kde_query_set arg_query_set(SEXP query, SEXP log_const,
-                                   SEXP leave_one_out, int64_t dim,
-                                   int64_t n_train)
+/* The queries, and their whitening (center and transform both NULL when
+ * they are whitened already). */
+static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
+                                   SEXP log_const, SEXP leave_one_out,
+                                   int64_t dim, int64_t n_train)
 {
   kde_query_set q;
   int64_t query_dim;
@@ -125,6 +129,17 @@ static kde_query_set arg_query_set(SEXP query, SEXP log_const,
   if (query_dim != dim)
     Rf_error("`query` must have %lld columns, like `train`, not %lld",
              (long long) dim, (long long) query_dim);
+  if (Rf_isNull(transform) != Rf_isNull(center))
+    Rf_error("`center` and `transform` must both be given or both be NULL");
+  q.center = q.transform = NULL;
+  if (!Rf_isNull(transform)) {
+    int64_t rows, cols;
+    q.center = arg_double_vector(center, "center", dim);
+    q.transform = arg_matrix(transform, "transform", &rows, &cols);
+    if (rows != dim || cols != dim)
+      Rf_error("`transform` must be a %lld x %lld matrix", (long long) dim,
+               (long long) dim);
+  }
   q.log_const = arg_double_scalar(log_const, "log_const");
   q.leave_one_out = arg_flag(leave_one_out, "leave_one_out");
   if (q.leave_one_out && q.n_query != n_train)
@@ -132,7 +147,7 @@ static kde_query_set arg_query_set(SEXP query, SEXP log_const,
   return q;
 }
 
-/* ---- interrupts and errors --------------------------------------------- */
+/* ---- interrupts, progress and errors ------------------------------------ */
 
 static void check_interrupt(void *unused)
 {
@@ -140,11 +155,60 @@ static void check_interrupt(void *unused)
   R_CheckUserInterrupt();
 }
 
-/* R_CheckUserInterrupt longjmps; R_ToplevelExec catches that, so the
- * backend learns about the interrupt as a return value and frees its
- * memory before api.c raises the error (jeroen/curl's pattern). */
-static int pending_interrupt(void)
+/* The progress bar of the running evaluation: .Call runs on R's main
+ * thread, one evaluation at a time, and so do the backends' polls. */
+#define PROGRESS_WIDTH 30
+static struct {
+  int enabled;
+  int shown;
+  double delay;   /* seconds before the bar appears */
+  double start;
+} progress;
+
+static double seconds_now(void)
 {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+}
+
+/* `delay`: seconds after which the bar appears; negative: never. */
+static void progress_begin(SEXP delay)
+{
+  progress.delay = arg_double_scalar(delay, "progress");
+  progress.enabled = progress.delay >= 0;
+  progress.shown = 0;
+  progress.start = seconds_now();
+}
+
+/* Clears the bar, so that what R prints next starts on a clean line. */
+static void progress_end(void)
+{
+  if (progress.shown) REprintf("\r%*s\r", PROGRESS_WIDTH + 40, "");
+  progress.enabled = progress.shown = 0;
+}
+
+static void progress_draw(double done)
+{
+  static const char bar[] = "==============================";
+  const double elapsed = seconds_now() - progress.start;
+  if (!progress.enabled || elapsed < progress.delay || !(done > 0) ||
+      done >= 1)
+    return;
+  REprintf("\rkdegpu: [%-*.*s] %3.0f%%, about %.0f s left ", PROGRESS_WIDTH,
+           (int) (done * PROGRESS_WIDTH), bar, 100 * done,
+           elapsed * (1 - done) / done);
+  progress.shown = 1;
+}
+
+/* The backends' poll between chunks (kde_interrupt_probe): draws the bar,
+ * then asks R whether the user pressed Ctrl-C. R_CheckUserInterrupt
+ * longjmps; R_ToplevelExec catches that, so the backend learns about the
+ * interrupt as a return value and frees its memory before api.c raises the
+ * error (jeroen/curl's pattern). */
+static int poll_between_chunks(double done)
+{
+  progress_draw(done);
   return !R_ToplevelExec(check_interrupt, NULL);
 }
 
@@ -158,6 +222,7 @@ static kde_status status_ok(void)
 
 static void raise_status(const kde_status *status)
 {
+  progress_end();
   if (status->code == KDE_OK) return;
   if (status->code == KDE_ERR_INTERRUPTED)
     Rf_error("kdegpu: interrupted; nothing was leaked");
@@ -166,17 +231,19 @@ static void raise_status(const kde_status *status)
 
 /* ---- CPU ---------------------------------------------------------------- */
 
-SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP kernel,
-                            SEXP log_const, SEXP leave_one_out, SEXP threads)
+SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
+                            SEXP transform, SEXP kernel, SEXP log_const,
+                            SEXP leave_one_out, SEXP threads, SEXP show_progress)
 {
   kde_training_set t = arg_training_set(train, weight, kernel);
-  kde_query_set q = arg_query_set(query, log_const, leave_one_out, t.dim,
-                                  t.n_train);
+  kde_query_set q = arg_query_set(query, center, transform, log_const,
+                                  leave_one_out, t.dim, t.n_train);
   int n_threads = arg_int_scalar(threads, "threads");
 
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   kde_status status = status_ok();
-  kde_cpu_log_density(&t, &q, n_threads, pending_interrupt, REAL(out),
+  progress_begin(show_progress);
+  kde_cpu_log_density(&t, &q, n_threads, poll_between_chunks, REAL(out),
                       &status);
   UNPROTECT(1);
   raise_status(&status);
@@ -231,11 +298,7 @@ SEXP kdegpu_lse_rows(SEXP parts)
 SEXP kdegpu_first_nonfinite(SEXP x)
 {
   if (TYPEOF(x) != REALSXP) Rf_error("`x` must be a double vector");
-  const double *data = REAL(x);
-  R_xlen_t len = XLENGTH(x);
-  for (R_xlen_t i = 0; i < len; i++)
-    if (!R_FINITE(data[i])) return Rf_ScalarReal((double) i + 1);
-  return Rf_ScalarReal(0);
+  return Rf_ScalarReal((double) kde_first_nonfinite(REAL(x), (int64_t) XLENGTH(x), 0) + 1);
 }
 
 /* z = (x - center) T, the whitening every evaluation's queries go through. */
@@ -397,17 +460,67 @@ SEXP kdegpu_cuda_model_release(SEXP handle)
   return R_NilValue;
 }
 
-SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP log_const,
-                             SEXP leave_one_out)
+SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
+                             SEXP transform, SEXP log_const,
+                             SEXP leave_one_out, SEXP show_progress)
 {
   kde_cuda_model *model = arg_cuda_model(handle);
   const double *shape = REAL(R_ExternalPtrProtected(handle));
-  kde_query_set q = arg_query_set(query, log_const, leave_one_out,
-                                  (int64_t) shape[1], (int64_t) shape[0]);
+  kde_query_set q = arg_query_set(query, center, transform, log_const,
+                                  leave_one_out, (int64_t) shape[1],
+                                  (int64_t) shape[0]);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   kde_status status = status_ok();
+  progress_begin(show_progress);
   if (q.n_query > 0)
-    kde_cuda_log_density(model, &q, pending_interrupt, REAL(out), &status);
+    kde_cuda_log_density(model, &q, poll_between_chunks, REAL(out), &status);
+  UNPROTECT(1);
+  raise_status(&status);
+  return out;
+}
+
+/* Draws from a CUDA fit (see kde_cuda_sample); returns a size x d matrix. */
+SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
+                        SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
+                        SEXP show_progress)
+{
+  kde_sample_request request;
+  int64_t rows, cols;
+  request.kernel = arg_kernel(kernel);
+  request.train = arg_matrix(train, "train", &request.n_train, &request.dim);
+  if (request.n_train < 1 || request.dim < 1 || request.dim > KDE_SAMPLE_MAX_DIM)
+    Rf_error("`train` must have at least one row and 1 to %d columns",
+             KDE_SAMPLE_MAX_DIM);
+  request.cumulative = arg_double_vector(cumulative, "cumulative", request.n_train);
+  for (int64_t j = 0; j < request.n_train; j++) {
+    double c = request.cumulative[j];
+    if (!(c >= 0 && c <= 1) || (j > 0 && c < request.cumulative[j - 1]))
+      Rf_error("`cumulative` must be non-decreasing cumulative weights in [0, 1]");
+  }
+  if (request.cumulative[request.n_train - 1] != 1)
+    Rf_error("`cumulative` must end at 1");
+  request.chol_h = arg_matrix(chol_h, "chol_h", &rows, &cols);
+  if (rows != request.dim || cols != request.dim)
+    Rf_error("`chol_h` must be a %lld x %lld matrix", (long long) request.dim,
+             (long long) request.dim);
+  double draws = arg_double_scalar(size, "size");
+  if (draws < 0 || draws != floor(draws) || draws > INT_MAX)
+    Rf_error("`size` must be a whole number in 0..%d", INT_MAX);
+  request.size = (int64_t) draws;
+  const double *seed_words = arg_double_vector(seed, "seed", 2);
+  for (int i = 0; i < 2; i++) {
+    if (!(seed_words[i] >= 0 && seed_words[i] < 4294967296.0) ||
+        seed_words[i] != floor(seed_words[i]))
+      Rf_error("`seed` must be two whole numbers in [0, 2^32)");
+    request.seed[i] = (uint32_t) seed_words[i];
+  }
+  int gpu = arg_int_scalar(device, "device");
+  double budget = arg_double_scalar(memory_budget, "memory_budget");
+
+  SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) request.size, (int) request.dim));
+  kde_status status = status_ok();
+  progress_begin(show_progress);
+  kde_cuda_sample(&request, gpu, budget, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);
   raise_status(&status);
   return out;

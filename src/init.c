@@ -9,7 +9,7 @@
 #define CALLDEF(name, n) {"kde_" #name, (DL_FUNC) &kdegpu_##name, n}
 
 static const R_CallMethodDef call_methods[] = {
-  CALLDEF(log_density_cpu, 7),
+  CALLDEF(log_density_cpu, 10),
   CALLDEF(cpu_info, 0),
   CALLDEF(kernel_constants, 2),
   CALLDEF(lse_rows, 1),
@@ -20,7 +20,8 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(cuda_model_create, 6),
   CALLDEF(cuda_model_valid, 1),
   CALLDEF(cuda_model_release, 1),
-  CALLDEF(log_density_cuda, 4),
+  CALLDEF(log_density_cuda, 7),
+  CALLDEF(sample_cuda, 9),
   {NULL, NULL, 0}
 };
 

@@ -27,14 +27,18 @@ typedef struct {
   char message[512]; /* what happened and what to do, for the R error */
 } kde_status;
 
-/* Polled on the calling thread between chunks of work; returns non-zero
- * when the user asked to stop. Never longjmps (see api.c). */
-typedef int (*kde_interrupt_probe)(void);
+/* Polled on the calling thread between chunks of work with the fraction of
+ * the evaluation done so far (0..1), which api.c turns into a progress bar
+ * for long interactive runs; returns non-zero when the user asked to stop.
+ * Never longjmps (see api.c). */
+typedef int (*kde_interrupt_probe)(double done);
 
 /*
  * One evaluation: log f(q_i) - log_const = log sum_j w_j k(|q_i - x_j|^2)
  * for the rows q_i of `query`. Coordinates are whitened and divided by the
- * kernel's radius scale, so s^2 = |q_i - x_j|^2 (see kernels.h).
+ * kernel's radius scale, so s^2 = |q_i - x_j|^2 (see kernels.h): the
+ * training points by the caller, the queries by the caller or, given a
+ * `transform`, by the backend.
  *
  * Matrices are column-major, as R stores them: element (row r, col c) of an
  * n x d matrix is at [r + c * n]. All counts are 64-bit.
@@ -51,6 +55,12 @@ typedef struct {
 typedef struct {
   int64_t n_query;
   const double *query;       /* n_query x dim */
+  /* Whitening that the backend applies to the queries first,
+   * z = (query - center) transform (center: dim values, transform: dim x dim,
+   * column-major), so the caller need not hold a whitened copy. Both NULL
+   * when the queries are whitened already. */
+  const double *center;
+  const double *transform;
   double log_const;          /* added to every result */
   /* Leave one out: the queries are the training points and the term
    * j == i is excluded exactly (not subtracted afterwards). */

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "kde_backend.h"
+#include "whiten.h"
 #include <kdegpu/kernels.h>
 
 #ifdef _OPENMP
@@ -287,12 +288,29 @@ void kde_cpu_log_density(const kde_training_set *train,
   }
   if (query->n_query == 0) return;
 
-  const int64_t tile = choose_tile(train->dim);
   const int n_threads = kde_cpu_thread_limit(threads);
+  double *whitened = NULL;
+  kde_query_set whitened_query;
+  if (query->transform != NULL) {
+    whitened = malloc((size_t) query->n_query * (size_t) train->dim * sizeof(double));
+    if (whitened == NULL) {
+      set_status(status, KDE_ERR_ALLOC,
+                 "could not allocate CPU memory for the whitened queries");
+      return;
+    }
+    kde_whiten(query->query, query->n_query, train->dim, query->center,
+               query->transform, n_threads, whitened);
+    whitened_query = *query;
+    whitened_query.query = whitened;
+    whitened_query.center = whitened_query.transform = NULL;
+    query = &whitened_query;
+  }
+  const int64_t tile = choose_tile(train->dim);
   const int64_t scratch_per_thread = 2 * tile + QUERY_BLOCK * train->dim;
   double *scratch =
       malloc((size_t) n_threads * (size_t) scratch_per_thread * sizeof(double));
   if (scratch == NULL) {
+    free(whitened);
     set_status(status, KDE_ERR_ALLOC,
                "could not allocate CPU scratch memory for the evaluation");
     return;
@@ -321,11 +339,14 @@ void kde_cpu_log_density(const kde_training_set *train,
       evaluate_block_dispatch(train->kernel, train, query, q_begin, q_end,
                               tile, scratch + thread * scratch_per_thread, out);
     }
-    if (chunk_end < query->n_query && interrupted != NULL && interrupted()) {
+    if (chunk_end < query->n_query && interrupted != NULL &&
+        interrupted((double) chunk_end / (double) query->n_query)) {
       free(scratch);
+      free(whitened);
       set_status(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       return;
     }
   }
   free(scratch);
+  free(whitened);
 }

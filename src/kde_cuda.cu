@@ -55,12 +55,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <thread>
 #include <type_traits>
-#include <vector>
 
 #include "kdegpu/kernels.h"
 #include "kde_cuda.h"
+#include "kde_cuda_common.h"
 
 /* ------------------------------------------------------------------------ */
 /* Tuning constants                                                          */
@@ -104,14 +103,18 @@ constexpr size_t kWideSmemCap = 100 * 1024;
 /* Below this many queries per device, split the training set, not the
  * queries, across devices. */
 constexpr int64_t kMinQueriesPerDevice = 16384;
-/* Default budget: this fraction of the free memory when the model is made. */
-constexpr double kDefaultBudgetFraction = 0.5;
-/* Largest query batch (rows), which bounds the pinned staging buffers. */
+/* Largest query batch (rows). */
 constexpr int64_t kMaxBatchRows = (int64_t) 1 << 22;
-/* Pairs per step (one batch against one shard) in single precision, a few
- * seconds at most, so that the interrupt probe runs that often; double
- * precision runs about ten times fewer. */
-constexpr double kMaxPairsPerStep = 4e12;
+/* Work per step (one batch against one shard), in pairs x the cost per pair
+ * of step_cost_per_pair(): about a second on an H100 whatever the path, so
+ * that the interrupt probe and the progress bar run that often. */
+constexpr double kMaxWorkPerStep = 2e13;
+/* Scratch buffers up to this size stay allocated between evaluations (no
+ * allocation, nor the synchronisation of cudaFree, in a short call); larger
+ * ones are freed at the end of the evaluation that needed them. */
+constexpr size_t kKeepScratchBytes = (size_t) 64 << 20;
+/* Threads per block of the query packing kernel. */
+constexpr int kPackThreads = 128;
 
 constexpr double kLog2e = 1.4426950408889634074;
 constexpr double kLn2 = 0.69314718055994530942;
@@ -119,90 +122,49 @@ constexpr double kLn2 = 0.69314718055994530942;
 } // namespace
 
 /* ------------------------------------------------------------------------ */
-/* Status and the error macro                                                */
-/* ------------------------------------------------------------------------ */
-
-static void kde_status_clear(kde_status *status)
-{
-  if (status == NULL) return;
-  status->code = KDE_OK;
-  status->message[0] = '\0';
-}
-
-static void kde_status_set(kde_status *status, int code, const char *fmt, ...)
-  __attribute__((format(printf, 3, 4)));
-
-static void kde_status_set(kde_status *status, int code, const char *fmt, ...)
-{
-  va_list ap;
-  if (status == NULL || status->code != KDE_OK) return; /* first error wins */
-  status->code = code;
-  va_start(ap, fmt);
-  vsnprintf(status->message, sizeof status->message, fmt, ap);
-  va_end(ap);
-}
-
-static const char *kde_basename(const char *path)
-{
-  const char *slash = strrchr(path, '/');
-  return slash != NULL ? slash + 1 : path;
-}
-
-static void kde_cuda_record(kde_status *status, cudaError_t err,
-                            const char *call, const char *file, int line)
-{
-  int alloc = err == cudaErrorMemoryAllocation;
-  (void) cudaGetLastError(); /* clear a non-sticky error for the next call */
-  kde_status_set(status, alloc ? KDE_ERR_ALLOC : KDE_ERR_CUDA,
-                 "CUDA call `%s` failed (%s:%d): %s: %s%s", call,
-                 kde_basename(file), line, cudaGetErrorName(err),
-                 cudaGetErrorString(err),
-                 alloc ? ". The GPU ran out of memory: lower the memory budget"
-                         " with options(kdegpu.gpu_memory = ...) or use"
-                         " precision = 'single'"
-                       : "");
-}
-
-/* Every runtime call goes through this; on failure it records and jumps to
- * the enclosing function's `cleanup:` label. */
-#define KDE_CUDA_TRY(call)                                                   \
-  do {                                                                       \
-    cudaError_t kde_err_ = (call);                                           \
-    if (kde_err_ != cudaSuccess) {                                           \
-      kde_cuda_record(status, kde_err_, #call, __FILE__, __LINE__);          \
-      goto cleanup;                                                          \
-    }                                                                        \
-  } while (0)
-
-/* After each kernel launch (launch errors are reported by cudaGetLastError;
- * errors while running surface at the next synchronising call). */
-#define KDE_CUDA_LAUNCHED(what)                                              \
-  do {                                                                       \
-    cudaError_t kde_err_ = cudaGetLastError();                               \
-    if (kde_err_ != cudaSuccess) {                                           \
-      kde_cuda_record(status, kde_err_, "launch of the " what, __FILE__,     \
-                      __LINE__);                                             \
-      goto cleanup;                                                          \
-    }                                                                        \
-  } while (0)
-
-#define KDE_HOST_ALLOC(ptr, count, what)                                     \
-  do {                                                                       \
-    size_t kde_n_ = (size_t) (count);                                        \
-    (ptr) = (decltype(ptr)) calloc(kde_n_ > 0 ? kde_n_ : 1, sizeof *(ptr));  \
-    if ((ptr) == NULL) {                                                     \
-      kde_status_set(status, KDE_ERR_ALLOC,                                  \
-                     "out of host memory allocating %.0f bytes for %s",      \
-                     (double) kde_n_ * sizeof *(ptr), what);                 \
-      goto cleanup;                                                          \
-    }                                                                        \
-  } while (0)
-
-/* ------------------------------------------------------------------------ */
 /* Device code                                                               */
 /* ------------------------------------------------------------------------ */
 
 namespace {
+
+/* Round to TF32 (10 explicit mantissa bits), to nearest even: the same
+ * bits on the host (training points) and the device (queries). */
+__host__ __device__ inline float tf32_round(float v)
+{
+#ifdef __CUDA_ARCH__
+  uint32_t u = __float_as_uint(v);
+#else
+  uint32_t u;
+  memcpy(&u, &v, sizeof u);
+#endif
+  if ((u & 0x7f800000u) != 0x7f800000u) /* leave inf and NaN alone */
+    u = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  memcpy(&v, &u, sizeof v);
+  return v;
+#endif
+}
+
+/* Where value (point or query row r, dimension k) goes in the tensor-core
+ * layouts: the B fragment of a storage tile (b0: k = t, b1: k = t + 4, for
+ * column g, lane = 4 g + t) and the A fragment of a query m16 tile (a0: (g,
+ * t), a1: (g + 8, t), a2: (g, t + 4), a3: (g + 8, t + 4)). See
+ * kde_tf32_kernel; the small part sits 2 floats (B) or 128 floats (A) after
+ * the big part. */
+__host__ __device__ inline int64_t tf32_train_slot(int64_t point_in_tile, int64_t k)
+{
+  const int64_t j = point_in_tile / 8, g = point_in_tile % 8;
+  const int64_t kk = k / 8, t = k % 4, h = (k % 8) / 4;
+  return ((kk * 4 + j) * 32 + 4 * g + t) * 4 + h;
+}
+__host__ __device__ inline int64_t tf32_query_slot(int64_t row_in_tile, int64_t k)
+{
+  const int64_t g = row_in_tile % 8, hr = row_in_tile / 8;
+  const int64_t kk = k / 8, t = k % 4, hc = (k % 8) / 4;
+  return kk * 256 + (4 * g + t) * 4 + hr + 2 * hc;
+}
 
 template <typename T>
 struct kde_args {
@@ -474,6 +436,16 @@ __device__ __forceinline__ void accumulate_group(T (&value)[Q][U], T (&m)[Q],
   for (int i = 0; i < Q; i++) ts[i] += g[i];
 }
 
+/* The training points of this block: the blockIdx.y-th split of the
+ * launch's range, [first, first + count), count a multiple of kUnit. */
+template <typename T>
+__device__ __forceinline__ int64_t block_split(const kde_args<T> &a, int64_t &count)
+{
+  const int64_t first = (int64_t) blockIdx.y * a.split_points;
+  count = a.n_points - first < a.split_points ? a.n_points - first : a.split_points;
+  return first;
+}
+
 /* The value of one pair for the difference form, from s^2 and aux. */
 template <int K, bool LSE, typename T>
 __device__ __forceinline__ T pair_value(T s2, T aux)
@@ -653,10 +625,9 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     s[i] = 0;
   }
 
-  const int64_t p0 = (int64_t) blockIdx.y * a.split_points;
-  int64_t p1 = p0 + a.split_points;
-  if (p1 > a.n_points) p1 = a.n_points;
-  const int64_t n_tiles = (p1 - p0) / kUnit;
+  int64_t split_count;
+  const int64_t p0 = block_split(a, split_count);
+  const int64_t n_tiles = split_count / kUnit;
   const T *src = a.train + p0 * (D + 1);
 
   block_copy_async(smem, src, tile_elems * sizeof(T));
@@ -734,10 +705,9 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     ts[i] = 0;
   }
 
-  const int64_t p0 = (int64_t) blockIdx.y * a.split_points;
-  int64_t p1 = p0 + a.split_points;
-  if (p1 > a.n_points) p1 = a.n_points;
-  const int64_t n_tiles = (p1 - p0) / kTileWidth;
+  int64_t split_count;
+  const int64_t p0 = block_split(a, split_count);
+  const int64_t n_tiles = split_count / kTileWidth;
   const int64_t n_steps = n_tiles * n_chunks;
   const T *src = a.train + p0 * (d + 1);
   const size_t tile_stride = (size_t) (d + 1) * kTileWidth;
@@ -910,10 +880,9 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
     ts[r] = 0;
   }
 
-  const int64_t p0 = (int64_t) blockIdx.y * a.split_points;
-  int64_t p1 = p0 + a.split_points;
-  if (p1 > a.n_points) p1 = a.n_points;
-  const int64_t n_tiles = (p1 - p0) / kTileWidth;
+  int64_t split_count;
+  const int64_t p0 = block_split(a, split_count);
+  const int64_t n_tiles = split_count / kTileWidth;
   const float *src = a.train + (p0 / kTileWidth) * tile_elems;
 
   block_copy_async(sa, a.query + (q0 / 16) * k8 * 256, (size_t) q_elems * sizeof(float));
@@ -1012,6 +981,74 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
 #endif
 }
 
+/* The query packing kernel's arguments: a batch of raw queries (double,
+ * column-major [dim][ldr], as R holds them) becomes the main kernels'
+ * layout, whitened on the way when `transform` is given. */
+template <typename T>
+struct kde_pack_args {
+  const double *raw;
+  int64_t ldr;
+  int64_t rows;             /* valid rows; rows up to ldq are zero padding */
+  int64_t ldq;
+  int dim;
+  int k8;                   /* tensor-core layout: dimensions / 8, rounded up */
+  const double *center;     /* whitening: z = (raw - center) transform */
+  const double *transform;  /* dim x dim, column-major; NULL: raw is z */
+  const double *model_center;
+  double scale;             /* packed value = (z - model_center) scale */
+  T *dst;
+  double *offset;           /* [rows]: |packed row|^2 / 2 (expanded form) */
+};
+
+/* One thread per row; output columns in groups of 8 held in registers.
+ * Whitening is done in double, as kde_whiten() does on the CPU, and the
+ * coordinates are then centred and scaled as the training points were. */
+template <typename T, bool TF32>
+__global__ void kde_pack_kernel(const kde_pack_args<T> a)
+{
+  constexpr int C = 8;
+  const int64_t row = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= a.ldq) return;
+  const bool valid = row < a.rows;
+  const int out_dims = TF32 ? 8 * a.k8 : a.dim;
+  double norm2 = 0;
+  for (int c0 = 0; c0 < out_dims; c0 += C) {
+    double z[C];
+#pragma unroll
+    for (int u = 0; u < C; u++) z[u] = 0;
+    if (valid && a.transform != NULL) {
+      for (int k = 0; k < a.dim; k++) {
+        const double xk = a.raw[k * a.ldr + row] - a.center[k];
+        const double *t = a.transform + k;
+#pragma unroll
+        for (int u = 0; u < C; u++)
+          if (c0 + u < a.dim) z[u] = fma(xk, t[(int64_t) (c0 + u) * a.dim], z[u]);
+      }
+    } else if (valid) {
+#pragma unroll
+      for (int u = 0; u < C; u++)
+        if (c0 + u < a.dim) z[u] = a.raw[(int64_t) (c0 + u) * a.ldr + row];
+    }
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+      const int c = c0 + u;
+      if (c >= out_dims) break;
+      const T v = valid && c < a.dim ? (T) ((z[u] - a.model_center[c]) * a.scale) : (T) 0;
+      norm2 += (double) v * (double) v;
+      if (TF32) {
+        const float big = tf32_round((float) v);
+        float *at = reinterpret_cast<float *>(a.dst) + (row / 16) * a.k8 * 256 +
+                    tf32_query_slot(row % 16, c);
+        at[0] = big;
+        at[128] = tf32_round((float) v - big);
+      } else {
+        a.dst[(int64_t) c * a.ldq + row] = v;
+      }
+    }
+  }
+  if (valid) a.offset[row] = 0.5 * norm2;
+}
+
 /*
  * acc[i] = merge(acc[i] (or empty when first), the partials of every split).
  * 2^lanes_log2 consecutive threads share a query: each merges a strided
@@ -1103,13 +1140,29 @@ template <typename T> kde_kernel_fn<T> select_kernel(int kernel, int dim, int tf
 /* Host side: the model                                                      */
 /* ------------------------------------------------------------------------ */
 
+/* A device allocation that evaluations reuse while it is large enough. */
+typedef struct {
+  void *ptr;
+  size_t bytes;
+} kde_buffer;
+
 typedef struct {
   int device;
   int multiprocessors;
   size_t smem_optin;      /* max dynamic shared memory per block */
   double budget;          /* bytes this model and its evaluations may use */
   void *train;            /* resident replica (NULL when streaming) */
-  cudaStream_t stream;
+  cudaStream_t stream;    /* packing and kernels */
+  cudaStream_t upload;    /* raw query uploads, ahead of the kernels */
+  cudaEvent_t raw_ready;  /* upload -> stream: the raw batch has arrived */
+  cudaEvent_t raw_free;   /* stream -> upload: the raw batch is packed */
+  double *model_center;   /* dim: the model's centre, on this device */
+  double *whitening;      /* dim + dim x dim: center, transform (lazily) */
+  int whitening_serial;   /* model->whitening_serial uploaded here */
+  /* Scratch of evaluations: raw query batch, packed queries, partial
+   * states of the splits, accumulated states (max, sum, |q|^2 / 2), and a
+   * training shard when streaming. */
+  kde_buffer raw, query, part, acc, shard;
 } kde_replica;
 
 struct kde_cuda_model {
@@ -1128,6 +1181,8 @@ struct kde_cuda_model {
   int64_t query_elems;  /* values per query row on the device */
   int resident;         /* whole training set on every device */
   void *host_train;     /* packed copy, kept when streaming */
+  double *whitening;    /* host copy of the last queries' whitening */
+  int whitening_serial; /* bumped when it changes; 0: none yet */
   int n_devices;
   kde_replica *rep;
 };
@@ -1174,35 +1229,6 @@ static size_t point_bytes(const kde_cuda_model *model)
   return (size_t) model->tile_elems * model->elem / kTileWidth;
 }
 
-/* Round to TF32 (10 explicit mantissa bits), to nearest even. */
-static float tf32_round(float v)
-{
-  uint32_t u;
-  memcpy(&u, &v, sizeof u);
-  if ((u & 0x7f800000u) != 0x7f800000u) /* leave inf and NaN alone */
-    u = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
-  memcpy(&v, &u, sizeof v);
-  return v;
-}
-
-/* Where value (point or query row r, dimension k) goes in the tensor-core
- * layouts: the B fragment of a storage tile (b0: k = t, b1: k = t + 4, for
- * column g, lane = 4 g + t) and the A fragment of a query m16 tile (a0: (g,
- * t), a1: (g + 8, t), a2: (g, t + 4), a3: (g + 8, t + 4)). See
- * kde_tf32_kernel; the small part sits 2 floats (B) or 128 floats (A) after
- * the big part. */
-static int64_t tf32_train_slot(int64_t point_in_tile, int64_t k)
-{
-  const int64_t j = point_in_tile / 8, g = point_in_tile % 8;
-  const int64_t kk = k / 8, t = k % 4, h = (k % 8) / 4;
-  return ((kk * 4 + j) * 32 + 4 * g + t) * 4 + h;
-}
-static int64_t tf32_query_slot(int64_t row_in_tile, int64_t k)
-{
-  const int64_t g = row_in_tile % 8, hr = row_in_tile / 8;
-  const int64_t kk = k / 8, t = k % 4, hc = (k % 8) / 4;
-  return kk * 256 + (4 * g + t) * 4 + hr + 2 * hc;
-}
 
 /* Tensor-core storage tiles: big and small parts of the coordinates in B
  * fragment order, then aux = log2 w - |x|^2 / 2 of the float coordinates.
@@ -1335,6 +1361,40 @@ cleanup:
   if (prev >= 0) (void) cudaSetDevice(prev);
 }
 
+static void buffer_release(kde_buffer *buffer)
+{
+  if (buffer->ptr != NULL) (void) cudaFree(buffer->ptr);
+  buffer->ptr = NULL;
+  buffer->bytes = 0;
+}
+
+/* Makes `buffer` (on the current device) hold at least `bytes`. */
+static int buffer_reserve(kde_buffer *buffer, size_t bytes, kde_status *status)
+{
+  if (buffer->ptr != NULL && buffer->bytes >= bytes) return 0;
+  buffer_release(buffer);
+  KDE_CUDA_TRY(cudaMalloc(&buffer->ptr, bytes > 0 ? bytes : 1));
+  buffer->bytes = bytes;
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* The evaluation scratch of a replica (its device is current). */
+static size_t scratch_bytes(const kde_replica *rep)
+{
+  return rep->raw.bytes + rep->query.bytes + rep->part.bytes + rep->acc.bytes +
+         rep->shard.bytes;
+}
+static void scratch_release(kde_replica *rep)
+{
+  buffer_release(&rep->raw);
+  buffer_release(&rep->query);
+  buffer_release(&rep->part);
+  buffer_release(&rep->acc);
+  buffer_release(&rep->shard);
+}
+
 extern "C" void kde_cuda_model_free(kde_cuda_model *model)
 {
   int prev = -1;
@@ -1343,19 +1403,27 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   if (model->rep != NULL) {
     for (int r = 0; r < model->n_devices; r++) {
       kde_replica *rep = &model->rep[r];
-      if (rep->train == NULL && rep->stream == NULL) continue;
+      if (rep->stream == NULL) continue; /* never set up: nothing on it */
       if (cudaSetDevice(rep->device) != cudaSuccess) continue;
-      if (rep->stream != NULL) {
-        (void) cudaStreamSynchronize(rep->stream);
-        (void) cudaStreamDestroy(rep->stream);
+      (void) cudaStreamSynchronize(rep->stream);
+      if (rep->upload != NULL) {
+        (void) cudaStreamSynchronize(rep->upload);
+        (void) cudaStreamDestroy(rep->upload);
       }
+      (void) cudaStreamDestroy(rep->stream);
+      if (rep->raw_ready != NULL) (void) cudaEventDestroy(rep->raw_ready);
+      if (rep->raw_free != NULL) (void) cudaEventDestroy(rep->raw_free);
       if (rep->train != NULL) (void) cudaFree(rep->train);
+      if (rep->model_center != NULL) (void) cudaFree(rep->model_center);
+      if (rep->whitening != NULL) (void) cudaFree(rep->whitening);
+      scratch_release(rep);
     }
   }
   (void) cudaGetLastError();
   free(model->rep);
   free(model->host_train);
   free(model->center);
+  free(model->whitening);
   free(model);
   if (prev >= 0) (void) cudaSetDevice(prev);
 }
@@ -1461,6 +1529,12 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
     rep->budget = memory_budget > 0 ? memory_budget
                                     : kDefaultBudgetFraction * (double) free_b;
     KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->stream, cudaStreamNonBlocking));
+    KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->upload, cudaStreamNonBlocking));
+    KDE_CUDA_TRY(cudaEventCreateWithFlags(&rep->raw_ready, cudaEventDisableTiming));
+    KDE_CUDA_TRY(cudaEventCreateWithFlags(&rep->raw_free, cudaEventDisableTiming));
+    KDE_CUDA_TRY(cudaMalloc((void **) &rep->model_center, model->dim * sizeof(double)));
+    KDE_CUDA_TRY(cudaMemcpy(rep->model_center, model->center, model->dim * sizeof(double),
+                            cudaMemcpyHostToDevice));
     if (min_budget < 0 || rep->budget < min_budget) min_budget = rep->budget;
     if (tf32_smem_bytes(ceil_div(model->dim, 8)) > rep->smem_optin) tf32_ok = 0;
   }
@@ -1542,14 +1616,14 @@ cleanup:
 /* Host side: one evaluation                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* One device's share of an evaluation and its scratch memory. */
+/* One device's share of an evaluation. */
 typedef struct {
   kde_replica *rep;
   int64_t q_lo, q_hi;       /* queries of this device */
   int64_t u_lo, u_hi;       /* training units of this device */
   int64_t shard_units;      /* units per step */
-  int64_t ldq_max;          /* rows of the query buffer */
-  int split_cap;            /* rows of the partial buffers / ldq_max */
+  int64_t ldq_max;          /* rows of a query batch */
+  int split_cap;            /* partial states per row of a batch */
   double *state_max;        /* host, [q_hi - q_lo], this device's states */
   double *state_sum;
   /* kernel choice */
@@ -1557,18 +1631,16 @@ typedef struct {
   size_t smem;
   int chunk_dims, n_chunks;
   int concurrency;          /* resident blocks over all SMs */
-  /* scratch */
-  void *d_query, *d_part_max, *d_part_sum, *d_shard;
-  double *d_acc;            /* [2][ldq_max] */
-  void *h_query;            /* pinned */
-  double *h_acc;            /* pinned [2][ldq_max] */
   cudaEvent_t ev_start, ev_stop;
   /* cursor */
   int64_t q_next;           /* first query of the current batch */
   int64_t n_batch;          /* rows in the current batch */
   int64_t ldq;
   int64_t shard;            /* next shard within the current batch */
-  int batch_done;           /* acc of the batch was copied back this step */
+  int64_t raw_first;        /* the batch uploaded to rep->raw, if raw_rows */
+  int64_t raw_rows;
+  int batch_started;        /* this step packed a new batch */
+  int batch_done;           /* this step finished the batch */
   int timed;
 } kde_device_job;
 
@@ -1604,134 +1676,117 @@ static int choose_splits(const kde_device_job *job, int64_t blocks_q,
   return (int) best;
 }
 
-/* Runs body(lo, hi) over [0, rows) on the CPU threads kdegpu may use: the
- * packing of a large query batch (a float conversion, or the TF32 split)
- * otherwise takes a large part of an evaluation at high d. Rows are
- * independent, so the result does not depend on the thread count. Thread
- * creation failing (std::system_error) falls back to the calling thread;
- * nothing is thrown across the C interface. */
-template <typename Body>
-static void parallel_rows(int64_t rows, const Body &body)
+/* Relative cost of a pair on the path a model takes (FMAs for the distance
+ * or dot product, plus the exp), for the size of a step: double precision
+ * runs about 5x slower, the tensor cores about 2.5x faster. */
+static double pair_cost(const kde_cuda_model *model)
 {
-  const int64_t min_rows_per_thread = 16384;
-  int64_t threads = kde_cpu_thread_limit(0);
-  if (threads > rows / min_rows_per_thread) threads = rows / min_rows_per_thread;
-  if (threads <= 1) {
-    body((int64_t) 0, rows);
-    return;
-  }
-  std::vector<std::thread> pool;
-  int64_t started_up_to = 0;
-  try {
-    pool.reserve((size_t) threads - 1);
-    for (int64_t t = 1; t < threads; t++) {
-      const int64_t lo = rows * t / threads, hi = rows * (t + 1) / threads;
-      pool.emplace_back([&body, lo, hi] { body(lo, hi); });
-      started_up_to = t;
-    }
-  } catch (...) {
-  }
-  /* The calling thread does chunk 0 and every chunk no thread took. */
-  body((int64_t) 0, rows / threads);
-  for (int64_t t = started_up_to + 1; t < threads; t++)
-    body(rows * t / threads, rows * (t + 1) / threads);
-  for (std::thread &worker : pool) worker.join();
+  double cost = (double) model->dim + 4;
+  if (model->precision == KDE_PRECISION_DOUBLE) cost *= 5;
+  if (model->tf32) cost *= 0.4;
+  return cost;
 }
 
+static int64_t batch_rows(const kde_device_job *job, int64_t first)
+{
+  return job->q_hi - first < job->ldq_max ? job->q_hi - first : job->ldq_max;
+}
+
+/* Starts the upload of raw query rows [first, first + rows) to rep->raw on
+ * the upload stream, once the previous batch there has been packed. The
+ * source is R's (pageable) memory: the call returns when the copy has left
+ * it, while the device may still be running the previous batch. */
+static int upload_raw(const kde_cuda_model *model, const kde_query_set *query,
+                      kde_device_job *job, int64_t first, int64_t rows,
+                      kde_status *status)
+{
+  kde_replica *rep = job->rep;
+  KDE_CUDA_TRY(cudaStreamWaitEvent(rep->upload, rep->raw_free, 0));
+  KDE_CUDA_TRY(cudaMemcpy2DAsync(rep->raw.ptr, (size_t) job->ldq_max * sizeof(double),
+                                 query->query + first,
+                                 (size_t) query->n_query * sizeof(double),
+                                 (size_t) rows * sizeof(double), (size_t) model->dim,
+                                 cudaMemcpyHostToDevice, rep->upload));
+  KDE_CUDA_TRY(cudaEventRecord(rep->raw_ready, rep->upload));
+  job->raw_first = first;
+  job->raw_rows = rows;
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* Packs the current batch (uploaded to rep->raw) into rep->query, and its
+ * |q|^2 / 2 into the third row of rep->acc. */
 template <typename T>
-static void pack_queries(const kde_cuda_model *model, const kde_query_set *query,
-                         int64_t first, int64_t rows, int64_t ldq, T *dst,
-                         double *query_offset)
+static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
+                      kde_device_job *job, kde_status *status)
 {
-  const int64_t d = model->dim, nq = query->n_query;
-  parallel_rows(rows, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; i++) query_offset[first + i] = 0;
-    for (int64_t k = 0; k < d; k++) {
-      const double *col = query->query + k * nq + first;
-      const double c = model->center[k], sc = model->scale;
-      T *out = dst + k * ldq;
-      for (int64_t i = lo; i < hi; i++) {
-        const T v = (T) ((col[i] - c) * sc);
-        out[i] = v;
-        query_offset[first + i] += 0.5 * (double) v * (double) v;
-      }
-    }
-  });
-  for (int64_t k = 0; k < d; k++)
-    for (int64_t i = rows; i < ldq; i++) dst[k * ldq + i] = 0;
-}
-
-/* Tensor-core query layout: [m16 tile][k8][big | small][lane][a0..a3],
- * zero padded; reads the column-major queries one column at a time. */
-static void pack_queries_tf32(const kde_cuda_model *model,
-                              const kde_query_set *query, int64_t first,
-                              int64_t rows, int64_t ldq, float *dst,
-                              double *query_offset)
-{
-  const int64_t d = model->dim, nq = query->n_query;
-  memset(dst, 0, (size_t) ldq * model->query_elems * sizeof(float));
-  /* Chunks of whole 16-row tiles, so no two threads write one tile. */
-  const int64_t tiles = (rows + 15) / 16;
-  parallel_rows(tiles, [&](int64_t tile_lo, int64_t tile_hi) {
-    const int64_t lo = tile_lo * 16, hi = tile_hi * 16 < rows ? tile_hi * 16 : rows;
-    for (int64_t i = lo; i < hi; i++) query_offset[first + i] = 0;
-    for (int64_t k = 0; k < d; k++) {
-      const double *col = query->query + k * nq + first;
-      const double c = model->center[k], sc = model->scale;
-      for (int64_t i = lo; i < hi; i++) {
-        const float v = (float) ((col[i] - c) * sc);
-        const float big = tf32_round(v);
-        float *at = dst + (i / 16) * model->k8 * 256 + tf32_query_slot(i % 16, k);
-        at[0] = big;
-        at[128] = tf32_round(v - big);
-        query_offset[first + i] += 0.5 * (double) v * (double) v;
-      }
-    }
-  });
+  kde_replica *rep = job->rep;
+  kde_pack_args<T> args;
+  const unsigned blocks = (unsigned) ceil_div(job->ldq, kPackThreads);
+  args.raw = (const double *) rep->raw.ptr;
+  args.ldr = job->ldq_max;
+  args.rows = job->n_batch;
+  args.ldq = job->ldq;
+  args.dim = (int) model->dim;
+  args.k8 = model->k8;
+  args.center = query->transform != NULL ? rep->whitening : NULL;
+  args.transform = query->transform != NULL ? rep->whitening + model->dim : NULL;
+  args.model_center = rep->model_center;
+  args.scale = model->scale;
+  args.dst = (T *) rep->query.ptr;
+  args.offset = (double *) rep->acc.ptr + 2 * job->ldq_max;
+  KDE_CUDA_TRY(cudaStreamWaitEvent(rep->stream, rep->raw_ready, 0));
+  if (model->tf32)
+    kde_pack_kernel<T, true><<<blocks, kPackThreads, 0, rep->stream>>>(args);
+  else
+    kde_pack_kernel<T, false><<<blocks, kPackThreads, 0, rep->stream>>>(args);
+  KDE_CUDA_LAUNCHED("query packing kernel");
+  KDE_CUDA_TRY(cudaEventRecord(rep->raw_free, rep->stream));
+  job->raw_rows = 0; /* consumed */
+  return 0;
+cleanup:
+  return -1;
 }
 
 /* Enqueue one step of `job` (one query batch against one training shard)
  * on its device. Returns 0, or -1 with the status set. */
 template <typename T>
 static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
-                        kde_device_job *job, double *query_offset,
-                        kde_status *status)
+                        kde_device_job *job, kde_status *status)
 {
+  kde_replica *rep = job->rep;
   kde_args<T> args;
   int64_t shard_first, shard_units, blocks_q;
   int splits, lanes_log2;
   const T *train;
+  double *acc = (double *) rep->acc.ptr;
   dim3 grid;
 
-  KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
-  if (job->shard == 0) { /* a new query batch */
-    job->n_batch = job->q_hi - job->q_next;
-    if (job->n_batch > job->ldq_max) job->n_batch = job->ldq_max;
+  KDE_CUDA_TRY(cudaSetDevice(rep->device));
+  job->batch_started = job->shard == 0;
+  if (job->batch_started) {
+    job->n_batch = batch_rows(job, job->q_next);
     job->ldq = ceil_div(job->n_batch, kBlockQueries) * kBlockQueries;
-    if (model->tf32)
-      pack_queries_tf32(model, query, job->q_next, job->n_batch, job->ldq,
-                        (float *) job->h_query, query_offset);
-    else
-      pack_queries<T>(model, query, job->q_next, job->n_batch, job->ldq,
-                      (T *) job->h_query, query_offset);
-    KDE_CUDA_TRY(cudaMemcpyAsync(job->d_query, job->h_query,
-                                 (size_t) job->ldq * model->query_elems * sizeof(T),
-                                 cudaMemcpyHostToDevice, job->rep->stream));
+    if (job->raw_rows != job->n_batch || job->raw_first != job->q_next)
+      if (upload_raw(model, query, job, job->q_next, job->n_batch, status) != 0)
+        goto cleanup;
+    if (pack_batch<T>(model, query, job, status) != 0) goto cleanup;
   }
   shard_first = job->u_lo + job->shard * job->shard_units;
   shard_units = job->shard_units;
   if (shard_units > job->u_hi - shard_first) shard_units = job->u_hi - shard_first;
   if (model->resident) {
-    train = (const T *) job->rep->train +
+    train = (const T *) rep->train +
             shard_first * (kUnit / kTileWidth) * model->tile_elems;
   } else {
     KDE_CUDA_TRY(cudaMemcpyAsync(
-        job->d_shard,
+        rep->shard.ptr,
         (const T *) model->host_train +
             shard_first * (kUnit / kTileWidth) * model->tile_elems,
         (size_t) shard_units * kUnit * point_bytes(model),
-        cudaMemcpyHostToDevice, job->rep->stream));
-    train = (const T *) job->d_shard;
+        cudaMemcpyHostToDevice, rep->stream));
+    train = (const T *) rep->shard.ptr;
   }
 
   blocks_q = job->ldq / kBlockQueries;
@@ -1739,11 +1794,11 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
   args.train = train;
   args.n_points = shard_units * kUnit;
   args.split_points = ceil_div(shard_units, splits) * kUnit;
-  args.query = (const T *) job->d_query;
+  args.query = (const T *) rep->query.ptr;
   args.ldq = job->ldq;
   args.n_query = job->n_batch;
-  args.part_max = (T *) job->d_part_max;
-  args.part_sum = (T *) job->d_part_sum;
+  args.part_max = (T *) rep->part.ptr;
+  args.part_sum = (T *) rep->part.ptr + (size_t) job->split_cap * job->ldq_max;
   args.dim = (int) model->dim;
   args.chunk_dims = job->chunk_dims;
   args.n_chunks = job->n_chunks;
@@ -1754,41 +1809,68 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
   args.k8 = model->k8;
   grid = dim3((unsigned) blocks_q, (unsigned) splits, 1);
 
-  if (job->timed) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, job->rep->stream));
-  ((kde_kernel_fn<T>) job->fn)<<<grid, kThreads, job->smem, job->rep->stream>>>(args);
+  if (job->timed) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));
+  ((kde_kernel_fn<T>) job->fn)<<<grid, kThreads, job->smem, rep->stream>>>(args);
   KDE_CUDA_LAUNCHED("main kernel");
   lanes_log2 = 0;
   while ((1 << lanes_log2) < splits && lanes_log2 < 5) lanes_log2++;
   kde_merge_kernel<T><<<(unsigned) ceil_div(job->n_batch << lanes_log2, 256), 256,
-                        0, job->rep->stream>>>(
-      (const T *) job->d_part_max, (const T *) job->d_part_sum, job->ldq,
-      splits, job->n_batch, job->d_acc, job->d_acc + job->ldq_max,
-      job->shard == 0, lanes_log2);
+                        0, rep->stream>>>(
+      args.part_max, args.part_sum, job->ldq, splits, job->n_batch, acc,
+      acc + job->ldq_max, job->shard == 0, lanes_log2);
   KDE_CUDA_LAUNCHED("merge kernel");
-  if (job->timed) KDE_CUDA_TRY(cudaEventRecord(job->ev_stop, job->rep->stream));
+  if (job->timed) KDE_CUDA_TRY(cudaEventRecord(job->ev_stop, rep->stream));
 #ifdef KDE_CUDA_BENCH
   kde_cuda_bench_launches++;
   if (splits > kde_cuda_bench_max_splits) kde_cuda_bench_max_splits = splits;
 #endif
 
   job->shard++;
-  job->batch_done = 0;
-  if (shard_first + shard_units >= job->u_hi) { /* last shard: copy back */
-    KDE_CUDA_TRY(cudaMemcpyAsync(job->h_acc, job->d_acc,
-                                 (size_t) job->n_batch * sizeof(double),
-                                 cudaMemcpyDeviceToHost, job->rep->stream));
-    KDE_CUDA_TRY(cudaMemcpyAsync(job->h_acc + job->ldq_max,
-                                 job->d_acc + job->ldq_max,
-                                 (size_t) job->n_batch * sizeof(double),
-                                 cudaMemcpyDeviceToHost, job->rep->stream));
-    job->batch_done = 1;
-  }
+  job->batch_done = shard_first + shard_units >= job->u_hi;
   return 0;
 cleanup:
   return -1;
 }
 
-/* Kernel choice, launch shape and scratch sizes for one device. */
+/* After the step: the next batch's raw rows travel while this one runs. */
+static int prefetch_next_batch(const kde_cuda_model *model,
+                               const kde_query_set *query, kde_device_job *job,
+                               kde_status *status)
+{
+  const int64_t next = job->q_next + job->n_batch;
+  if (!job->batch_started || next >= job->q_hi) return 0;
+  KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
+  return upload_raw(model, query, job, next, batch_rows(job, next), status);
+cleanup:
+  return -1;
+}
+
+/* Once the step has finished: a finished batch's states and |q|^2 / 2 go to
+ * the host (straight into the result arrays). */
+static int collect_batch(kde_device_job *job, double *query_offset,
+                         kde_status *status)
+{
+  const double *acc = (const double *) job->rep->acc.ptr;
+  const int64_t at = job->q_next - job->q_lo;
+  const size_t bytes = (size_t) job->n_batch * sizeof(double);
+  if (!job->batch_done) return 0;
+  KDE_CUDA_TRY(cudaMemcpy(job->state_max + at, acc, bytes, cudaMemcpyDeviceToHost));
+  KDE_CUDA_TRY(cudaMemcpy(job->state_sum + at, acc + job->ldq_max, bytes,
+                          cudaMemcpyDeviceToHost));
+  KDE_CUDA_TRY(cudaMemcpy(query_offset + job->q_next, acc + 2 * job->ldq_max, bytes,
+                          cudaMemcpyDeviceToHost));
+  job->q_next += job->n_batch;
+  job->shard = 0;
+  job->batch_done = 0;
+#ifdef KDE_CUDA_BENCH
+  kde_cuda_bench_batches++;
+#endif
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* Kernel choice, launch shape and batch sizes for one device. */
 template <typename T>
 static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
                        kde_status *status)
@@ -1844,21 +1926,26 @@ static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
     if (job->shard_units < 1) job->shard_units = 1;
     avail -= (double) job->shard_units * kUnit * point_bytes(model);
   }
-  /* Half of the rest for query rows (coordinates, staging-free accumulator),
-   * half for the partial states of the splits. */
-  per_query = (double) model->query_elems * tsz + 2 * sizeof(double);
+  /* Half of the rest for query rows (raw and packed coordinates, the
+   * accumulated states), half for the partial states of the splits. */
+  per_query = (double) model->query_elems * tsz + (double) (d + 3) * sizeof(double);
   job->ldq_max = (int64_t) (0.5 * avail / per_query) / kBlockQueries * kBlockQueries;
   {
-    int64_t need = ceil_div(n_job, kBlockQueries) * kBlockQueries;
+    const int64_t need = ceil_div(n_job, kBlockQueries) * kBlockQueries;
     if (job->ldq_max > need) job->ldq_max = need;
     if (job->ldq_max > kMaxBatchRows) job->ldq_max = kMaxBatchRows;
     /* bounded work per step, but never below a few full waves of blocks */
-    double pairs = tsz == sizeof(float) ? kMaxPairsPerStep : 0.1 * kMaxPairsPerStep;
-    int64_t rows = (int64_t) (pairs / ((double) job->shard_units * kUnit));
+    int64_t rows = (int64_t) (kMaxWorkPerStep / pair_cost(model) /
+                              ((double) job->shard_units * kUnit));
     int64_t floor_rows = (int64_t) 4 * job->concurrency * kBlockQueries;
     if (rows < floor_rows) rows = floor_rows;
     rows = rows / kBlockQueries * kBlockQueries;
     if (job->ldq_max > rows) job->ldq_max = rows;
+    /* batches of equal size rather than a short last one */
+    if (job->ldq_max >= kBlockQueries) {
+      const int64_t n_batches = ceil_div(need, job->ldq_max);
+      job->ldq_max = ceil_div(ceil_div(need, n_batches), kBlockQueries) * kBlockQueries;
+    }
   }
   if (job->ldq_max < kBlockQueries) {
     kde_status_set(status, KDE_ERR_ALLOC,
@@ -1889,6 +1976,60 @@ cleanup:
   return -1;
 }
 
+/* The device buffers of a job (its device is current). */
+template <typename T>
+static int reserve_scratch(const kde_cuda_model *model, kde_device_job *job,
+                           kde_status *status)
+{
+  kde_replica *rep = job->rep;
+  const size_t rows = (size_t) job->ldq_max;
+  if (buffer_reserve(&rep->raw, rows * model->dim * sizeof(double), status) != 0 ||
+      buffer_reserve(&rep->query, rows * model->query_elems * sizeof(T), status) != 0 ||
+      buffer_reserve(&rep->part, 2 * (size_t) job->split_cap * rows * sizeof(T),
+                     status) != 0 ||
+      buffer_reserve(&rep->acc, 3 * rows * sizeof(double), status) != 0)
+    return -1;
+  if (!model->resident &&
+      buffer_reserve(&rep->shard, (size_t) job->shard_units * kUnit * point_bytes(model),
+                     status) != 0)
+    return -1;
+  return 0;
+}
+
+/* The queries' whitening on a replica's device, uploaded when it differs
+ * from what is there (a fit keeps one, so usually once per model). */
+static int sync_whitening(kde_cuda_model *model, const kde_query_set *query,
+                          kde_replica *rep, kde_status *status)
+{
+  const int64_t d = model->dim;
+  const size_t bytes = (size_t) (d + d * d) * sizeof(double);
+  if (query->transform == NULL) return 0;
+  if (model->whitening == NULL) {
+    model->whitening = (double *) malloc(bytes);
+    if (model->whitening == NULL) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "out of host memory allocating %.0f bytes for the whitening",
+                     (double) bytes);
+      return -1;
+    }
+  }
+  if (model->whitening_serial == 0 ||
+      memcmp(model->whitening, query->center, d * sizeof(double)) != 0 ||
+      memcmp(model->whitening + d, query->transform, d * d * sizeof(double)) != 0) {
+    memcpy(model->whitening, query->center, d * sizeof(double));
+    memcpy(model->whitening + d, query->transform, d * d * sizeof(double));
+    model->whitening_serial++;
+  }
+  if (rep->whitening_serial == model->whitening_serial) return 0;
+  KDE_CUDA_TRY(cudaSetDevice(rep->device));
+  if (rep->whitening == NULL) KDE_CUDA_TRY(cudaMalloc((void **) &rep->whitening, bytes));
+  KDE_CUDA_TRY(cudaMemcpy(rep->whitening, model->whitening, bytes, cudaMemcpyHostToDevice));
+  rep->whitening_serial = model->whitening_serial;
+  return 0;
+cleanup:
+  return -1;
+}
+
 template <typename T>
 static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
                              kde_interrupt_probe interrupted, double *out,
@@ -1899,8 +2040,8 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   const int64_t n_units = model->n_points / kUnit;
   kde_device_job *jobs = NULL;
   double *state_max = NULL, *state_sum = NULL, *query_offset = NULL;
-  int split_training, prev = -1, active, n_states_per_query;
-  size_t tsz = sizeof(T);
+  double total_pairs = 0, done_pairs = 0;
+  int split_training, prev = -1, active, n_states_per_query, failed = 1;
 
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   /* Few queries for several devices: split the training set instead. */
@@ -1948,15 +2089,10 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
       job->q_next = job->q_hi;
       continue;
     }
+    total_pairs += (double) (job->q_hi - job->q_lo) * (double) (job->u_hi - job->u_lo);
     if (prepare_job<T>(model, job, status) != 0) goto cleanup;
-    KDE_CUDA_TRY(cudaMalloc(&job->d_query, (size_t) job->ldq_max * model->query_elems * tsz));
-    KDE_CUDA_TRY(cudaMalloc(&job->d_part_max, (size_t) job->split_cap * job->ldq_max * tsz));
-    KDE_CUDA_TRY(cudaMalloc(&job->d_part_sum, (size_t) job->split_cap * job->ldq_max * tsz));
-    KDE_CUDA_TRY(cudaMalloc((void **) &job->d_acc, 2 * (size_t) job->ldq_max * sizeof(double)));
-    if (!model->resident)
-      KDE_CUDA_TRY(cudaMalloc(&job->d_shard, (size_t) job->shard_units * kUnit * point_bytes(model)));
-    KDE_CUDA_TRY(cudaMallocHost(&job->h_query, (size_t) job->ldq_max * model->query_elems * tsz));
-    KDE_CUDA_TRY(cudaMallocHost((void **) &job->h_acc, 2 * (size_t) job->ldq_max * sizeof(double)));
+    if (reserve_scratch<T>(model, job, status) != 0) goto cleanup;
+    if (sync_whitening(model, query, job->rep, status) != 0) goto cleanup;
 #ifdef KDE_CUDA_BENCH
     job->timed = 1;
     KDE_CUDA_TRY(cudaEventCreate(&job->ev_start));
@@ -1964,18 +2100,23 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
 #endif
   }
 
-  /* Round-robin: one step on every device that has work, then wait for all;
-   * the interrupt probe runs here, between steps, on this thread. */
+  /* Round-robin: one step on every device that has work, the next batches'
+   * uploads while those run, then wait for all; the interrupt probe runs
+   * here, between steps, on this thread. */
   for (;;) {
     active = 0;
     for (int r = 0; r < n_dev; r++) {
       kde_device_job *job = &jobs[r];
       if (job->q_next >= job->q_hi) continue;
-      if (enqueue_step<T>(model, query, job, query_offset, status) != 0)
-        goto cleanup;
+      if (enqueue_step<T>(model, query, job, status) != 0) goto cleanup;
       active++;
     }
     if (active == 0) break;
+    for (int r = 0; r < n_dev; r++) {
+      kde_device_job *job = &jobs[r];
+      if (job->q_next >= job->q_hi) continue;
+      if (prefetch_next_batch(model, query, job, status) != 0) goto cleanup;
+    }
     for (int r = 0; r < n_dev; r++) {
       kde_device_job *job = &jobs[r];
       if (job->q_next >= job->q_hi) continue;
@@ -1989,20 +2130,15 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
         kde_cuda_bench_steps++;
       }
 #endif
-      if (job->batch_done) {
-        const int64_t at = job->q_next - job->q_lo;
-        memcpy(job->state_max + at, job->h_acc, job->n_batch * sizeof(double));
-        memcpy(job->state_sum + at, job->h_acc + job->ldq_max,
-               job->n_batch * sizeof(double));
-        job->q_next += job->n_batch;
-        job->shard = 0;
-        job->batch_done = 0;
-#ifdef KDE_CUDA_BENCH
-        kde_cuda_bench_batches++;
-#endif
+      {
+        int64_t units = job->shard_units;
+        const int64_t shard_first = job->u_lo + (job->shard - 1) * job->shard_units;
+        if (units > job->u_hi - shard_first) units = job->u_hi - shard_first;
+        done_pairs += (double) job->n_batch * (double) units;
       }
+      if (collect_batch(job, query_offset, status) != 0) goto cleanup;
     }
-    if (interrupted != NULL && interrupted()) {
+    if (interrupted != NULL && interrupted(done_pairs / total_pairs)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       goto cleanup;
     }
@@ -2019,22 +2155,18 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     if (model->expanded) log2_sum -= query_offset[i]; /* -inf stays -inf */
     out[i] = query->log_const + kLn2 * log2_sum;
   }
+  failed = 0;
 
 cleanup:
   if (jobs != NULL) {
     for (int r = 0; r < n_dev; r++) {
       kde_device_job *job = &jobs[r];
-      if (job->rep == NULL || cudaSetDevice(job->rep->device) != cudaSuccess)
-        continue;
+      kde_replica *rep = job->rep;
+      if (rep == NULL || cudaSetDevice(rep->device) != cudaSuccess) continue;
       /* on an error path work may still be queued on buffers freed below */
-      (void) cudaStreamSynchronize(job->rep->stream);
-      if (job->d_query) (void) cudaFree(job->d_query);
-      if (job->d_part_max) (void) cudaFree(job->d_part_max);
-      if (job->d_part_sum) (void) cudaFree(job->d_part_sum);
-      if (job->d_acc) (void) cudaFree(job->d_acc);
-      if (job->d_shard) (void) cudaFree(job->d_shard);
-      if (job->h_query) (void) cudaFreeHost(job->h_query);
-      if (job->h_acc) (void) cudaFreeHost(job->h_acc);
+      (void) cudaStreamSynchronize(rep->upload);
+      (void) cudaStreamSynchronize(rep->stream);
+      if (failed || scratch_bytes(rep) > kKeepScratchBytes) scratch_release(rep);
       if (job->ev_start) (void) cudaEventDestroy(job->ev_start);
       if (job->ev_stop) (void) cudaEventDestroy(job->ev_stop);
     }
@@ -2058,6 +2190,12 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "kde_cuda_log_density needs a model, a query set and an"
                    " output buffer");
+    return;
+  }
+  if ((query->center == NULL) != (query->transform == NULL)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "the queries' whitening needs both a center and a"
+                   " transform, or neither");
     return;
   }
   if (query->leave_one_out && query->n_query != model->n_train) {

@@ -58,6 +58,33 @@ void kde_cuda_log_density(kde_cuda_model *model, const kde_query_set *query,
                           kde_interrupt_probe interrupted, double *out,
                           kde_status *status);
 
+/*
+ * Draws from the estimate: each draw picks training point j with
+ * probability w_j (through the cumulative weights) and adds kernel noise
+ * with covariance H, as z %*% chol_h for a standard draw z of the kernel
+ * (identity covariance). Random numbers come from a counter-based
+ * generator (Philox4x32-10) keyed by `seed`, so draw i depends on (seed, i)
+ * only: the same seed gives the same draws on any device and batch size.
+ */
+typedef struct {
+  int kernel;               /* kde_kernel */
+  int64_t n_train;
+  int64_t dim;              /* 1 .. KDE_SAMPLE_MAX_DIM */
+  const double *train;      /* n_train x dim, original coordinates */
+  const double *cumulative; /* n_train: cumulative weights, last positive 1 */
+  const double *chol_h;     /* dim x dim: noise z becomes z %*% chol_h */
+  int64_t size;             /* draws */
+  uint32_t seed[2];
+} kde_sample_request;
+
+#define KDE_SAMPLE_MAX_DIM 128
+
+/* Writes size x dim draws (column-major) to `out` on `device`, using at
+ * most `memory_budget` bytes of it (<= 0: the default fraction of free). */
+void kde_cuda_sample(const kde_sample_request *request, int device,
+                     double memory_budget, kde_interrupt_probe interrupted,
+                     double *out, kde_status *status);
+
 #ifdef __cplusplus
 }
 #endif

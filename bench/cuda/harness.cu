@@ -238,6 +238,7 @@ static int evaluate(const dataset &t, const dataset &q, int kernel, int precisio
                                                 (int) devices.size(), budget, st);
   if (model == NULL) return -1;
   kde_query_set qs;
+  qs.center = qs.transform = NULL; /* already whitened */
   qs.n_query = q.n;
   qs.query = q.x.data();
   qs.log_const = log_const;
@@ -417,7 +418,11 @@ static void tensor_core_tests()
 }
 
 static int probe_calls = 0;
-static int probe_stop_at_3(void) { return ++probe_calls >= 3; }
+static int probe_stop_at_3(double done)
+{
+  (void) done;
+  return ++probe_calls >= 3;
+}
 
 static void errors_and_interrupts()
 {
@@ -513,6 +518,7 @@ static timing time_eval(kde_cuda_model *model, const dataset &q, int reps,
                         std::vector<double> &out)
 {
   kde_query_set qs;
+  qs.center = qs.transform = NULL; /* already whitened */
   qs.n_query = q.n;
   qs.query = q.x.data();
   qs.log_const = 0;

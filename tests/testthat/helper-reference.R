@@ -255,3 +255,7 @@ has_gpu <- function() {
   info <- kdegpu::kdegpu_info()
   isTRUE(info$cuda_compiled) && is.data.frame(info$gpus) && nrow(info$gpus) > 0
 }
+
+# The backends to run a statistical check on: the CPU, and the GPU where
+# one is usable (draws of 1e4 or more then come from the GPU's generator).
+test_backends <- function() c("cpu", if (has_gpu()) "cuda")

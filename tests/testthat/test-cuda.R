@@ -197,11 +197,44 @@ test_that("CUDA: matches the CPU backend on the same fit", {
   expect_output(print(kde_gpu(x, backend = "cuda")), "cuda")
 })
 
-test_that("CUDA: sampling does not depend on the backend's evaluation", {
+test_that("CUDA: GPU draws are reproducible under set.seed, whatever the batch size", {
   skip_without_gpu()
-  fit <- kde_gpu(ref_data(50, 2, seed = 830), backend = "cuda")
-  set.seed(1)
-  a <- sample(fit, 100)
-  set.seed(1)
-  expect_identical(a, sample(fit, 100))
+  # (Their law is checked in test-sample.R, against the same references as
+  # the CPU's draws.)
+  for (d in c(1, 3)) {
+    fit <- kde_gpu(ref_data(50, d, seed = 830), kernel = "cosine", backend = "cuda",
+                   precision = "single")
+    set.seed(1)
+    a <- sample(fit, 3e4)
+    b <- sample(fit, 3e4) # R's generator moved on: new draws
+    expect_false(isTRUE(all.equal(a, b)))
+    set.seed(1)
+    expect_identical(sample(fit, 3e4), a)
+    # Batches of a few thousand draws (a small memory budget): same draws.
+    set.seed(1)
+    small <- with_kde_options(list(kdegpu.gpu_memory = 2^16), sample(fit, 3e4))
+    expect_identical(small, a)
+    # Small sizes stay with R's sampler.
+    set.seed(2)
+    expect_length(ref_as_matrix(sample(fit, 100)), 100 * d)
+  }
+})
+
+test_that("CUDA: errors in GPU sampling are R errors", {
+  skip_without_gpu()
+  fit <- kde_gpu(ref_data(2000, 3, seed = 831), backend = "cuda")
+  expect_error(with_kde_options(list(kdegpu.gpu_memory = 1000), sample(fit, 2e4)),
+               "budget")
+  entry <- kdegpu:::C_kde_sample_cuda
+  ok <- function(cumulative = cumsum(rep(0.5, 2)), seed = c(1, 2), size = 1e4) {
+    .Call(entry, matrix(0, 2, 1), cumulative, matrix(1, 1, 1), 0L, size, seed, 0L, 0,
+          -1)
+  }
+  expect_equal(dim(ok()), c(1e4, 1L))
+  expect_error(ok(cumulative = c(0.7, 0.5)), "`cumulative`")
+  expect_error(ok(cumulative = c(0.5, 0.9)), "`cumulative`")
+  expect_error(ok(seed = c(-1, 2)), "`seed`")
+  expect_error(ok(seed = 1), "`seed`")
+  expect_error(ok(size = -1), "`size`")
+  expect_error(ok(size = 0.5), "`size`")
 })

@@ -109,10 +109,11 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
   query <- matrix(c(0, 0.5, 0, 0), 2, 2)
   ok <- function(train = get("train", parent.frame()),
                  weight = get("weight", parent.frame()),
-                 query = get("query", parent.frame()), kernel = 0L,
-                 log_const = 0, leave_one_out = FALSE, threads = 1L) {
-    .Call(entry, train, weight, query, kernel, log_const, leave_one_out,
-          threads)
+                 query = get("query", parent.frame()), center = NULL,
+                 transform = NULL, kernel = 0L, log_const = 0,
+                 leave_one_out = FALSE, threads = 1L, progress = -1) {
+    .Call(entry, train, weight, query, center, transform, kernel, log_const,
+          leave_one_out, threads, progress)
   }
   # The valid call works (so the errors below are about the junk): the
   # coordinates are taken as already whitened and scaled, so the result is
@@ -126,6 +127,21 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
   diag(k_tt) <- 0
   expect_equal(ok(query = train, leave_one_out = TRUE), log(colSums(k_tt)),
                tolerance = 1e-14)
+  # Given a center and a transform, the entry point whitens the queries
+  # itself: z = (query - center) transform.
+  center <- c(0.3, -0.2)
+  transform <- matrix(c(1.5, 0, 0.4, 0.8), 2, 2)
+  raw <- t(t(query %*% solve(transform)) + center)
+  expect_equal(ok(query = raw, center = center, transform = transform),
+               ok(query = query), tolerance = 1e-13)
+  expect_error(ok(center = center), "both")
+  expect_error(ok(transform = transform), "both")
+  expect_error(ok(center = 1, transform = transform), "`center`")
+  expect_error(ok(center = center, transform = diag(3)), "`transform`")
+  expect_error(ok(center = center, transform = matrix(NA_real_, 2, 2)), "`transform`")
+  expect_error(ok(progress = NA_real_), "`progress`")
+  expect_error(ok(progress = FALSE), "`progress`")
+  expect_error(ok(query = matrix(c(0, NaN, 0, 0), 2, 2)), "element 2")
   expect_error(ok(train = NULL))
   expect_error(ok(train = "a"))
   expect_error(ok(train = matrix("a", 3, 2)))
@@ -161,6 +177,6 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
   expect_error(ok(threads = NULL))
   expect_error(ok(threads = NA_integer_))
   expect_error(ok(threads = 1:2))
-  expect_error(.Call(entry, train, weight, query, 0L, 0, FALSE))
+  expect_error(.Call(entry, train, weight, query, NULL, NULL, 0L, 0, FALSE))
   expect_error(.Call(entry))
 })

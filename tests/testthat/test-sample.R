@@ -1,5 +1,7 @@
 # Sampling from the fitted density: moments, the radial law of each kernel,
-# reproducibility, and base::sample() left intact.
+# reproducibility, and base::sample() left intact. The statistical checks
+# run on every usable backend: with N >= 1e4 draws a CUDA fit samples on the
+# GPU, with its own generator, so the same references check both samplers.
 
 # Whitened radius s = |R^{-T} (y - center)| / a of draws y (rows).
 whitened_radius <- function(y, center, H, kernel) {
@@ -20,8 +22,8 @@ test_that("draws have the weighted mean and weighted covariance + H", {
     mu <- colSums(p * x)
     xc <- sweep(x, 2, mu)
     Sigma <- crossprod(xc * sqrt(p)) + H
-    for (k in ref_kernels) {
-      fit <- kde_gpu(x, H = H, kernel = k, weights = w, backend = "cpu")
+    for (backend in test_backends()) for (k in ref_kernels) {
+      fit <- kde_gpu(x, H = H, kernel = k, weights = w, backend = backend)
       set.seed(330 + d)
       y <- sample(fit, N)
       if (d == 1) {
@@ -33,7 +35,7 @@ test_that("draws have the weighted mean and weighted covariance + H", {
       }
       y <- ref_as_matrix(y)
       expect_true(all(is.finite(y)))
-      lab <- paste(k, "d =", d)
+      lab <- paste(backend, k, "d =", d)
       # Means: 5 standard errors.
       se_mean <- sqrt(diag(Sigma) / N)
       expect_lt(max(abs(colMeans(y) - mu) / se_mean), 5, label = lab)
@@ -54,15 +56,15 @@ test_that("the radial law of the draws is the kernel's (KS test), d = 1 and 3", 
   for (d in c(1, 3)) {
     center <- seq_len(d) - 0.5
     H <- ref_full_H(d, 0.8, seed = 340 + d)
-    for (k in ref_kernels) {
-      fit <- kde_gpu(matrix(center, 1), H = H, kernel = k, backend = "cpu")
+    for (backend in test_backends()) for (k in ref_kernels) {
+      fit <- kde_gpu(matrix(center, 1), H = H, kernel = k, backend = backend)
       set.seed(350 + d)
       s <- whitened_radius(sample(fit, N), center, H, k)
       if (k %in% ref_compact) {
-        expect_lte(max(s), 1 + 1e-12, label = paste(k, d))
+        expect_lte(max(s), 1 + 1e-12, label = paste(backend, k, d))
       }
       p <- suppressWarnings(stats::ks.test(s, ref_radial_cdf(k, d))$p.value)
-      expect_gt(p, 1e-4, label = paste("KS p-value of", k, "d =", d))
+      expect_gt(p, 1e-4, label = paste("KS p-value of", backend, k, "d =", d))
     }
   }
 })
@@ -73,17 +75,19 @@ test_that("draws come from the components with positive weight only", {
   H <- ref_full_H(3, 0.2, seed = 361)
   w <- numeric(30)
   w[c(4, 17)] <- c(1, 3)
-  for (k in c("epanechnikov", "rectangular", "optcosine")) {
-    fit <- kde_gpu(x, H = H, kernel = k, weights = w, backend = "cpu")
+  N <- 1e4
+  for (backend in test_backends()) for (k in c("epanechnikov", "rectangular", "optcosine")) {
+    fit <- kde_gpu(x, H = H, kernel = k, weights = w, backend = backend)
     set.seed(362)
-    y <- sample(fit, 4000)
+    y <- sample(fit, N)
     s4 <- whitened_radius(y, x[4, ], H, k)
     s17 <- whitened_radius(y, x[17, ], H, k)
-    expect_true(all(pmin(s4, s17) <= 1 + 1e-12), label = k)
+    lab <- paste(backend, k)
+    expect_true(all(pmin(s4, s17) <= 1 + 1e-12), label = lab)
     # Component frequencies 1:3.
-    expect_true(all(s4 > 1 | s17 > 1))
+    expect_true(all(s4 > 1 | s17 > 1), label = lab)
     frac17 <- mean(s17 <= 1)
-    expect_lt(abs(frac17 - 0.75) / sqrt(0.75 * 0.25 / 4000), 5, label = k)
+    expect_lt(abs(frac17 - 0.75) / sqrt(0.75 * 0.25 / N), 5, label = lab)
   }
 })
 

@@ -1,0 +1,101 @@
+/*
+ * kde_cuda_common.h: what the CUDA sources share: the default memory
+ * budget, and how they report failure. Every runtime
+ * call goes through KDE_CUDA_TRY, every launch through KDE_CUDA_LAUNCHED;
+ * both record the call, the error and file:line into a kde_status named
+ * `status` and jump to the function's `cleanup:` label. Nothing prints,
+ * exits or throws. Included by the .cu files only.
+ */
+#ifndef KDEGPU_KDE_CUDA_COMMON_H
+#define KDEGPU_KDE_CUDA_COMMON_H
+
+#include <cuda_runtime.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kde_backend.h"
+
+/* Default budget: this fraction of the free memory when it is read. */
+static const double kDefaultBudgetFraction = 0.5;
+
+
+static inline void kde_status_clear(kde_status *status)
+{
+  if (status == NULL) return;
+  status->code = KDE_OK;
+  status->message[0] = '\0';
+}
+
+static inline void kde_status_set(kde_status *status, int code, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+static inline void kde_status_set(kde_status *status, int code, const char *fmt, ...)
+{
+  va_list ap;
+  if (status == NULL || status->code != KDE_OK) return; /* first error wins */
+  status->code = code;
+  va_start(ap, fmt);
+  vsnprintf(status->message, sizeof status->message, fmt, ap);
+  va_end(ap);
+}
+
+static inline const char *kde_basename(const char *path)
+{
+  const char *slash = strrchr(path, '/');
+  return slash != NULL ? slash + 1 : path;
+}
+
+static inline void kde_cuda_record(kde_status *status, cudaError_t err,
+                            const char *call, const char *file, int line)
+{
+  int alloc = err == cudaErrorMemoryAllocation;
+  (void) cudaGetLastError(); /* clear a non-sticky error for the next call */
+  kde_status_set(status, alloc ? KDE_ERR_ALLOC : KDE_ERR_CUDA,
+                 "CUDA call `%s` failed (%s:%d): %s: %s%s", call,
+                 kde_basename(file), line, cudaGetErrorName(err),
+                 cudaGetErrorString(err),
+                 alloc ? ". The GPU ran out of memory: lower the memory budget"
+                         " with options(kdegpu.gpu_memory = ...) or use"
+                         " precision = 'single'"
+                       : "");
+}
+
+/* Every runtime call goes through this; on failure it records and jumps to
+ * the enclosing function's `cleanup:` label. */
+#define KDE_CUDA_TRY(call)                                                   \
+  do {                                                                       \
+    cudaError_t kde_err_ = (call);                                           \
+    if (kde_err_ != cudaSuccess) {                                           \
+      kde_cuda_record(status, kde_err_, #call, __FILE__, __LINE__);          \
+      goto cleanup;                                                          \
+    }                                                                        \
+  } while (0)
+
+/* After each kernel launch (launch errors are reported by cudaGetLastError;
+ * errors while running surface at the next synchronising call). */
+#define KDE_CUDA_LAUNCHED(what)                                              \
+  do {                                                                       \
+    cudaError_t kde_err_ = cudaGetLastError();                               \
+    if (kde_err_ != cudaSuccess) {                                           \
+      kde_cuda_record(status, kde_err_, "launch of the " what, __FILE__,     \
+                      __LINE__);                                             \
+      goto cleanup;                                                          \
+    }                                                                        \
+  } while (0)
+
+#define KDE_HOST_ALLOC(ptr, count, what)                                     \
+  do {                                                                       \
+    size_t kde_n_ = (size_t) (count);                                        \
+    (ptr) = (decltype(ptr)) calloc(kde_n_ > 0 ? kde_n_ : 1, sizeof *(ptr));  \
+    if ((ptr) == NULL) {                                                     \
+      kde_status_set(status, KDE_ERR_ALLOC,                                  \
+                     "out of host memory allocating %.0f bytes for %s",      \
+                     (double) kde_n_ * sizeof *(ptr), what);                 \
+      goto cleanup;                                                          \
+    }                                                                        \
+  } while (0)
+
+#endif /* KDEGPU_KDE_CUDA_COMMON_H */

@@ -1,0 +1,282 @@
+/*
+ * kde_cuda_sample.cu: draws from a kernel density estimate on the GPU
+ * (interface in kde_cuda.h). One thread per draw:
+ *
+ *   1. pick training point j with probability w_j: a binary search of a
+ *      uniform in the cumulative weights;
+ *   2. a standard draw z of the kernel (identity covariance): for the
+ *      Gaussian, d normals; otherwise a uniform direction g / |g| (g
+ *      Gaussian) times a * s, with s the radius law of the kernel, the
+ *      density proportional to s^(d-1) k(s) (as R/sample.R draws it);
+ *   3. x_j + z %*% chol(H).
+ *
+ * Radii through gamma variates of integer or half-integer shape, which
+ * need only uniforms and the normals already drawn: for a Gaussian g,
+ * |g|^2 / 2 ~ Gamma(d / 2) independently of the direction g / |g|, and
+ * Beta(a, b) = G_a / (G_a + G_b). cosine and optcosine by rejection.
+ *
+ * Random numbers: Philox4x32-10 (Salmon et al., SC'11), a counter-based
+ * generator: draw i uses the counters (i, call, 0, 0) under the key `seed`,
+ * so a draw depends on (seed, i) only, not on the launch shape or batch.
+ */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kdegpu/kernels.h"
+#include "kde_cuda.h"
+#include "kde_cuda_common.h"
+
+namespace {
+
+constexpr int kSampleThreads = 128;
+/* Draws per batch at most, which bounds the output buffer on the device. */
+constexpr int64_t kMaxSampleBatch = (int64_t) 1 << 22;
+constexpr double kPi = 3.14159265358979323846;
+
+/* The random numbers of one draw. */
+struct draw_random {
+  uint32_t key0, key1;
+  uint32_t draw_lo, draw_hi;
+  uint32_t call;
+  uint32_t block[4];
+  int used;
+  bool have_normal;
+  double spare_normal;
+
+  __device__ draw_random(const uint32_t seed[2], int64_t draw)
+      : key0(seed[0]), key1(seed[1]), draw_lo((uint32_t) draw),
+        draw_hi((uint32_t) ((uint64_t) draw >> 32)), call(0), used(4),
+        have_normal(false), spare_normal(0)
+  {
+  }
+
+  __device__ void refill()
+  {
+    uint32_t c0 = draw_lo, c1 = draw_hi, c2 = call++, c3 = 0;
+    uint32_t k0 = key0, k1 = key1;
+#pragma unroll
+    for (int round = 0; round < 10; round++) {
+      const uint32_t lo0 = 0xD2511F53u * c0, hi0 = __umulhi(0xD2511F53u, c0);
+      const uint32_t lo1 = 0xCD9E8D57u * c2, hi1 = __umulhi(0xCD9E8D57u, c2);
+      c0 = hi1 ^ c1 ^ k0;
+      c1 = lo1;
+      c2 = hi0 ^ c3 ^ k1;
+      c3 = lo0;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    block[0] = c0;
+    block[1] = c1;
+    block[2] = c2;
+    block[3] = c3;
+    used = 0;
+  }
+
+  __device__ uint32_t bits()
+  {
+    if (used == 4) refill();
+    return block[used++];
+  }
+
+  /* Uniform on (0, 1), 53 random bits, never 0 or 1. */
+  __device__ double uniform()
+  {
+    const double hi = (double) (bits() >> 5), lo = (double) (bits() >> 6);
+    return (hi * 67108864.0 + lo + 0.5) * (1.0 / 9007199254740992.0);
+  }
+
+  /* Standard normal, Box-Muller, both values of a pair used. */
+  __device__ double normal()
+  {
+    if (have_normal) {
+      have_normal = false;
+      return spare_normal;
+    }
+    const double r = sqrt(-2.0 * log(uniform()));
+    double s, c;
+    sincospi(2.0 * uniform(), &s, &c);
+    spare_normal = r * s;
+    have_normal = true;
+    return r * c;
+  }
+
+  /* Gamma(shape) for a whole shape: a sum of exponentials. */
+  __device__ double gamma_whole(int shape)
+  {
+    double sum = 0;
+    for (int i = 0; i < shape; i++) sum -= log(uniform());
+    return sum;
+  }
+};
+
+/* s ~ Beta(a, b) from G_a (given) and a fresh G_b, b whole. */
+__device__ double beta_from(double gamma_a, int b, draw_random &rng)
+{
+  const double gamma_b = rng.gamma_whole(b);
+  return gamma_a / (gamma_a + gamma_b);
+}
+
+/* The radius s of a standard draw (before the scale a), given |g|^2 of the
+ * d normals that give its direction. */
+__device__ double radius(int kernel, int d, double norm2, draw_random &rng)
+{
+  switch (kernel) {
+  case KDE_EXPONENTIAL: return rng.gamma_whole(d);
+  /* k(s) = (1 - s^2)^p: s^2 ~ Beta(d / 2, p + 1), G_{d/2} = |g|^2 / 2 */
+  case KDE_RECTANGULAR: return sqrt(beta_from(0.5 * norm2, 1, rng));
+  case KDE_EPANECHNIKOV: return sqrt(beta_from(0.5 * norm2, 2, rng));
+  case KDE_BIWEIGHT: return sqrt(beta_from(0.5 * norm2, 3, rng));
+  case KDE_TRIANGULAR: return beta_from(rng.gamma_whole(d), 2, rng);
+  /* From s^(d-1) (1 - s)^p, accepted with k(s) / bound, as R/sample.R. */
+  case KDE_OPTCOSINE:
+    for (;;) {
+      const double s = beta_from(rng.gamma_whole(d), 2, rng);
+      if (rng.uniform() < cos(0.5 * kPi * s) / (0.5 * kPi * (1 - s))) return s;
+    }
+  case KDE_COSINE:
+    for (;;) {
+      const double s = beta_from(rng.gamma_whole(d), 3, rng);
+      const double ratio = cos(0.5 * kPi * s) / (0.5 * kPi * (1 - s));
+      if (rng.uniform() < ratio * ratio) return s;
+    }
+  default: return 0; /* the Gaussian needs no radius */
+  }
+}
+
+struct kde_sample_args {
+  const double *train;      /* n x dim */
+  const double *cumulative; /* n */
+  const double *chol_h;     /* dim x dim */
+  int64_t n;
+  int dim;
+  int kernel;
+  double scale;             /* the kernel's radius scale a */
+  uint32_t seed[2];
+  int64_t first;            /* index of the batch's first draw */
+  int64_t rows;             /* draws in the batch */
+  double *out;              /* dim x rows, column-major */
+};
+
+__global__ void __launch_bounds__(kSampleThreads) kde_sample_kernel(const kde_sample_args a)
+{
+  const int64_t row = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= a.rows) return;
+  draw_random rng(a.seed, a.first + row);
+
+  /* the first point whose cumulative weight passes u */
+  const double u = rng.uniform();
+  int64_t lo = 0, hi = a.n - 1;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (a.cumulative[mid] > u) hi = mid;
+    else lo = mid + 1;
+  }
+
+  double z[KDE_SAMPLE_MAX_DIM];
+  double norm2 = 0;
+  for (int k = 0; k < a.dim; k++) {
+    z[k] = rng.normal();
+    norm2 += z[k] * z[k];
+  }
+  if (a.kernel != KDE_GAUSSIAN) {
+    const double factor = a.scale * radius(a.kernel, a.dim, norm2, rng) / sqrt(norm2);
+    for (int k = 0; k < a.dim; k++) z[k] *= factor;
+  }
+  for (int c = 0; c < a.dim; c++) {
+    double value = a.train[lo + (int64_t) c * a.n];
+    for (int k = 0; k < a.dim; k++) value = fma(z[k], a.chol_h[k + (int64_t) c * a.dim], value);
+    a.out[row + (int64_t) c * a.rows] = value;
+  }
+}
+
+} // namespace
+
+extern "C" void kde_cuda_sample(const kde_sample_request *request, int device,
+                                double memory_budget,
+                                kde_interrupt_probe interrupted, double *out,
+                                kde_status *status)
+{
+  const int64_t n = request->n_train, d = request->dim;
+  const size_t train_bytes = (size_t) (n * d) * sizeof(double);
+  const size_t cumulative_bytes = (size_t) n * sizeof(double);
+  const size_t chol_bytes = (size_t) (d * d) * sizeof(double);
+  double *d_train = NULL, *d_cumulative = NULL, *d_chol = NULL, *d_out = NULL;
+  int prev = -1;
+  size_t free_b = 0, total_b = 0;
+  double budget, left;
+  int64_t batch;
+  kde_sample_args args;
+
+  kde_status_clear(status);
+  if (n < 1 || d < 1 || d > KDE_SAMPLE_MAX_DIM || request->size < 0 ||
+      request->kernel < 0 || request->kernel >= KDE_N_KERNELS) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "kde_cuda_sample needs n >= 1, 1 <= dim <= %d, size >= 0"
+                   " and a known kernel", KDE_SAMPLE_MAX_DIM);
+    return;
+  }
+  if (request->size == 0) return;
+  KDE_CUDA_TRY(cudaGetDevice(&prev));
+  KDE_CUDA_TRY(cudaSetDevice(device));
+  KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  budget = memory_budget > 0 ? memory_budget : kDefaultBudgetFraction * (double) free_b;
+  left = budget - (double) (train_bytes + cumulative_bytes + chol_bytes);
+  batch = (int64_t) (left / ((double) d * sizeof(double)));
+  if (batch > kMaxSampleBatch) batch = kMaxSampleBatch;
+  if (batch > request->size) batch = request->size;
+  if (batch < kSampleThreads && batch < request->size) {
+    kde_status_set(status, KDE_ERR_ALLOC,
+                   "the GPU memory budget (%.0f bytes) cannot hold the training"
+                   " set (%.0f bytes) for sampling; raise"
+                   " options(kdegpu.gpu_memory = ...)",
+                   budget, (double) (train_bytes + cumulative_bytes));
+    goto cleanup;
+  }
+
+  KDE_CUDA_TRY(cudaMalloc((void **) &d_train, train_bytes));
+  KDE_CUDA_TRY(cudaMalloc((void **) &d_cumulative, cumulative_bytes));
+  KDE_CUDA_TRY(cudaMalloc((void **) &d_chol, chol_bytes));
+  KDE_CUDA_TRY(cudaMalloc((void **) &d_out, (size_t) (batch * d) * sizeof(double)));
+  KDE_CUDA_TRY(cudaMemcpy(d_train, request->train, train_bytes, cudaMemcpyHostToDevice));
+  KDE_CUDA_TRY(cudaMemcpy(d_cumulative, request->cumulative, cumulative_bytes,
+                          cudaMemcpyHostToDevice));
+  KDE_CUDA_TRY(cudaMemcpy(d_chol, request->chol_h, chol_bytes, cudaMemcpyHostToDevice));
+
+  args.train = d_train;
+  args.cumulative = d_cumulative;
+  args.chol_h = d_chol;
+  args.n = n;
+  args.dim = (int) d;
+  args.kernel = request->kernel;
+  args.scale = kde_scale(request->kernel, (int) d);
+  args.seed[0] = request->seed[0];
+  args.seed[1] = request->seed[1];
+  args.out = d_out;
+  for (int64_t first = 0; first < request->size; first += batch) {
+    args.first = first;
+    args.rows = request->size - first < batch ? request->size - first : batch;
+    kde_sample_kernel<<<(unsigned) ((args.rows + kSampleThreads - 1) / kSampleThreads),
+                        kSampleThreads>>>(args);
+    KDE_CUDA_LAUNCHED("sampling kernel");
+    /* synchronous: the columns of this batch into the size x d result */
+    KDE_CUDA_TRY(cudaMemcpy2D(out + first, (size_t) request->size * sizeof(double),
+                              d_out, (size_t) args.rows * sizeof(double),
+                              (size_t) args.rows * sizeof(double), (size_t) d,
+                              cudaMemcpyDeviceToHost));
+    if (interrupted != NULL && first + batch < request->size &&
+        interrupted((double) (first + batch) / (double) request->size)) {
+      kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
+      goto cleanup;
+    }
+  }
+
+cleanup:
+  if (d_train != NULL) (void) cudaFree(d_train);
+  if (d_cumulative != NULL) (void) cudaFree(d_cumulative);
+  if (d_chol != NULL) (void) cudaFree(d_chol);
+  if (d_out != NULL) (void) cudaFree(d_out);
+  (void) cudaGetLastError();
+  if (prev >= 0) (void) cudaSetDevice(prev);
+}
