@@ -554,6 +554,9 @@ static double expected_rate(int kernel, int d, int precision)
   return r;
 }
 
+/* kbench: the accuracy of every timed single-precision run is checked. */
+static bool check_every_timing = false;
+
 static void bench_one(int kernel, int d, int64_t n, int64_t m_full, int precision,
                       const char *label, std::vector<double> *keep = NULL,
                       dataset *keep_q = NULL, dataset *keep_t = NULL)
@@ -582,7 +585,7 @@ static void bench_one(int kernel, int d, int64_t n, int64_t m_full, int precisio
   const double pairs = (double) n * m;
   /* accuracy of the timed run against the CPU reference on a few queries */
   char acc[64] = "";
-  if (d >= 16 && precision == 1 && n == 1000000) {
+  if ((d >= 16 || check_every_timing) && precision == 1 && n == 1000000) {
     std::vector<int64_t> rows = sample_rows(m, 14, 17);
     std::vector<double> ref = reference(kernel, t, q, rows, 0, 0);
     compare_result c = compare(out, rows, ref);
@@ -691,6 +694,13 @@ int main(int argc, char **argv)
       }
   } else if (mode == "quick") {
     correctness(true);
+  } else if (mode == "kbench") {
+    /* the shapes of the speed targets, single precision, with accuracy */
+    check_every_timing = true;
+    bench_one(KDE_GAUSSIAN, 3, 1000000, 1000000, 1, "square");
+    bench_one(KDE_EXPONENTIAL, 3, 1000000, 1000000, 1, "kernels");
+    bench_one(KDE_GAUSSIAN, 64, 1000000, 1000000, 1, "square");
+    bench_one(KDE_GAUSSIAN, 3, 10000000, 100, 1, "100x1e7");
   } else if (mode == "profile") {
     /* one evaluation of each shape, for ncu */
     struct shape { int d; int64_t n, m; } shapes[] = {
