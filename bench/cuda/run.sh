@@ -28,11 +28,7 @@ flags="-O3 -std=c++17 -arch=$ARCH -DKDE_CUDA_BENCH -I$root/inst/include -I$root/
 build() {
   "$NVCC" $flags -Xptxas -v -c "$root/src/kde_cuda.cu" -o "$here/build/kde_cuda.o" \
     2> "$here/build/ptxas.txt" || { cat "$here/build/ptxas.txt"; return 1; }
-  # kde_cpu.c provides kde_cpu_thread_limit(), which the query packing uses.
-  ${CC:-gcc} -O2 -fopenmp -I"$root/inst/include" -I"$root/src" -c "$root/src/kde_cpu.c" \
-    -o "$here/build/kde_cpu.o" || return 1
-  "$NVCC" $flags "$here/harness.cu" "$here/build/kde_cuda.o" "$here/build/kde_cpu.o" \
-    -Xcompiler -fopenmp -o "$bin"
+  "$NVCC" $flags "$here/harness.cu" "$here/build/kde_cuda.o" -o "$bin"
 }
 
 if [ "${1:-}" = build ]; then build; exit $?; fi
