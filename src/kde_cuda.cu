@@ -53,7 +53,6 @@
 #include <cuda_runtime.h>
 
 #include <float.h>
-#include <stdarg.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -111,7 +110,7 @@ constexpr int64_t kMinQueriesPerDevice = 16384;
 /* Largest query batch (rows). */
 constexpr int64_t kMaxBatchRows = (int64_t) 1 << 22;
 /* Work per step (one batch against one shard), in pairs x the cost per pair
- * of step_cost_per_pair(): about a second on an H100 whatever the path, so
+ * of pair_cost(): about a second on an H100 whatever the path, so
  * that the interrupt probe and the progress bar run that often. */
 constexpr double kMaxWorkPerStep = 2e13;
 /* Scratch buffers up to this size stay allocated between evaluations (no
@@ -281,6 +280,9 @@ __device__ __forceinline__ float poly_exp2(float x)
   const float r = __int_as_float(__float_as_int(p) + (int) ((unsigned) __float_as_int(t) << 23));
   return x < -125.0f ? 0.0f : r;
 }
+/* Double precision never takes the polynomial share (POLY is 0 there, and
+ * its fast_exp2 is a polynomial already); this overload only lets the
+ * templates compile. */
 __device__ __forceinline__ double poly_exp2(double x) { return fast_exp2(x); }
 
 /* Sum of U terms as a balanced tree: fewer dependent adds in a row. */
@@ -398,9 +400,10 @@ __device__ __forceinline__ void block_copy_async(void *smem, const void *gmem,
  * (-inf) - (-inf): zero-weight and padding points (value -inf) add 0.
  */
 /* Lazy-max pieces, for LSE kernels. group_exps: g[i] = sum_p exp2(value[i][p]
- * - m[i]); returns whether some query's group sum passed kLazyLimit.
- * POLY of them by poly_exp2. group_fix: for those queries only, m[i] becomes the group's maximum, the
- * earlier sums s and ts are rescaled, and g[i] is summed again. */
+ * - m[i]), the last POLY of each thread's Q x U terms by poly_exp2; returns
+ * whether some query's group sum passed kLazyLimit. group_fix: for those
+ * queries only, m[i] becomes the group's maximum, the earlier sums s and ts
+ * are rescaled, and g[i] is summed again. */
 template <int POLY, typename T, int Q, int U>
 __device__ __forceinline__ bool group_exps(const T (&value)[Q][U], const T (&m)[Q],
                                            T (&g)[Q])
@@ -1286,7 +1289,6 @@ static size_t point_bytes(const kde_cuda_model *model)
   return (size_t) model->tile_elems * model->elem / kTileWidth;
 }
 
-
 /* Tensor-core storage tiles: big and small parts of the coordinates in B
  * fragment order, then aux = log2 w - |x|^2 / 2 of the float coordinates.
  * Padding (dimensions up to 8 k8, null points) is zero, aux -inf. Reads the
@@ -1583,8 +1585,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
                                         rep->device));
     if (value < 8) tf32_ok = 0; /* mma.sync tf32 needs sm_80 */
     KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-    rep->budget = memory_budget > 0 ? memory_budget
-                                    : kDefaultBudgetFraction * (double) free_b;
+    rep->budget = budget_bytes(memory_budget, free_b);
     KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->stream, cudaStreamNonBlocking));
     KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->upload, cudaStreamNonBlocking));
     KDE_CUDA_TRY(cudaEventCreateWithFlags(&rep->raw_ready, cudaEventDisableTiming));
@@ -1695,6 +1696,7 @@ typedef struct {
   int64_t n_batch;          /* rows in the current batch */
   int64_t ldq;
   int64_t shard;            /* next shard within the current batch */
+  int64_t step_units;       /* training units of the step in flight */
   int64_t raw_first;        /* the batch uploaded to rep->raw, if raw_rows */
   int64_t raw_rows;
   int batch_started;        /* this step packed a new batch */
@@ -1834,6 +1836,7 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
   shard_first = job->u_lo + job->shard * job->shard_units;
   shard_units = job->shard_units;
   if (shard_units > job->u_hi - shard_first) shard_units = job->u_hi - shard_first;
+  job->step_units = shard_units;
   if (model->resident) {
     train = (const T *) rep->train +
             shard_first * (kUnit / kTileWidth) * model->tile_elems;
@@ -2204,12 +2207,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
         kde_cuda_bench_steps++;
       }
 #endif
-      {
-        int64_t units = job->shard_units;
-        const int64_t shard_first = job->u_lo + (job->shard - 1) * job->shard_units;
-        if (units > job->u_hi - shard_first) units = job->u_hi - shard_first;
-        done_pairs += (double) job->n_batch * (double) units;
-      }
+      done_pairs += (double) job->n_batch * (double) job->step_units;
       if (collect_batch(job, query_offset, status) != 0) goto cleanup;
     }
     if (interrupted != NULL && interrupted(done_pairs / total_pairs)) {

@@ -18,8 +18,12 @@
 
 #include "kde_backend.h"
 
-/* Default budget: this fraction of the free memory when it is read. */
-static const double kDefaultBudgetFraction = 0.5;
+/* The device memory a model or a sampling run may use: the user's budget,
+ * or by default half of what is free now. */
+static inline double budget_bytes(double requested, size_t free_bytes)
+{
+  return requested > 0 ? requested : 0.5 * (double) free_bytes;
+}
 
 
 static inline void kde_status_clear(kde_status *status)

@@ -221,7 +221,7 @@ extern "C" void kde_cuda_sample(const kde_sample_request *request, int device,
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   KDE_CUDA_TRY(cudaSetDevice(device));
   KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-  budget = memory_budget > 0 ? memory_budget : kDefaultBudgetFraction * (double) free_b;
+  budget = budget_bytes(memory_budget, free_b);
   left = budget - (double) (train_bytes + cumulative_bytes + chol_bytes);
   batch = (int64_t) (left / ((double) d * sizeof(double)));
   if (batch > kMaxSampleBatch) batch = kMaxSampleBatch;
