@@ -164,18 +164,18 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
   transform <- if (whitened) NULL else object$transform
   if (object$backend == "cuda") {
     .Call(C_kde_log_density_cuda, cuda_model(object), query, center, transform,
-          object$log_const, leave_one_out, show_progress())
+          object$log_const, leave_one_out, progress_delay())
   } else {
     .Call(C_kde_log_density_cpu, object$z, object$weights, query, center, transform,
           kernel_index(object$kernel), object$log_const, leave_one_out,
-          cpu_threads(), show_progress())
+          cpu_threads(), progress_delay())
   }
 }
 
 # The progress bar of evaluations and GPU draws, as the seconds after which
 # it appears (-1: never): options(kdegpu.progress = TRUE / FALSE), by
 # default in interactive sessions, and kdegpu.progress_delay (2 s).
-show_progress <- function() {
+progress_delay <- function() {
   show <- getOption("kdegpu.progress", interactive())
   if (!is.logical(show) || length(show) != 1L || is.na(show)) {
     stop("`options(kdegpu.progress)` must be TRUE or FALSE.", call. = FALSE)

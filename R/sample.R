@@ -70,7 +70,7 @@ gpu_draws <- function(fit, size) {
   cumulative <- cumulative / cumulative[length(cumulative)]
   .Call(C_kde_sample_cuda, fit$x, cumulative, fit$chol_H, kernel_index(fit$kernel),
         as.double(size), key, gpu_devices(available)[[1L]], gpu_memory_budget(),
-        show_progress())
+        progress_delay())
 }
 
 # size x d draws from the kernel with identity covariance: direction times

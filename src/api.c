@@ -159,11 +159,10 @@ static void check_interrupt(void *unused)
  * thread, one evaluation at a time, and so do the backends' polls. */
 #define PROGRESS_WIDTH 30
 static struct {
-  int enabled;
-  int shown;
-  double delay;   /* seconds before the bar appears */
+  double delay;   /* seconds before the bar appears; negative: no bar */
   double start;
-} progress;
+  int shown;
+} progress = {-1, 0, 0};
 
 static double seconds_now(void)
 {
@@ -176,7 +175,6 @@ static double seconds_now(void)
 static void progress_begin(SEXP delay)
 {
   progress.delay = arg_double_scalar(delay, "progress");
-  progress.enabled = progress.delay >= 0;
   progress.shown = 0;
   progress.start = seconds_now();
 }
@@ -185,14 +183,15 @@ static void progress_begin(SEXP delay)
 static void progress_end(void)
 {
   if (progress.shown) REprintf("\r%*s\r", PROGRESS_WIDTH + 40, "");
-  progress.enabled = progress.shown = 0;
+  progress.delay = -1;
+  progress.shown = 0;
 }
 
 static void progress_draw(double done)
 {
   static const char bar[] = "==============================";
   const double elapsed = seconds_now() - progress.start;
-  if (!progress.enabled || elapsed < progress.delay || !(done > 0) ||
+  if (progress.delay < 0 || elapsed < progress.delay || !(done > 0) ||
       done >= 1)
     return;
   REprintf("\rkdegpu: [%-*.*s] %3.0f%%, about %.0f s left ", PROGRESS_WIDTH,
@@ -233,7 +232,7 @@ static void raise_status(const kde_status *status)
 
 SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
                             SEXP transform, SEXP kernel, SEXP log_const,
-                            SEXP leave_one_out, SEXP threads, SEXP show_progress)
+                            SEXP leave_one_out, SEXP threads, SEXP progress_delay)
 {
   kde_training_set t = arg_training_set(train, weight, kernel);
   kde_query_set q = arg_query_set(query, center, transform, log_const,
@@ -242,7 +241,7 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
 
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   kde_status status = status_ok();
-  progress_begin(show_progress);
+  progress_begin(progress_delay);
   kde_cpu_log_density(&t, &q, n_threads, poll_between_chunks, REAL(out),
                       &status);
   UNPROTECT(1);
@@ -462,7 +461,7 @@ SEXP kdegpu_cuda_model_release(SEXP handle)
 
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
-                             SEXP leave_one_out, SEXP show_progress)
+                             SEXP leave_one_out, SEXP progress_delay)
 {
   kde_cuda_model *model = arg_cuda_model(handle);
   const double *shape = REAL(R_ExternalPtrProtected(handle));
@@ -471,7 +470,7 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                                   (int64_t) shape[0]);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   kde_status status = status_ok();
-  progress_begin(show_progress);
+  progress_begin(progress_delay);
   if (q.n_query > 0)
     kde_cuda_log_density(model, &q, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);
@@ -482,7 +481,7 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
 /* Draws from a CUDA fit (see kde_cuda_sample); returns a size x d matrix. */
 SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
                         SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
-                        SEXP show_progress)
+                        SEXP progress_delay)
 {
   kde_sample_request request;
   int64_t rows, cols;
@@ -519,7 +518,7 @@ SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
 
   SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) request.size, (int) request.dim));
   kde_status status = status_ok();
-  progress_begin(show_progress);
+  progress_begin(progress_delay);
   kde_cuda_sample(&request, gpu, budget, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);
   raise_status(&status);

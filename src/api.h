@@ -6,7 +6,7 @@
 
 SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
                             SEXP transform, SEXP kernel, SEXP log_const,
-                            SEXP leave_one_out, SEXP threads, SEXP show_progress);
+                            SEXP leave_one_out, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_cpu_info(void);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
@@ -21,9 +21,9 @@ SEXP kdegpu_cuda_model_valid(SEXP handle);
 SEXP kdegpu_cuda_model_release(SEXP handle);
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
-                             SEXP leave_one_out, SEXP show_progress);
+                             SEXP leave_one_out, SEXP progress_delay);
 SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
                         SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
-                        SEXP show_progress);
+                        SEXP progress_delay);
 
 #endif
