@@ -127,32 +127,33 @@ static dataset make_queries(int64_t m, const dataset &train, uint64_t seed,
 
 /* ---- reference ----------------------------------------------------------- */
 
+/* |q_i - x_j|^2 for query row i (column-major, ldq rows) and point j. */
+static double squared_distance(const dataset &t, int64_t j, const double *q,
+                               int64_t ldq, int64_t i)
+{
+  double s2 = 0;
+  for (int64_t k = 0; k < t.d; k++) {
+    const double diff = q[i + k * ldq] - t.x[j + k * t.n];
+    s2 += diff * diff;
+  }
+  return s2;
+}
+
 static double reference_one(int kernel, const dataset &t, const double *q,
                             int64_t ldq, int64_t i, int loo, double log_const)
 {
-  const int64_t n = t.n, d = t.d;
   if (kde_kernel_is_compact(kernel)) {
     double sum = 0;
-    for (int64_t j = 0; j < n; j++) {
+    for (int64_t j = 0; j < t.n; j++) {
       if (loo && j == i) continue;
-      double s2 = 0;
-      for (int64_t k = 0; k < d; k++) {
-        const double diff = q[i + k * ldq] - t.x[j + k * n];
-        s2 += diff * diff;
-      }
-      sum += t.w[j] * kde_profile(kernel, s2);
+      sum += t.w[j] * kde_profile(kernel, squared_distance(t, j, q, ldq, i));
     }
     return sum > 0 ? log_const + log(sum) : -INFINITY;
   }
   kde_lse st = kde_lse_empty();
-  for (int64_t j = 0; j < n; j++) {
+  for (int64_t j = 0; j < t.n; j++) {
     if (loo && j == i) continue;
-    double s2 = 0;
-    for (int64_t k = 0; k < d; k++) {
-      const double diff = q[i + k * ldq] - t.x[j + k * n];
-      s2 += diff * diff;
-    }
-    st = kde_lse_add(st, t.lw[j] + kde_log_profile(kernel, s2));
+    st = kde_lse_add(st, t.lw[j] + kde_log_profile(kernel, squared_distance(t, j, q, ldq, i)));
   }
   return log_const + kde_lse_log(st);
 }
