@@ -98,8 +98,12 @@ constexpr int64_t kMinUnitsPerSplit = 8;
  * again against its own maximum: terms up to about 2^57 above the reference
  * are summed as they are (float holds sums up to 2^128). */
 constexpr double kLazyLimit = 1152921504606846976.0; /* 2^60 */
-/* Tensor-core (3xTF32) path: single-precision Gaussian with d >= this. */
+/* Tensor-core paths for the single-precision Gaussian: kde_tf32_kernel at
+ * d >= kTf32MinDim, kde_tc_small_kernel at d = kTcSmallDim. (At d = 1, 2 the
+ * FMA kernel's difference form is 100x more accurate than any expanded
+ * form: |q - x|^2 without the cancellation of |q|^2 + |x|^2 - 2 q.x.) */
 constexpr int64_t kTf32MinDim = 16;
+constexpr int64_t kTcSmallDim = 3;
 /* Its shared memory (block's query fragments + two tiles) must fit this. */
 constexpr size_t kTf32SmemCap = 160 * 1024;
 /* Wide kernel shared memory cap: leaves room for 2+ blocks per SM. */
@@ -155,6 +159,41 @@ __host__ __device__ inline float tf32_round(float v)
   memcpy(&v, &u, sizeof v);
   return v;
 #endif
+}
+
+/* Round to bfloat16 (8 significant bits), to nearest even, as its 16 bits. */
+__host__ __device__ inline uint32_t bf16_bits(float v)
+{
+#ifdef __CUDA_ARCH__
+  const uint32_t u = __float_as_uint(v);
+#else
+  uint32_t u;
+  memcpy(&u, &v, sizeof u);
+#endif
+  if ((u & 0x7f800000u) == 0x7f800000u) return u >> 16; /* inf (no NaN here) */
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+__host__ __device__ inline float bf16_value(uint32_t bits)
+{
+  const uint32_t u = bits << 16;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+#endif
+}
+
+/* v = p[0] + p[1] + p[2] exactly, as bfloat16 bits (8 + 8 + 8 bits of a
+ * float's 24); an infinity stays in p[0]. */
+__host__ __device__ inline void bf16_split3(float v, uint32_t (&p)[3])
+{
+  p[0] = bf16_bits(v);
+  const bool finite = fabsf(v) <= FLT_MAX;
+  const float r = finite ? v - bf16_value(p[0]) : 0.0f;
+  p[1] = bf16_bits(r);
+  p[2] = bf16_bits(finite ? r - bf16_value(p[1]) : 0.0f);
 }
 
 /* Where value (point or query row r, dimension k) goes in the tensor-core
@@ -891,6 +930,33 @@ __device__ __forceinline__ void load_u4(const float *p, uint32_t (&v)[4])
   v[3] = w.w;
 }
 
+/* End of the tensor-core kernels: a warp's 32 query rows (from row q0 of
+ * the batch; thread row r = 2 i + h is q0 + 16 i + g + 8 h) are each spread
+ * over the 4 lanes of a quad; merge them and write this split's partials. */
+__device__ __forceinline__ void write_quad_partials(const kde_args<float> &a, int64_t q0,
+                                                    const float (&m)[4],
+                                                    const float (&s)[4])
+{
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    kde_lse_f2 st = kde_lse_make_f2(m[r], s[r]);
+#pragma unroll
+    for (int offset = 1; offset < 4; offset *= 2) {
+      const float om = __shfl_xor_sync(0xffffffffu, st.max, offset);
+      const float os = __shfl_xor_sync(0xffffffffu, st.sum, offset);
+      st = kde_lse_merge_f2(st, kde_lse_make_f2(om, os));
+    }
+    if (st.sum == 0) st.max = -INFINITY;
+    const int64_t row = q0 + 16 * (r / 2) + g + 8 * (r % 2);
+    if (t == 0 && row < a.n_query) {
+      const int64_t at = (int64_t) blockIdx.y * a.ldq + row;
+      a.part_max[at] = st.max;
+      a.part_sum[at] = st.sum;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float> a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -997,24 +1063,265 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
     __syncthreads(); /* the next prefetch overwrites this buffer */
   }
 
-  /* a query row is spread over the 4 lanes t = 0..3 of a quad */
 #pragma unroll
-  for (int r = 0; r < R; r++) {
-    kde_lse_f2 st = kde_lse_make_f2(m[r], s[r] + ts[r]);
+  for (int r = 0; r < R; r++) s[r] += ts[r];
+  write_quad_partials(a, q0 + 32 * warp, m, s);
+#else
+  __trap();
+#endif
+}
+
+/*
+ * Tensor-core path for small d: single-precision Gaussian, d = 3 (the
+ * template serves d <= 3; see kTcSmallDim).
+ *
+ * One MMA product gives a pair's whole exponent, running max included:
+ * value - m = q.x + aux - m, with -m entering as the accumulator input. Per
+ * pair, what is left for the FP32 pipes is the exp2 and one add (the FMA
+ * kernel spends d FMAs and a subtraction more).
+ *
+ * Precision: a float v is split into three bfloat16 pieces, v = v0 + v1 +
+ * v2 exactly (8 + 8 + 8 bits), and q_c x_c keeps the six piece products
+ * down to 2^-16 relative (q0 x0, q0 x1, q1 x0, q0 x2, q1 x1, q2 x0; what is
+ * dropped is about 2^-24 of q_c x_c, one float rounding); aux keeps its
+ * three pieces, a float's 24 bits. So the products are as exact as the FMA
+ * kernel's, which matters: the expanded form's terms reach |x|^2 / 2 ~ 1e3
+ * in bandwidth units at n = 1e6, where 2^-22 of them is 2e-4 in log2 k.
+ * 3xTF32 (q0 x0 + q0 x1 + q1 x0 with 11-bit pieces) was 4x less accurate
+ * than the FMA kernel at n = 1e6; six TF32 terms were as accurate but need
+ * three k8 steps, slower than the FMA kernel. bfloat16 m16n8k16 takes 16
+ * entries per step at the cost of a TF32 k8 step.
+ *
+ * The k entries (2 k16 steps): lane t of a quad holds k = 16 s + 2 t + e and
+ * 16 s + 2 t + 8 + e (e = 0, 1), which we number j = 4 s + e and 4 s + 2 +
+ * e. For t < d, entry j < 6 of lane t is term j of coordinate t: query piece
+ * tc_query_piece(j) times point piece tc_point_piece(j); lane 3 carries aux,
+ * its pieces at j = 0, 1, 2 times a query entry of 1. Everything else is 0
+ * (and -inf, aux0 of a null point, meets a 1). Storage is the B fragments
+ * as they are: per n8 tile and lane (g, t), point g's 8 entries of lane t as
+ * 4 packed pairs, one 16-byte shared load.
+ *
+ * Each warp owns 32 queries (two m16 tiles) and takes every point of the
+ * block's 256-point shared tile, in groups of kTcGroupTiles n8 tiles: per
+ * group a thread has 4 query rows x 8 points, the same 32 terms per lazy-max
+ * check as the FMA kernel. The lazy max is as in small_tile, with each
+ * thread keeping its own running max per row (its 2 of the 8 columns of
+ * every n8 tile); a quad's 4 states are merged at the end.
+ */
+constexpr int kTcSteps = 2;
+constexpr int kTcGroupTiles = 4;
+__host__ __device__ constexpr int tc_query_piece(int j)
+{
+  return j == 2 || j == 4 ? 1 : j == 5 ? 2 : 0;
+}
+__host__ __device__ constexpr int tc_point_piece(int j)
+{
+  return j == 1 || j == 4 ? 1 : j == 3 ? 2 : 0;
+}
+
+/* Entry j of lane t, as bfloat16 bits: the query side, from a row's
+ * pieces piece[p][c], or the point side, from the pieces of coordinate t
+ * (or of aux, t = 3). */
+template <int D>
+__device__ __forceinline__ uint32_t tc_query_entry(const uint32_t (&piece)[3][D], int t,
+                                                   int j)
+{
+  uint32_t v = t == 3 && j < 3 ? 0x3f80u : 0u; /* 1.0: aux's pieces */
 #pragma unroll
-    for (int offset = 1; offset < 4; offset *= 2) {
-      const float om = __shfl_xor_sync(0xffffffffu, st.max, offset);
-      const float os = __shfl_xor_sync(0xffffffffu, st.sum, offset);
-      st = kde_lse_merge_f2(st, kde_lse_make_f2(om, os));
-    }
-    if (st.sum == 0) st.max = -INFINITY;
-    const int64_t row = q0 + 32 * warp + 16 * (r / 2) + g + 8 * (r % 2);
-    if (t == 0 && row < a.n_query) {
-      const int64_t at = (int64_t) blockIdx.y * a.ldq + row;
-      a.part_max[at] = st.max;
-      a.part_sum[at] = st.sum;
+  for (int c = 0; c < D; c++)
+    if (t == c && j < 6) v = piece[tc_query_piece(j)][c];
+  return v;
+}
+__host__ __device__ inline uint32_t tc_point_entry(const uint32_t (&piece)[3], int t, int j)
+{
+  if (t == 3) return j < 3 ? piece[j] : 0u;
+  return j < 6 ? piece[tc_point_piece(j)] : 0u;
+}
+
+/* d = a b + c for bfloat16 m16n8k16, c given as (row g, row g + 8) values,
+ * or accumulating into d. */
+__device__ __forceinline__ void mma_bf16_rows(float (&d)[4], const uint32_t (&a)[4],
+                                              uint32_t b0, uint32_t b1, float c_lo,
+                                              float c_hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%11,%11};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c_lo),
+        "f"(c_hi));
+#endif
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
+                                         uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* The values (exponents minus the row's max; the max is -neg_m) of one group
+ * of kTcGroupTiles n8 tiles, from n8 tile j0 of the shared tile, for the
+ * thread's 4 rows (r = 2 i + h: m16 tile i, row g + 8 h). value[r][2 jj + e]
+ * is point 8 (j0 + jj) + 2 t + e. CHECK: exclude a query's own point. */
+template <int D, bool CHECK>
+__device__ __forceinline__ void tc_small_values(
+    const float *__restrict__ tile, int j0, const uint32_t (&a)[2][kTcSteps][4],
+    const float (&neg_m)[4], int64_t first, const int64_t (&qg)[4],
+    float (&value)[4][2 * kTcGroupTiles])
+{
+  constexpr int KS = kTcSteps;
+  const int lane = threadIdx.x % 32, t = lane % 4;
+#pragma unroll
+  for (int jj = 0; jj < kTcGroupTiles; jj++) {
+    /* this lane's B fragments: step s takes b[2 s] and b[2 s + 1] */
+    const uint4 w = *reinterpret_cast<const uint4 *>(tile + ((j0 + jj) * 32 + lane) * 4);
+    const uint32_t b[2 * KS] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      float d[4];
+      mma_bf16_rows(d, a[i][0], b[0], b[1], neg_m[2 * i], neg_m[2 * i + 1]);
+#pragma unroll
+      for (int s = 1; s < KS; s++) mma_bf16(d, a[i][s], b[2 * s], b[2 * s + 1]);
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float v = d[2 * h + e];
+          if (CHECK && first + 8 * (j0 + jj) + 2 * t + e == qg[2 * i + h]) v = -INFINITY;
+          value[2 * i + h][2 * jj + e] = v;
+        }
     }
   }
+}
+
+/* One 256-point shared tile, software-pipelined by one group as small_tile:
+ * the MMAs of group k are issued while the exp2s of group k - 1 drain. When
+ * a group's check fails, its values are computed again with the max left
+ * out (absolute exponents) to set the new max, and the next group, already
+ * computed against the old max, is computed again. */
+template <int D, bool CHECK>
+__device__ __forceinline__ void tc_small_tile(const float *__restrict__ tile,
+                                              const uint32_t (&a)[2][kTcSteps][4],
+                                              float (&neg_m)[4], float (&s)[4],
+                                              float (&ts)[4], int64_t first,
+                                              const int64_t (&qg)[4])
+{
+  constexpr int R = 4, G = kTcGroupTiles, N8 = kUnit / 8;
+  const float zero[R] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float value[R][2 * G], gsum[R];
+  tc_small_values<D, CHECK>(tile, 0, a, neg_m, first, qg, value);
+  /* warp-uniform: the branch below issues MMAs, which need the whole warp */
+  bool far = __any_sync(0xffffffffu, group_exps<kPolyExps>(value, zero, gsum));
+#pragma unroll 1
+  for (int j = G; j <= N8; j += G) {
+    if (j < N8) tc_small_values<D, CHECK>(tile, j, a, neg_m, first, qg, value);
+    if (__builtin_expect(far, 0)) { /* resolve group j - G */
+      float again[R][2 * G];
+      tc_small_values<D, CHECK>(tile, j - G, a, zero, first, qg, again);
+#pragma unroll
+      for (int r = 0; r < R; r++)
+        if (!(gsum[r] <= (float) kLazyLimit)) {
+          float m = -neg_m[r];
+          group_fix_one(again[r], m, s[r], ts[r], gsum[r]);
+          neg_m[r] = -m;
+        }
+      if (j < N8) tc_small_values<D, CHECK>(tile, j, a, neg_m, first, qg, value);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) ts[r] += gsum[r];
+    if (j < N8) far = __any_sync(0xffffffffu, group_exps<kPolyExps>(value, zero, gsum));
+  }
+}
+
+/* Block (bx, by): queries [128 bx, 128 bx + 128), warp w the 32 from
+ * 32 w, against the by-th split of the training range; 256-point tiles
+ * double-buffered with cp.async. */
+template <int D>
+__global__ void __launch_bounds__(kThreads, real_traits<float>::min_blocks)
+    kde_tc_small_kernel(const kde_args<float> a)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int KS = kTcSteps, R = 4;
+  constexpr int tile_elems = kUnit * 16; /* 4 lanes x 4 values per point */
+  extern __shared__ float4 smem_f4[];
+  float *smem = reinterpret_cast<float *>(smem_f4);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t q0 = (int64_t) blockIdx.x * kBlockQueries + 32 * warp;
+
+  /* A fragments of step s: register x holds row g + 8 (x % 2) at j = 4 s +
+   * 2 (x / 2) and the next j (low half first); row r = 2 i + h is query
+   * q0 + 16 i + g + 8 h */
+  uint32_t afrag[2][KS][4];
+  int64_t qg[R];
+  float neg_m[R], s[R];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    uint32_t piece[2][3][D];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int64_t row = q0 + 16 * i + g + 8 * h;
+      qg[2 * i + h] = a.query_base + row;
+#pragma unroll
+      for (int c = 0; c < D; c++) {
+        uint32_t p[3];
+        bf16_split3(a.query[row + c * a.ldq], p);
+#pragma unroll
+        for (int u = 0; u < 3; u++) piece[h][u][c] = p[u];
+      }
+    }
+#pragma unroll
+    for (int st = 0; st < KS; st++)
+#pragma unroll
+      for (int x = 0; x < 4; x++)
+      {
+        const int j = 4 * st + 2 * (x / 2);
+        afrag[i][st][x] = tc_query_entry<D>(piece[x % 2], t, j) |
+                          tc_query_entry<D>(piece[x % 2], t, j + 1) << 16;
+      }
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    neg_m[r] = FLT_MAX; /* m = lowest(): the first group sets it */
+    s[r] = 0;
+  }
+
+  int64_t split_count;
+  const int64_t p0 = block_split(a, split_count);
+  const int64_t n_tiles = split_count / kUnit;
+  const float *src = a.train + p0 * 16;
+
+  block_copy_async(smem, src, tile_elems * sizeof(float));
+  async_commit();
+  for (int64_t tile = 0; tile < n_tiles; tile++) {
+    if (tile + 1 < n_tiles)
+      block_copy_async(smem + ((tile + 1) & 1) * tile_elems, src + (tile + 1) * tile_elems,
+                       tile_elems * sizeof(float));
+    async_commit();
+    async_wait_all_but_newest();
+    __syncthreads();
+    const float *xs = smem + (tile & 1) * tile_elems;
+    const int64_t first = a.train_base + p0 + tile * kUnit;
+    float ts[R] = {0.0f, 0.0f, 0.0f, 0.0f};
+    /* warp-uniform, for the MMAs: the warp's 32 queries against the tile */
+    const bool check = a.leave_one_out && a.query_base + q0 < first + kUnit &&
+                       first <= a.query_base + q0 + 31;
+    if (check)
+      tc_small_tile<D, true>(xs, afrag, neg_m, s, ts, first, qg);
+    else
+      tc_small_tile<D, false>(xs, afrag, neg_m, s, ts, first, qg);
+#pragma unroll
+    for (int r = 0; r < R; r++) s[r] += ts[r];
+    __syncthreads(); /* the next prefetch overwrites this buffer */
+  }
+  float m[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) m[r] = -neg_m[r];
+  write_quad_partials(a, q0, m, s);
 #else
   __trap();
 #endif
@@ -1160,6 +1467,14 @@ __global__ void kde_finish_kernel(const double *__restrict__ acc_max,
 
 template <typename T> using kde_kernel_fn = void (*)(kde_args<T>);
 
+/* How the training points are stored on the device, and which kernel reads
+ * them. The tensor-core layouts serve the single-precision Gaussian. */
+enum kde_layout {
+  KDE_LAYOUT_PLAIN,   /* 32-point tiles of (d + 1) rows: small, wide kernels */
+  KDE_LAYOUT_TF32,    /* kde_tf32_kernel, d >= kTf32MinDim */
+  KDE_LAYOUT_TC_SMALL /* kde_tc_small_kernel, d = kTcSmallDim */
+};
+
 template <typename F> auto dispatch_kernel(int kernel, F &&f)
 {
   switch (kernel) {
@@ -1185,10 +1500,12 @@ template <int K, typename T> kde_kernel_fn<T> select_for_dim(int dim)
   }
 }
 
-template <typename T> kde_kernel_fn<T> select_kernel(int kernel, int dim, int tf32)
+template <typename T> kde_kernel_fn<T> select_kernel(int kernel, int dim, int layout)
 {
-  if constexpr (std::is_same<T, float>::value)
-    if (tf32) return kde_tf32_kernel; /* model->tf32: Gaussian, d >= 16 */
+  if constexpr (std::is_same<T, float>::value) {
+    if (layout == KDE_LAYOUT_TF32) return kde_tf32_kernel;
+    if (layout == KDE_LAYOUT_TC_SMALL) return kde_tc_small_kernel<kTcSmallDim>;
+  }
   return dispatch_kernel(kernel, [dim](auto k) {
     return select_for_dim<decltype(k)::value, T>(dim);
   });
@@ -1235,8 +1552,8 @@ struct kde_cuda_model {
   double *center;       /* dim: training mean, subtracted from both sets */
   double scale;         /* then coordinates are multiplied by this */
   int expanded;         /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 */
-  int tf32;             /* tensor-core layout and kernel (see kde_tf32_kernel) */
-  int k8;               /* tf32: ceil(dim / 8) */
+  int layout;           /* enum kde_layout */
+  int k8;               /* KDE_LAYOUT_TF32: ceil(dim / 8) */
   int64_t tile_elems;   /* values per 32-point storage tile */
   int64_t query_elems;  /* values per query row on the device */
   int resident;         /* whole training set on every device */
@@ -1321,6 +1638,36 @@ static int pack_train_tf32(const kde_training_set *train,
   }
   free(norm2);
   return 0;
+}
+
+/* Small-d tensor-core storage (see kde_tc_small_kernel): per n8 tile and
+ * lane (g, t), point g's 8 bfloat16 entries of lane t, packed in pairs (low
+ * half first). aux = log2 w - |x|^2 / 2 of the float coordinates; a null
+ * or zero-weight point has aux pieces (-inf, 0, 0), so its pairs are -inf. */
+static void pack_train_tc_small(const kde_training_set *train,
+                                const kde_cuda_model *model, uint32_t *dst)
+{
+  const int64_t n = train->n_train, d = model->dim;
+  memset(dst, 0, (size_t) model->n_points * 16 * sizeof(uint32_t));
+  for (int64_t j = 0; j < model->n_points; j++) {
+    uint32_t piece[4][3] = {{0}}; /* coordinates 0..d-1, aux in 3 */
+    double norm2 = 0;
+    for (int64_t k = 0; k < d && j < n; k++) {
+      const float v = (float) ((train->train[k * n + j] - model->center[k]) * model->scale);
+      bf16_split3(v, piece[k]);
+      norm2 += (double) v * v;
+    }
+    bf16_split3(j < n ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2) : -INFINITY,
+                piece[3]);
+    /* point j: n8 tile j / 8, column g = j % 8, lanes 4 g + t */
+    uint32_t *lanes = dst + (j / 8) * 128 + (j % 8) * 16;
+    for (int t = 0; t < 4; t++) {
+      if (t < 3 && t >= d) continue;
+      for (int r = 0; r < 4; r++)
+        lanes[4 * t + r] = tc_point_entry(piece[t], t, 2 * r) |
+                           tc_point_entry(piece[t], t, 2 * r + 1) << 16;
+    }
+  }
 }
 
 /* Pack the training set: storage tiles of 32 points, dimension-major, then
@@ -1495,8 +1842,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
                                                  kde_status *status)
 {
   kde_cuda_model *model = NULL;
-  int count = 0, prev = -1, ok = 0, tf32_ok = 1;
-  size_t train_bytes = 0, unit_bytes = 0;
+  int count = 0, prev = -1, ok = 0, mma_ok = 1, gaussian_single;
+  size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0;
   double min_budget = 0;
 
   kde_status_clear(status);
@@ -1568,7 +1915,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
   }
 
   min_budget = -1;
-  tf32_ok = 1;
+  mma_ok = 1;
   for (int r = 0; r < n_devices; r++) {
     kde_replica *rep = &model->rep[r];
     size_t free_b = 0, total_b = 0;
@@ -1583,7 +1930,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
     rep->smem_optin = (size_t) value;
     KDE_CUDA_TRY(cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
                                         rep->device));
-    if (value < 8) tf32_ok = 0; /* mma.sync tf32 needs sm_80 */
+    if (value < 8) mma_ok = 0; /* mma.sync tf32 needs sm_80 */
     KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     rep->budget = budget_bytes(memory_budget, free_b);
     KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->stream, cudaStreamNonBlocking));
@@ -1594,24 +1941,33 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
     KDE_CUDA_TRY(cudaMemcpy(rep->model_center, model->center, model->dim * sizeof(double),
                             cudaMemcpyHostToDevice));
     if (min_budget < 0 || rep->budget < min_budget) min_budget = rep->budget;
-    if (tf32_smem_bytes(ceil_div(model->dim, 8)) > rep->smem_optin) tf32_ok = 0;
+    if (r == 0 || rep->smem_optin < min_smem_optin) min_smem_optin = rep->smem_optin;
   }
 
-  /* Storage layout: the tensor-core one for the single-precision Gaussian at
-   * d >= kTf32MinDim, else 32-point tiles of (d + 1) rows. */
-  model->tf32 = precision == KDE_PRECISION_SINGLE &&
-                train->kernel == KDE_GAUSSIAN && model->dim >= kTf32MinDim &&
-                tf32_ok && tf32_smem_bytes(ceil_div(model->dim, 8)) <= kTf32SmemCap;
+  /* Storage layout: a tensor-core one for the single-precision Gaussian at
+   * d = kTcSmallDim and d >= kTf32MinDim, else 32-point tiles of (d + 1)
+   * rows. */
+  gaussian_single = precision == KDE_PRECISION_SINGLE && train->kernel == KDE_GAUSSIAN;
 #ifdef KDE_CUDA_BENCH
-  if (kde_cuda_bench_no_tf32) model->tf32 = 0;
+  if (kde_cuda_bench_no_tf32) mma_ok = 0;
 #endif
-  if (model->tf32) {
+  model->layout = KDE_LAYOUT_PLAIN;
+  if (gaussian_single && mma_ok && model->dim == kTcSmallDim)
+    model->layout = KDE_LAYOUT_TC_SMALL;
+  if (gaussian_single && mma_ok && model->dim >= kTf32MinDim &&
+      tf32_smem_bytes(ceil_div(model->dim, 8)) <= kTf32SmemCap &&
+      tf32_smem_bytes(ceil_div(model->dim, 8)) <= min_smem_optin)
+    model->layout = KDE_LAYOUT_TF32;
+  model->query_elems = model->dim;
+  if (model->layout == KDE_LAYOUT_TF32) {
     model->k8 = (int) ceil_div(model->dim, 8);
     model->tile_elems = (int64_t) model->k8 * 512 + kTileWidth;
     model->query_elems = (int64_t) model->k8 * 16;
+  } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
+    model->tile_elems = (int64_t) kTileWidth * 16;
+
   } else {
     model->tile_elems = (model->dim + 1) * kTileWidth;
-    model->query_elems = model->dim;
   }
 
   unit_bytes = kUnit * point_bytes(model);
@@ -1626,7 +1982,9 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
       goto cleanup;
     }
   }
-  if (model->tf32) {
+  if (model->layout == KDE_LAYOUT_TC_SMALL) {
+    pack_train_tc_small(train, model, (uint32_t *) model->host_train);
+  } else if (model->layout == KDE_LAYOUT_TF32) {
     if (pack_train_tf32(train, model, (float *) model->host_train) != 0) {
       kde_status_set(status, KDE_ERR_ALLOC,
                      "out of host memory packing the training set");
@@ -1743,7 +2101,7 @@ static double pair_cost(const kde_cuda_model *model)
 {
   double cost = (double) model->dim + 4;
   if (model->precision == KDE_PRECISION_DOUBLE) cost *= 5;
-  if (model->tf32) cost *= 0.4;
+  if (model->layout == KDE_LAYOUT_TF32) cost *= 0.4;
   return cost;
 }
 
@@ -1797,7 +2155,7 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
   args.dst = (T *) rep->query.ptr;
   args.offset = (double *) rep->acc.ptr + 2 * job->ldq_max;
   KDE_CUDA_TRY(cudaStreamWaitEvent(rep->stream, rep->raw_ready, 0));
-  if (model->tf32)
+  if (model->layout == KDE_LAYOUT_TF32)
     kde_pack_kernel<T, true><<<blocks, kPackThreads, 0, rep->stream>>>(args);
   else
     kde_pack_kernel<T, false><<<blocks, kPackThreads, 0, rep->stream>>>(args);
@@ -1955,13 +2313,17 @@ static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
   const int64_t units = job->u_hi - job->u_lo;
   double avail, per_query;
   int blocks_per_sm = 0;
-  kde_kernel_fn<T> fn = select_kernel<T>(model->kernel, (int) d, model->tf32);
+  kde_kernel_fn<T> fn = select_kernel<T>(model->kernel, (int) d, model->layout);
 
   KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
-  if (model->tf32) {
+  if (model->layout == KDE_LAYOUT_TF32) {
     job->chunk_dims = (int) d;
     job->n_chunks = 1;
     job->smem = tf32_smem_bytes(model->k8);
+  } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
+    job->chunk_dims = (int) d;
+    job->n_chunks = 1;
+    job->smem = 2 * (size_t) kUnit * point_bytes(model);
   } else if (d <= 4) {
     job->chunk_dims = (int) d;
     job->n_chunks = 1;

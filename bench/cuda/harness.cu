@@ -684,7 +684,7 @@ int main(int argc, char **argv)
   device_info();
   if (mode == "tiny") {
     for (int precision = 0; precision <= 1; precision++)
-      for (int d : {2, 7}) {
+      for (int d : {2, 3, 7}) {
         dataset t = make_data(700, d, KDE_GAUSSIAN, 1, 3);
         dataset q = make_queries(200, t, 4, 0);
         std::vector<double> got;
@@ -702,6 +702,28 @@ int main(int argc, char **argv)
     bench_one(KDE_EXPONENTIAL, 3, 1000000, 1000000, 1, "kernels");
     bench_one(KDE_GAUSSIAN, 64, 1000000, 1000000, 1, "square");
     bench_one(KDE_GAUSSIAN, 3, 10000000, 100, 1, "100x1e7");
+  } else if (mode == "tcacc") {
+    /* the small-d tensor-core kernel (d = 3) against the FMA kernel: single
+     * vs double over every query, n = 1e6 */
+    for (int d : {3}) {
+      std::vector<double> tc, fma_, dd;
+      dataset q, t;
+      bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 1, "tc", &tc, &q, &t);
+      kde_cuda_bench_no_tf32 = 1;
+      bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 1, "fma", &fma_);
+      kde_cuda_bench_no_tf32 = 0;
+      bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 0, "double", &dd);
+      double w_tc = 0, w_fma = 0, mean_tc = 0, mean_fma = 0;
+      for (size_t i = 0; i < dd.size(); i++) {
+        const double den = std::max(1.0, fabs(dd[i]));
+        w_tc = std::max(w_tc, fabs(tc[i] - dd[i]) / den);
+        w_fma = std::max(w_fma, fabs(fma_[i] - dd[i]) / den);
+        mean_tc += (tc[i] - dd[i]) / den / dd.size();
+        mean_fma += (fma_[i] - dd[i]) / den / dd.size();
+      }
+      printf("tcacc d=%d: max rel vs double: tc %.2e fma %.2e; mean signed: tc %.2e"
+             " fma %.2e\n", d, w_tc, w_fma, mean_tc, mean_fma);
+    }
   } else if (mode == "profile") {
     /* one evaluation of each shape, for ncu */
     struct shape { int d; int64_t n, m; } shapes[] = {
