@@ -129,6 +129,10 @@ constexpr int kPackThreads = 128;
  * the MUFU, which is the busier pipe. Measured on an H100 at d = 3:
  * 0: 2.71e12, 2: 2.79e12, 4: 2.83e12, 8: 2.54e12 evaluations/s. */
 constexpr int kPolyExps = 4;
+/* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
+ * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12
+ * to 3.11e12, 2: 3.11e12, 4: 3.10e12, 8: 2.76e12, 12: 2.49e12. */
+constexpr int kTcPolyExps = 4;
 
 constexpr double kLog2e = 1.4426950408889634074;
 constexpr double kLn2 = 0.69314718055994530942;
@@ -1215,7 +1219,7 @@ __device__ __forceinline__ void tc_small_tile(const float *__restrict__ tile,
   float value[R][2 * G], gsum[R];
   tc_small_values<D, CHECK>(tile, 0, a, neg_m, first, qg, value);
   /* warp-uniform: the branch below issues MMAs, which need the whole warp */
-  bool far = __any_sync(0xffffffffu, group_exps<kPolyExps>(value, zero, gsum));
+  bool far = __any_sync(0xffffffffu, group_exps<kTcPolyExps>(value, zero, gsum));
 #pragma unroll 1
   for (int j = G; j <= N8; j += G) {
     if (j < N8) tc_small_values<D, CHECK>(tile, j, a, neg_m, first, qg, value);
@@ -1233,7 +1237,7 @@ __device__ __forceinline__ void tc_small_tile(const float *__restrict__ tile,
     }
 #pragma unroll
     for (int r = 0; r < R; r++) ts[r] += gsum[r];
-    if (j < N8) far = __any_sync(0xffffffffu, group_exps<kPolyExps>(value, zero, gsum));
+    if (j < N8) far = __any_sync(0xffffffffu, group_exps<kTcPolyExps>(value, zero, gsum));
   }
 }
 
