@@ -145,41 +145,21 @@ constexpr double kLn2 = 0.69314718055994530942;
 
 namespace {
 
-/* Round to TF32 (10 explicit mantissa bits), to nearest even: the same
- * bits on the host (training points) and the device (queries). */
-__host__ __device__ inline float tf32_round(float v)
+/* A float's bits and back, on the host and the device alike: the operand
+ * splits below must give the same bits on both (training points are split
+ * on the host, queries on the device). */
+__host__ __device__ inline uint32_t float_bits(float v)
 {
 #ifdef __CUDA_ARCH__
-  uint32_t u = __float_as_uint(v);
+  return __float_as_uint(v);
 #else
   uint32_t u;
   memcpy(&u, &v, sizeof u);
-#endif
-  if ((u & 0x7f800000u) != 0x7f800000u) /* leave inf and NaN alone */
-    u = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  memcpy(&v, &u, sizeof v);
-  return v;
+  return u;
 #endif
 }
-
-/* Round to bfloat16 (8 significant bits), to nearest even, as its 16 bits. */
-__host__ __device__ inline uint32_t bf16_bits(float v)
+__host__ __device__ inline float bits_float(uint32_t u)
 {
-#ifdef __CUDA_ARCH__
-  const uint32_t u = __float_as_uint(v);
-#else
-  uint32_t u;
-  memcpy(&u, &v, sizeof u);
-#endif
-  if ((u & 0x7f800000u) == 0x7f800000u) return u >> 16; /* inf (no NaN here) */
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-__host__ __device__ inline float bf16_value(uint32_t bits)
-{
-  const uint32_t u = bits << 16;
 #ifdef __CUDA_ARCH__
   return __uint_as_float(u);
 #else
@@ -188,6 +168,24 @@ __host__ __device__ inline float bf16_value(uint32_t bits)
   return v;
 #endif
 }
+
+/* Round to TF32 (10 explicit mantissa bits), to nearest even. */
+__host__ __device__ inline float tf32_round(float v)
+{
+  uint32_t u = float_bits(v);
+  if ((u & 0x7f800000u) != 0x7f800000u) /* leave inf and NaN alone */
+    u = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
+  return bits_float(u);
+}
+
+/* Round to bfloat16 (8 significant bits), to nearest even, as its 16 bits. */
+__host__ __device__ inline uint32_t bf16_bits(float v)
+{
+  const uint32_t u = float_bits(v);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u >> 16; /* inf (no NaN here) */
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+__host__ __device__ inline float bf16_value(uint32_t bits) { return bits_float(bits << 16); }
 
 /* v = p[0] + p[1] + p[2] exactly, as bfloat16 bits (8 + 8 + 8 bits of a
  * float's 24); an infinity stays in p[0]. */
@@ -1114,6 +1112,8 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
  */
 constexpr int kTcSteps = 2;
 constexpr int kTcGroupTiles = 4;
+/* Storage words per point: 4 lanes x 4 packed pairs. */
+constexpr int kTcPointWords = 16;
 __host__ __device__ constexpr int tc_query_piece(int j)
 {
   return j == 2 || j == 4 ? 1 : j == 5 ? 2 : 0;
@@ -1215,6 +1215,7 @@ __device__ __forceinline__ void tc_small_tile(const float *__restrict__ tile,
                                               const int64_t (&qg)[4])
 {
   constexpr int R = 4, G = kTcGroupTiles, N8 = kUnit / 8;
+  /* the values are relative to the max already: group_exps subtracts 0 */
   const float zero[R] = {0.0f, 0.0f, 0.0f, 0.0f};
   float value[R][2 * G], gsum[R];
   tc_small_values<D, CHECK>(tile, 0, a, neg_m, first, qg, value);
@@ -1250,7 +1251,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<float>::min_blocks)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int KS = kTcSteps, R = 4;
-  constexpr int tile_elems = kUnit * 16; /* 4 lanes x 4 values per point */
+  constexpr int tile_elems = kUnit * kTcPointWords;
   extern __shared__ float4 smem_f4[];
   float *smem = reinterpret_cast<float *>(smem_f4);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -1297,7 +1298,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<float>::min_blocks)
   int64_t split_count;
   const int64_t p0 = block_split(a, split_count);
   const int64_t n_tiles = split_count / kUnit;
-  const float *src = a.train + p0 * 16;
+  const float *src = a.train + p0 * kTcPointWords;
 
   block_copy_async(smem, src, tile_elems * sizeof(float));
   async_commit();
@@ -1652,7 +1653,7 @@ static void pack_train_tc_small(const kde_training_set *train,
                                 const kde_cuda_model *model, uint32_t *dst)
 {
   const int64_t n = train->n_train, d = model->dim;
-  memset(dst, 0, (size_t) model->n_points * 16 * sizeof(uint32_t));
+  memset(dst, 0, (size_t) model->n_points * kTcPointWords * sizeof(uint32_t));
   for (int64_t j = 0; j < model->n_points; j++) {
     uint32_t piece[4][3] = {{0}}; /* coordinates 0..d-1, aux in 3 */
     double norm2 = 0;
@@ -1664,7 +1665,7 @@ static void pack_train_tc_small(const kde_training_set *train,
     bf16_split3(j < n ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2) : -INFINITY,
                 piece[3]);
     /* point j: n8 tile j / 8, column g = j % 8, lanes 4 g + t */
-    uint32_t *lanes = dst + (j / 8) * 128 + (j % 8) * 16;
+    uint32_t *lanes = dst + (j / 8) * 8 * kTcPointWords + (j % 8) * kTcPointWords;
     for (int t = 0; t < 4; t++) {
       if (t < 3 && t >= d) continue;
       for (int r = 0; r < 4; r++)
@@ -1934,7 +1935,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
     rep->smem_optin = (size_t) value;
     KDE_CUDA_TRY(cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
                                         rep->device));
-    if (value < 8) mma_ok = 0; /* mma.sync tf32 needs sm_80 */
+    if (value < 8) mma_ok = 0; /* mma.sync with tf32 or bf16 needs sm_80 */
     KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     rep->budget = budget_bytes(memory_budget, free_b);
     KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->stream, cudaStreamNonBlocking));
@@ -1968,8 +1969,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
     model->tile_elems = (int64_t) model->k8 * 512 + kTileWidth;
     model->query_elems = (int64_t) model->k8 * 16;
   } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
-    model->tile_elems = (int64_t) kTileWidth * 16;
-
+    model->tile_elems = (int64_t) kTileWidth * kTcPointWords;
   } else {
     model->tile_elems = (model->dim + 1) * kTileWidth;
   }

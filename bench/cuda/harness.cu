@@ -705,7 +705,8 @@ int main(int argc, char **argv)
   } else if (mode == "tcacc") {
     /* the small-d tensor-core kernel (d = 3) against the FMA kernel: single
      * vs double over every query, n = 1e6 */
-    for (int d : {3}) {
+    {
+      const int d = 3;
       std::vector<double> tc, fma_, dd;
       dataset q, t;
       bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 1, "tc", &tc, &q, &t);
