@@ -27,9 +27,10 @@
  *   exp2s drain while the FMA pipe works (software pipelining by one group).
  * * Double precision uses its own branch-free exp2 (fast_exp2(double)).
  * * Gaussian in single precision with d >= 16: the dot products q.x run on
- *   the tensor cores as 3xTF32 (each operand split into a TF32 "big" and
+ *   the tensor cores as 3xFP16 (each operand split into an fp16 "big" and
  *   "small" part, three mma.sync per product), which keeps about 22 bits of
- *   each operand, then the same exp2 epilogue.
+ *   each operand, then the same exp2 epilogue. At d = 3 one bfloat16 MMA
+ *   gives a pair's whole exponent (kde_tc_small_kernel).
  * * Few queries and many training points: the training range is split across
  *   blockIdx.y; every block writes a partial (max, sum) per query and a second
  *   kernel merges them with kde_lse_merge_2 (kernels.h). The same merge
@@ -51,6 +52,7 @@
  *   function's single cleanup label. Nothing prints, exits or throws.
  */
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
 
 #include <float.h>
 #include <math.h>
@@ -98,14 +100,14 @@ constexpr int64_t kMinUnitsPerSplit = 8;
  * again against its own maximum: terms up to about 2^57 above the reference
  * are summed as they are (float holds sums up to 2^128). */
 constexpr double kLazyLimit = 1152921504606846976.0; /* 2^60 */
-/* Tensor-core paths for the single-precision Gaussian: kde_tf32_kernel at
- * d >= kTf32MinDim, kde_tc_small_kernel at d = kTcSmallDim. (At d = 1, 2 the
+/* Tensor-core paths for the single-precision Gaussian: kde_tc_wide_kernel
+ * at d >= kTcWideMinDim, kde_tc_small_kernel at d = kTcSmallDim. (At d = 1, 2 the
  * FMA kernel's difference form is 100x more accurate than any expanded
  * form: |q - x|^2 without the cancellation of |q|^2 + |x|^2 - 2 q.x.) */
-constexpr int64_t kTf32MinDim = 16;
+constexpr int64_t kTcWideMinDim = 16;
 constexpr int64_t kTcSmallDim = 3;
 /* Its shared memory (block's query fragments + two tiles) must fit this. */
-constexpr size_t kTf32SmemCap = 160 * 1024;
+constexpr size_t kTcWideSmemCap = 160 * 1024;
 /* Wide kernel shared memory cap: leaves room for 2+ blocks per SM. */
 constexpr size_t kWideSmemCap = 100 * 1024;
 /* Below this many queries per device, split the training set, not the
@@ -169,13 +171,24 @@ __host__ __device__ inline float bits_float(uint32_t u)
 #endif
 }
 
-/* Round to TF32 (10 explicit mantissa bits), to nearest even. */
-__host__ __device__ inline float tf32_round(float v)
+/* A float as fp16 bits, to nearest even, and back (|v| < 65520; subnormal
+ * results are kept, not flushed). */
+__host__ __device__ inline uint32_t f16_bits(float v)
 {
-  uint32_t u = float_bits(v);
-  if ((u & 0x7f800000u) != 0x7f800000u) /* leave inf and NaN alone */
-    u = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
-  return bits_float(u);
+  return __half_as_ushort(__float2half_rn(v));
+}
+__host__ __device__ inline float f16_value(uint32_t bits)
+{
+  return __half2float(__ushort_as_half((unsigned short) bits));
+}
+
+/* v ~ big + small as fp16 bits: 11 + 11 significant bits (v - big is
+ * exact in float). Below 2^-14 fp16 is subnormal, so small keeps an
+ * absolute 2^-25, not 11 bits: plenty where |q.x| is what matters. */
+__host__ __device__ inline void f16_split2(float v, uint32_t &big, uint32_t &small)
+{
+  big = f16_bits(v);
+  small = f16_bits(v - f16_value(big));
 }
 
 /* Round to bfloat16 (8 significant bits), to nearest even, as its 16 bits. */
@@ -198,24 +211,35 @@ __host__ __device__ inline void bf16_split3(float v, uint32_t (&p)[3])
   p[2] = bf16_bits(finite ? r - bf16_value(p[1]) : 0.0f);
 }
 
-/* Where value (point or query row r, dimension k) goes in the tensor-core
- * layouts: the B fragment of a storage tile (b0: k = t, b1: k = t + 4, for
- * column g, lane = 4 g + t) and the A fragment of a query m16 tile (a0: (g,
- * t), a1: (g + 8, t), a2: (g, t + 4), a3: (g + 8, t + 4)). See
- * kde_tf32_kernel; the small part sits 2 floats (B) or 128 floats (A) after
- * the big part. */
-__host__ __device__ inline int64_t tf32_train_slot(int64_t point_in_tile, int64_t k)
+/* Where value (point or query row r, dimension k) goes in the wide
+ * tensor-core layouts, as a 32-bit word holding two fp16 values (dimension
+ * k is its k % 2 half, low half first): the B fragment of a storage tile
+ * (b0: k = 2 t, 2 t + 1, b1: k = 2 t + 8, 2 t + 9, for column g, lane 4 g +
+ * t) and the A fragment of a query m16 tile (a0: row g, k = 2 t, 2 t + 1;
+ * a1: row g + 8; a2: row g, k = 2 t + 8, 2 t + 9; a3: row g + 8, the same
+ * k), per 16 dimensions. See kde_tc_wide_kernel; the small part sits 2
+ * words (B) or 128 words (A) after the big part. */
+__host__ __device__ inline int64_t tc_wide_train_word(int64_t point_in_tile, int64_t k)
 {
   const int64_t j = point_in_tile / 8, g = point_in_tile % 8;
-  const int64_t kk = k / 8, t = k % 4, h = (k % 8) / 4;
+  const int64_t kk = k / 16, t = (k % 8) / 2, h = (k % 16) / 8;
   return ((kk * 4 + j) * 32 + 4 * g + t) * 4 + h;
 }
-__host__ __device__ inline int64_t tf32_query_slot(int64_t row_in_tile, int64_t k)
+__host__ __device__ inline int64_t tc_wide_query_word(int64_t row_in_tile, int64_t k)
 {
   const int64_t g = row_in_tile % 8, hr = row_in_tile / 8;
-  const int64_t kk = k / 8, t = k % 4, hc = (k % 8) / 4;
-  return kk * 256 + (4 * g + t) * 4 + hr + 2 * hc;
+  const int64_t kk = k / 16, t = (k % 8) / 2, hk = (k % 16) / 8;
+  return kk * 256 + (4 * g + t) * 4 + hr + 2 * hk;
 }
+/* A query batch in the wide tensor-core layout: ldq / 16 m16 tiles of k16 x
+ * 256 words, then ldq row scales (see kde_pack_kernel). */
+__host__ __device__ inline int64_t tc_wide_scale_offset(int64_t ldq, int k16)
+{
+  return ldq / 16 * k16 * 256;
+}
+/* Values (in a query row, after its scale, or of any training point) stay
+ * below this, so that fp16 holds their big parts. */
+constexpr float kF16Limit = 32768.0f;
 
 template <typename T>
 struct kde_args {
@@ -234,7 +258,7 @@ struct kde_args {
   int64_t query_base;    /* global index of query row 0 (leave one out) */
   int64_t train_base;    /* global index of training point 0 */
   int64_t tile_elems;    /* values per 32-point storage tile */
-  int k8;                /* tensor-core kernel: dimensions / 8, rounded up */
+  int k16;               /* wide tensor-core kernel: dimensions / 16, rounded up */
 };
 
 /* kde_kernel_is_compact() as a constant expression, for template arguments;
@@ -897,26 +921,34 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
 }
 
 /*
- * Tensor-core path: single-precision Gaussian, d >= kTf32MinDim.
+ * Wide tensor-core path: single-precision Gaussian, d >= kTcWideMinDim.
  *
- * value = aux + q.x with q.x = sum over 8-dimension steps of
- * mma.sync.m16n8k8 (TF32 in, FP32 accumulate). Each operand is stored split
- * as big = tf32(v) and small = tf32(v - big) (done once on the host), and
- * q.x ~ q_small x_big + q_big x_small + q_big x_big: about 22 bits of each
- * operand, the 3xTF32 scheme. The accumulators start at aux, so the bias is
- * free. Each warp owns 32 queries (two m16 tiles) and takes every 32-point
- * tile (four n8 tiles): per 8 dimensions, 8 16-byte shared loads feed 24 mma.
+ * value = aux + q.x with q.x = sum over 16-dimension steps of
+ * mma.sync.m16n8k16 (fp16 in, FP32 accumulate). Each operand is stored split
+ * as big = fp16(v) and small = fp16(v - big) (f16_split2; training points on
+ * the host, queries by the packing kernel), and q.x ~ q_small x_big + q_big
+ * x_small + q_big x_big: about 22 bits of each operand, as 3xTF32 keeps, at
+ * half the MMAs (an fp16 k16 step costs what a TF32 k8 step does) and half
+ * the shared memory. The accumulators start at aux, so the bias is free.
  *
- * Storage tile (32 points): [k8][n8 tile 0..3][lane][b0 big, b1 big,
- * b0 small, b1 small] (the B fragment of each lane), then aux[32].
- * Queries: [m16 tile][k8][big | small][lane][a0..a3] (A fragments).
- * Fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k8" (.tf32).
+ * fp16 holds magnitudes below 65504: training points must lie within
+ * kF16Limit (else the model takes the FMA kernel), and a query row beyond it
+ * is stored scaled by a power of two, 1 / row_scale, exact; a warp with such
+ * a row starts its accumulators at 0 and takes value = acc row_scale + aux.
+ *
+ * Each warp owns 32 queries (two m16 tiles) and takes every 32-point tile
+ * (four n8 tiles): per 16 dimensions, 8 16-byte shared loads feed 24 MMAs.
+ * Storage tile (32 points): [k16][n8 tile 0..3][lane][b0 big, b1 big,
+ * b0 small, b1 small] (the B fragment of each lane), then aux[32] (float).
+ * Queries: [m16 tile][k16][big | small][lane][a0..a3] (A fragments), then
+ * the row scales. Fragment layouts: PTX ISA, "Matrix fragments for
+ * mma.m16n8k16 with floating point type".
  */
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4],
-                                         uint32_t b0, uint32_t b1)
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4],
+                                        uint32_t b0, uint32_t b1)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -959,7 +991,7 @@ __device__ __forceinline__ void write_quad_partials(const kde_args<float> &a, in
   }
 }
 
-__global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float> a)
+__global__ void __launch_bounds__(kThreads) kde_tc_wide_kernel(const kde_args<float> a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int MI = 2, NJ = 4, R = 2 * MI; /* R query rows per thread */
@@ -967,18 +999,26 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
   float *smem = reinterpret_cast<float *>(smem_f4);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int k8 = a.k8;
+  const int k16 = a.k16;
   const int64_t tile_elems = a.tile_elems;
-  const int q_elems = kWarps * MI * k8 * 256;
+  const int q_elems = kWarps * MI * k16 * 256;
   float *sa = smem;
   float *sx = smem + q_elems;
   const int64_t q0 = (int64_t) blockIdx.x * kBlockQueries;
 
   /* thread row r = 2 i + h: query q0 + 32 warp + 16 i + g + 8 h */
   int64_t qg[R];
+  float row_scale[R];
+  bool scaled = false;
 #pragma unroll
-  for (int r = 0; r < R; r++)
-    qg[r] = a.query_base + q0 + 32 * warp + 16 * (r / 2) + g + 8 * (r % 2);
+  for (int r = 0; r < R; r++) {
+    const int64_t row = q0 + 32 * warp + 16 * (r / 2) + g + 8 * (r % 2);
+    qg[r] = a.query_base + row;
+    row_scale[r] = a.query[tc_wide_scale_offset(a.ldq, k16) + row];
+    scaled = scaled || row_scale[r] != 1.0f;
+  }
+  /* warp-uniform, so that the common case keeps aux as the MMAs' input */
+  scaled = __any_sync(0xffffffffu, scaled);
   float m[R], s[R], ts[R];
 #pragma unroll
   for (int r = 0; r < R; r++) {
@@ -992,7 +1032,7 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
   const int64_t n_tiles = split_count / kTileWidth;
   const float *src = a.train + (p0 / kTileWidth) * tile_elems;
 
-  block_copy_async(sa, a.query + (q0 / 16) * k8 * 256, (size_t) q_elems * sizeof(float));
+  block_copy_async(sa, a.query + (q0 / 16) * k16 * 256, (size_t) q_elems * sizeof(float));
   block_copy_async(sx, src, (size_t) tile_elems * sizeof(float));
   async_commit();
   for (int64_t tile = 0; tile < n_tiles; tile++) {
@@ -1003,12 +1043,13 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
     async_wait_all_but_newest();
     __syncthreads();
     const float *xs = sx + (tile & 1) * tile_elems;
-    const float *aux = xs + (size_t) k8 * 512;
+    const float *aux = xs + (size_t) k16 * 512;
 
     float acc[MI][NJ][4];
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-      const float c0 = aux[8 * j + 2 * t], c1 = aux[8 * j + 2 * t + 1];
+      const float c0 = scaled ? 0.0f : aux[8 * j + 2 * t];
+      const float c1 = scaled ? 0.0f : aux[8 * j + 2 * t + 1];
 #pragma unroll
       for (int i = 0; i < MI; i++) {
         acc[i][j][0] = c0;
@@ -1018,13 +1059,13 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
       }
     }
 #pragma unroll 2
-    for (int kk = 0; kk < k8; kk++) {
+    for (int kk = 0; kk < k16; kk++) {
       uint32_t b[NJ][4], abig[MI][4], asmall[MI][4];
 #pragma unroll
       for (int j = 0; j < NJ; j++) load_u4(xs + ((kk * NJ + j) * 32 + lane) * 4, b[j]);
 #pragma unroll
       for (int i = 0; i < MI; i++) {
-        const float *fa = sa + ((size_t) ((warp * MI + i) * k8 + kk) * 2) * 128;
+        const float *fa = sa + ((size_t) ((warp * MI + i) * k16 + kk) * 2) * 128;
         load_u4(fa + lane * 4, abig[i]);
         load_u4(fa + 128 + lane * 4, asmall[i]);
       }
@@ -1033,9 +1074,9 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
       for (int i = 0; i < MI; i++)
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-          mma_tf32(acc[i][j], asmall[i], b[j][0], b[j][1]);
-          mma_tf32(acc[i][j], abig[i], b[j][2], b[j][3]);
-          mma_tf32(acc[i][j], abig[i], b[j][0], b[j][1]);
+          mma_f16(acc[i][j], asmall[i], b[j][0], b[j][1]);
+          mma_f16(acc[i][j], abig[i], b[j][2], b[j][3]);
+          mma_f16(acc[i][j], abig[i], b[j][0], b[j][1]);
         }
     }
 
@@ -1051,6 +1092,7 @@ __global__ void __launch_bounds__(kThreads) kde_tf32_kernel(const kde_args<float
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           float v = acc[r / 2][j][2 * (r % 2) + e];
+          if (scaled) v = fmaf(v, row_scale[r], aux[8 * j + 2 * t + e]);
           if (check && first + 8 * j + 2 * t + e == qg[r]) v = -INFINITY;
           value[r][2 * j + e] = v;
         }
@@ -1342,7 +1384,7 @@ struct kde_pack_args {
   int64_t rows;             /* valid rows; rows up to ldq are zero padding */
   int64_t ldq;
   int dim;
-  int k8;                   /* tensor-core layout: dimensions / 8, rounded up */
+  int k16;                  /* wide tensor-core layout: dimensions / 16, rounded up */
   const double *center;     /* whitening: z = (raw - center) transform */
   const double *transform;  /* dim x dim, column-major; NULL: raw is z */
   const double *model_center;
@@ -1351,53 +1393,86 @@ struct kde_pack_args {
   double *offset;           /* [rows]: |packed row|^2 / 2 (expanded form) */
 };
 
-/* One thread per row; output columns in groups of 8 held in registers.
- * Whitening is done in double, as kde_whiten() does on the CPU, and the
- * coordinates are then centred and scaled as the training points were. */
-template <typename T, bool TF32>
-__global__ void kde_pack_kernel(const kde_pack_args<T> a)
+/* Columns c0 .. c0 + 7 of a packed row (zero past dim and for padding
+ * rows). Whitening is done in double, as kde_whiten() does on the CPU, and
+ * the coordinates are then centred and scaled as the training points were. */
+constexpr int kPackColumns = 8;
+template <typename T>
+__device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t row,
+                                             int c0, T (&v)[kPackColumns])
 {
-  constexpr int C = 8;
-  const int64_t row = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= a.ldq) return;
-  const bool valid = row < a.rows;
-  const int out_dims = TF32 ? 8 * a.k8 : a.dim;
-  double norm2 = 0;
-  for (int c0 = 0; c0 < out_dims; c0 += C) {
-    double z[C];
+  constexpr int C = kPackColumns;
+  double z[C];
 #pragma unroll
-    for (int u = 0; u < C; u++) z[u] = 0;
-    if (valid && a.transform != NULL) {
-      for (int k = 0; k < a.dim; k++) {
-        const double xk = a.raw[k * a.ldr + row] - a.center[k];
-        const double *t = a.transform + k;
-#pragma unroll
-        for (int u = 0; u < C; u++)
-          if (c0 + u < a.dim) z[u] = fma(xk, t[(int64_t) (c0 + u) * a.dim], z[u]);
-      }
-    } else if (valid) {
+  for (int u = 0; u < C; u++) z[u] = 0;
+  if (row < a.rows && a.transform != NULL) {
+    for (int k = 0; k < a.dim; k++) {
+      const double xk = a.raw[k * a.ldr + row] - a.center[k];
+      const double *t = a.transform + k;
 #pragma unroll
       for (int u = 0; u < C; u++)
-        if (c0 + u < a.dim) z[u] = a.raw[(int64_t) (c0 + u) * a.ldr + row];
+        if (c0 + u < a.dim) z[u] = fma(xk, t[(int64_t) (c0 + u) * a.dim], z[u]);
     }
+  } else if (row < a.rows) {
 #pragma unroll
-    for (int u = 0; u < C; u++) {
-      const int c = c0 + u;
-      if (c >= out_dims) break;
-      const T v = valid && c < a.dim ? (T) ((z[u] - a.model_center[c]) * a.scale) : (T) 0;
-      norm2 += (double) v * (double) v;
-      if (TF32) {
-        const float big = tf32_round((float) v);
-        float *at = reinterpret_cast<float *>(a.dst) + (row / 16) * a.k8 * 256 +
-                    tf32_query_slot(row % 16, c);
-        at[0] = big;
-        at[128] = tf32_round((float) v - big);
-      } else {
-        a.dst[(int64_t) c * a.ldq + row] = v;
+    for (int u = 0; u < C; u++)
+      if (c0 + u < a.dim) z[u] = a.raw[(int64_t) (c0 + u) * a.ldr + row];
+  }
+#pragma unroll
+  for (int u = 0; u < C; u++)
+    v[u] = row < a.rows && c0 + u < a.dim
+               ? (T) ((z[u] - a.model_center[c0 + u]) * a.scale) : (T) 0;
+}
+
+/* One thread per row, 8 columns at a time in registers. TC_WIDE: the wide
+ * tensor-core layout, whose rows beyond kF16Limit are first measured (one
+ * more pass) and stored scaled down by a power of two. */
+template <typename T, bool TC_WIDE>
+__global__ void kde_pack_kernel(const kde_pack_args<T> a)
+{
+  constexpr int C = kPackColumns;
+  const int64_t row = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= a.ldq) return;
+  const int out_dims = TC_WIDE ? 16 * a.k16 : a.dim;
+  T v[C];
+  float shrink = 1.0f; /* 1 / the row scale */
+  if (TC_WIDE) {
+    float most = 0.0f;
+    for (int c0 = 0; c0 < a.dim; c0 += C) {
+      pack_columns(a, row, c0, v);
+#pragma unroll
+      for (int u = 0; u < C; u++) most = fmaxf(most, fabsf((float) v[u]));
+    }
+    int e = 0;
+    (void) frexpf(most, &e); /* most < 2^e */
+    const int over = e - 15;  /* kF16Limit = 2^15 */
+    if (over > 0) shrink = ldexpf(1.0f, -over);
+    reinterpret_cast<float *>(a.dst)[tc_wide_scale_offset(a.ldq, a.k16) + row] =
+        1.0f / shrink;
+  }
+  double norm2 = 0;
+  for (int c0 = 0; c0 < out_dims; c0 += C) {
+    pack_columns(a, row, c0, v);
+#pragma unroll
+    for (int u = 0; u < C; u++) norm2 += (double) v[u] * (double) v[u];
+    if (TC_WIDE) {
+      uint32_t *tile = reinterpret_cast<uint32_t *>(a.dst) + (row / 16) * a.k16 * 256;
+#pragma unroll
+      for (int u = 0; u < C; u += 2) {
+        uint32_t big[2], small[2];
+        f16_split2((float) v[u] * shrink, big[0], small[0]);
+        f16_split2((float) v[u + 1] * shrink, big[1], small[1]);
+        uint32_t *at = tile + tc_wide_query_word(row % 16, c0 + u);
+        at[0] = big[0] | big[1] << 16;
+        at[128] = small[0] | small[1] << 16;
       }
+    } else {
+#pragma unroll
+      for (int u = 0; u < C; u++)
+        if (c0 + u < out_dims) a.dst[(int64_t) (c0 + u) * a.ldq + row] = v[u];
     }
   }
-  if (valid) a.offset[row] = 0.5 * norm2;
+  if (row < a.rows) a.offset[row] = 0.5 * norm2;
 }
 
 /*
@@ -1476,7 +1551,7 @@ template <typename T> using kde_kernel_fn = void (*)(kde_args<T>);
  * them. The tensor-core layouts serve the single-precision Gaussian. */
 enum kde_layout {
   KDE_LAYOUT_PLAIN,   /* 32-point tiles of (d + 1) rows: small, wide kernels */
-  KDE_LAYOUT_TF32,    /* kde_tf32_kernel, d >= kTf32MinDim */
+  KDE_LAYOUT_TC_WIDE, /* kde_tc_wide_kernel, d >= kTcWideMinDim */
   KDE_LAYOUT_TC_SMALL /* kde_tc_small_kernel, d = kTcSmallDim */
 };
 
@@ -1508,7 +1583,7 @@ template <int K, typename T> kde_kernel_fn<T> select_for_dim(int dim)
 template <typename T> kde_kernel_fn<T> select_kernel(int kernel, int dim, int layout)
 {
   if constexpr (std::is_same<T, float>::value) {
-    if (layout == KDE_LAYOUT_TF32) return kde_tf32_kernel;
+    if (layout == KDE_LAYOUT_TC_WIDE) return kde_tc_wide_kernel;
     if (layout == KDE_LAYOUT_TC_SMALL) return kde_tc_small_kernel<kTcSmallDim>;
   }
   return dispatch_kernel(kernel, [dim](auto k) {
@@ -1558,7 +1633,7 @@ struct kde_cuda_model {
   double scale;         /* then coordinates are multiplied by this */
   int expanded;         /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 */
   int layout;           /* enum kde_layout */
-  int k8;               /* KDE_LAYOUT_TF32: ceil(dim / 8) */
+  int k16;              /* KDE_LAYOUT_TC_WIDE: ceil(dim / 16) */
   int64_t tile_elems;   /* values per 32-point storage tile */
   int64_t query_elems;  /* values per query row on the device */
   int resident;         /* whole training set on every device */
@@ -1578,17 +1653,17 @@ int64_t kde_cuda_bench_batches = 0;
 int64_t kde_cuda_bench_launches = 0;
 int kde_cuda_bench_max_splits = 0;
 int kde_cuda_bench_mode = 0; /* 0: queries split over devices, 1: training */
-int kde_cuda_bench_no_tf32 = 0; /* models made while set use FMA kernels */
+int kde_cuda_bench_no_mma = 0; /* models made while set use FMA kernels */
 }
 #endif
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* Shared memory of kde_tf32_kernel: the block's query fragments and two
+/* Shared memory of kde_tc_wide_kernel: the block's query fragments and two
  * storage tiles. */
-static size_t tf32_smem_bytes(int64_t k8)
+static size_t tc_wide_smem_bytes(int64_t k16)
 {
-  return (size_t) (kWarps * 2 * k8 * 256 + 2 * (k8 * 512 + kTileWidth)) * sizeof(float);
+  return (size_t) (kWarps * 2 * k16 * 256 + 2 * (k16 * 512 + kTileWidth)) * sizeof(float);
 }
 
 static int kernel_is_lse(int kernel) { return !kde_kernel_is_compact(kernel); }
@@ -1611,35 +1686,50 @@ static size_t point_bytes(const kde_cuda_model *model)
   return (size_t) model->tile_elems * model->elem / kTileWidth;
 }
 
-/* Tensor-core storage tiles: big and small parts of the coordinates in B
- * fragment order, then aux = log2 w - |x|^2 / 2 of the float coordinates.
- * Padding (dimensions up to 8 k8, null points) is zero, aux -inf. Reads the
- * column-major input one column at a time. */
-static int pack_train_tf32(const kde_training_set *train,
-                           const kde_cuda_model *model, float *dst)
+/* Whether every training coordinate lies within kF16Limit, as the wide
+ * tensor-core layout needs (queries are scaled per row; points are not). */
+static int train_fits_f16(const kde_training_set *train, const kde_cuda_model *model)
+{
+  const int64_t n = train->n_train;
+  for (int64_t k = 0; k < model->dim; k++) {
+    const double *col = train->train + k * n;
+    const double c = model->center[k], sc = model->scale;
+    for (int64_t j = 0; j < n; j++)
+      if (!(fabsf((float) ((col[j] - c) * sc)) < kF16Limit)) return 0;
+  }
+  return 1;
+}
+
+/* Wide tensor-core storage tiles: big and small fp16 parts of the
+ * coordinates in B fragment order, then aux = log2 w - |x|^2 / 2 of the
+ * float coordinates. Padding (dimensions up to 16 k16, null points) is
+ * zero, aux -inf. Reads the column-major input one column at a time. */
+static int pack_train_tc_wide(const kde_training_set *train,
+                              const kde_cuda_model *model, uint32_t *dst)
 {
   const int64_t n = train->n_train, d = model->dim;
   const int64_t n_tiles = model->n_points / kTileWidth;
   double *norm2 = (double *) calloc((size_t) n, sizeof(double));
   if (norm2 == NULL) return -1;
-  memset(dst, 0, (size_t) n_tiles * model->tile_elems * sizeof(float));
+  memset(dst, 0, (size_t) n_tiles * model->tile_elems * sizeof(uint32_t));
   for (int64_t k = 0; k < d; k++) {
     const double *col = train->train + k * n;
     const double c = model->center[k], sc = model->scale;
     for (int64_t j = 0; j < n; j++) {
       const float v = (float) ((col[j] - c) * sc);
-      const float big = tf32_round(v);
-      float *at = dst + (j / kTileWidth) * model->tile_elems +
-                  tf32_train_slot(j % kTileWidth, k);
-      at[0] = big;
-      at[2] = tf32_round(v - big);
+      uint32_t big, small;
+      f16_split2(v, big, small);
+      uint32_t *at = dst + (j / kTileWidth) * model->tile_elems +
+                     tc_wide_train_word(j % kTileWidth, k);
+      at[0] |= big << (16 * (k % 2));
+      at[2] |= small << (16 * (k % 2));
       norm2[j] += (double) v * v;
     }
   }
   for (int64_t j = 0; j < model->n_points; j++) {
-    float *aux = dst + (j / kTileWidth) * model->tile_elems + (int64_t) model->k8 * 512;
-    aux[j % kTileWidth] =
-        j < n ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2[j]) : -INFINITY;
+    uint32_t *aux = dst + (j / kTileWidth) * model->tile_elems + (int64_t) model->k16 * 512;
+    aux[j % kTileWidth] = float_bits(
+        j < n ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2[j]) : -INFINITY);
   }
   free(norm2);
   return 0;
@@ -1935,7 +2025,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
     rep->smem_optin = (size_t) value;
     KDE_CUDA_TRY(cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
                                         rep->device));
-    if (value < 8) mma_ok = 0; /* mma.sync with tf32 or bf16 needs sm_80 */
+    if (value < 8) mma_ok = 0; /* mma.sync with bf16 needs sm_80 */
     KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     rep->budget = budget_bytes(memory_budget, free_b);
     KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->stream, cudaStreamNonBlocking));
@@ -1950,24 +2040,25 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
   }
 
   /* Storage layout: a tensor-core one for the single-precision Gaussian at
-   * d = kTcSmallDim and d >= kTf32MinDim, else 32-point tiles of (d + 1)
-   * rows. */
+   * d = kTcSmallDim and d >= kTcWideMinDim (training points within fp16's
+   * range), else 32-point tiles of (d + 1) rows. */
   gaussian_single = precision == KDE_PRECISION_SINGLE && train->kernel == KDE_GAUSSIAN;
 #ifdef KDE_CUDA_BENCH
-  if (kde_cuda_bench_no_tf32) mma_ok = 0;
+  if (kde_cuda_bench_no_mma) mma_ok = 0;
 #endif
   model->layout = KDE_LAYOUT_PLAIN;
   if (gaussian_single && mma_ok && model->dim == kTcSmallDim)
     model->layout = KDE_LAYOUT_TC_SMALL;
-  if (gaussian_single && mma_ok && model->dim >= kTf32MinDim &&
-      tf32_smem_bytes(ceil_div(model->dim, 8)) <= kTf32SmemCap &&
-      tf32_smem_bytes(ceil_div(model->dim, 8)) <= min_smem_optin)
-    model->layout = KDE_LAYOUT_TF32;
+  if (gaussian_single && mma_ok && model->dim >= kTcWideMinDim &&
+      tc_wide_smem_bytes(ceil_div(model->dim, 16)) <= kTcWideSmemCap &&
+      tc_wide_smem_bytes(ceil_div(model->dim, 16)) <= min_smem_optin &&
+      train_fits_f16(train, model))
+    model->layout = KDE_LAYOUT_TC_WIDE;
   model->query_elems = model->dim;
-  if (model->layout == KDE_LAYOUT_TF32) {
-    model->k8 = (int) ceil_div(model->dim, 8);
-    model->tile_elems = (int64_t) model->k8 * 512 + kTileWidth;
-    model->query_elems = (int64_t) model->k8 * 16;
+  if (model->layout == KDE_LAYOUT_TC_WIDE) {
+    model->k16 = (int) ceil_div(model->dim, 16);
+    model->tile_elems = (int64_t) model->k16 * 512 + kTileWidth;
+    model->query_elems = (int64_t) model->k16 * 16 + 1; /* + the row scale */
   } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
     model->tile_elems = (int64_t) kTileWidth * kTcPointWords;
   } else {
@@ -1988,8 +2079,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
   }
   if (model->layout == KDE_LAYOUT_TC_SMALL) {
     pack_train_tc_small(train, model, (uint32_t *) model->host_train);
-  } else if (model->layout == KDE_LAYOUT_TF32) {
-    if (pack_train_tf32(train, model, (float *) model->host_train) != 0) {
+  } else if (model->layout == KDE_LAYOUT_TC_WIDE) {
+    if (pack_train_tc_wide(train, model, (uint32_t *) model->host_train) != 0) {
       kde_status_set(status, KDE_ERR_ALLOC,
                      "out of host memory packing the training set");
       goto cleanup;
@@ -2100,12 +2191,12 @@ static int choose_splits(const kde_device_job *job, int64_t blocks_q,
 
 /* Relative cost of a pair on the path a model takes (FMAs for the distance
  * or dot product, plus the exp), for the size of a step: double precision
- * runs about 5x slower, the tensor cores about 2.5x faster. */
+ * runs about 5x slower, the wide tensor-core kernel about 4x faster. */
 static double pair_cost(const kde_cuda_model *model)
 {
   double cost = (double) model->dim + 4;
   if (model->precision == KDE_PRECISION_DOUBLE) cost *= 5;
-  if (model->layout == KDE_LAYOUT_TF32) cost *= 0.4;
+  if (model->layout == KDE_LAYOUT_TC_WIDE) cost *= 0.25;
   return cost;
 }
 
@@ -2151,7 +2242,7 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
   args.rows = job->n_batch;
   args.ldq = job->ldq;
   args.dim = (int) model->dim;
-  args.k8 = model->k8;
+  args.k16 = model->k16;
   args.center = query->transform != NULL ? rep->whitening : NULL;
   args.transform = query->transform != NULL ? rep->whitening + model->dim : NULL;
   args.model_center = rep->model_center;
@@ -2159,10 +2250,14 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
   args.dst = (T *) rep->query.ptr;
   args.offset = (double *) rep->acc.ptr + 2 * job->ldq_max;
   KDE_CUDA_TRY(cudaStreamWaitEvent(rep->stream, rep->raw_ready, 0));
-  if (model->layout == KDE_LAYOUT_TF32)
-    kde_pack_kernel<T, true><<<blocks, kPackThreads, 0, rep->stream>>>(args);
-  else
+  if constexpr (std::is_same<T, float>::value) {
+    if (model->layout == KDE_LAYOUT_TC_WIDE)
+      kde_pack_kernel<T, true><<<blocks, kPackThreads, 0, rep->stream>>>(args);
+    else
+      kde_pack_kernel<T, false><<<blocks, kPackThreads, 0, rep->stream>>>(args);
+  } else {
     kde_pack_kernel<T, false><<<blocks, kPackThreads, 0, rep->stream>>>(args);
+  }
   KDE_CUDA_LAUNCHED("query packing kernel");
   KDE_CUDA_TRY(cudaEventRecord(rep->raw_free, rep->stream));
   job->raw_rows = 0; /* consumed */
@@ -2229,7 +2324,7 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
   args.query_base = job->q_next;
   args.train_base = shard_first * kUnit;
   args.tile_elems = model->tile_elems;
-  args.k8 = model->k8;
+  args.k16 = model->k16;
   grid = dim3((unsigned) blocks_q, (unsigned) splits, 1);
 
   if (job->timed) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));
@@ -2320,10 +2415,10 @@ static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
   kde_kernel_fn<T> fn = select_kernel<T>(model->kernel, (int) d, model->layout);
 
   KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
-  if (model->layout == KDE_LAYOUT_TF32) {
+  if (model->layout == KDE_LAYOUT_TC_WIDE) {
     job->chunk_dims = (int) d;
     job->n_chunks = 1;
-    job->smem = tf32_smem_bytes(model->k8);
+    job->smem = tc_wide_smem_bytes(model->k16);
   } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
     job->chunk_dims = (int) d;
     job->n_chunks = 1;

@@ -39,7 +39,7 @@ extern int64_t kde_cuda_bench_batches;
 extern int64_t kde_cuda_bench_launches;
 extern int kde_cuda_bench_max_splits;
 extern int kde_cuda_bench_mode;
-extern int kde_cuda_bench_no_tf32;
+extern int kde_cuda_bench_no_mma;
 }
 
 static const char *kernel_names[KDE_N_KERNELS] = {
@@ -379,43 +379,57 @@ static void multi_device()
 /* The tensor-core path (single-precision Gaussian, d >= 16) against the
  * reference and against the FMA path, at dimensions that are and are not
  * multiples of 8. */
+/* The wide tensor-core kernel (3xFP16) against the reference and the FMA
+ * kernel. far: a few queries (and in far = 2 one training point) beyond
+ * fp16's range, which the kernel stores scaled per row (and for which the
+ * model falls back to the FMA kernel). */
+static void tensor_core_case(int d, int loo, int tiny, int far)
+{
+  dataset t = make_data(3001, d, KDE_GAUSSIAN, 1, 300 + d);
+  if (far == 2) t.x[5] = 4e4; /* beyond 2^15 once scaled, 13 units off the mean */
+  dataset q = loo ? t : make_queries(1500, t, 301, 13);
+  if (far && !loo)
+    for (int64_t i = 0; i < q.n; i += 97) q.x[i + (i % d) * q.n] += i % 2 ? 1e5 : -3e8;
+  const double lc = kde_log_norm_const(KDE_GAUSSIAN, d);
+  std::vector<int64_t> rows = sample_rows(q.n, 40, 7);
+  if (far) rows.push_back(97);
+  std::vector<double> ref = reference(KDE_GAUSSIAN, t, q, rows, loo, lc);
+  std::vector<double> tc, fma;
+  kde_status st, st2;
+  const double budget = tiny ? tiny_budget(d, 1) * 2 : 0;
+  int rc = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, budget, loo, lc, tc, &st);
+  kde_cuda_bench_no_mma = 1;
+  int rc2 = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, budget, loo, lc, fma, &st2);
+  kde_cuda_bench_no_mma = 0;
+  compare_result c, c2;
+  double vs = 0;
+  bool ok = rc == 0 && rc2 == 0;
+  if (ok) {
+    c = compare(tc, rows, ref);
+    c2 = compare(fma, rows, ref);
+    for (int64_t i = 0; i < q.n; i++)
+      if (std::isfinite(fma[i]))
+        vs = std::max(vs, fabs(tc[i] - fma[i]) / std::max(1.0, fabs(fma[i])));
+      else if (tc[i] != fma[i])
+        vs = INFINITY;
+    ok = c.nan == 0 && c.mismatched_inf == 0 && c.max_err <= 1e-5 && vs <= 1e-5;
+    if (far == 2) ok = ok && vs == 0; /* the same (FMA) kernel ran */
+  }
+  failures += !ok;
+  printf("%s gaussian d=%d loo=%d tiny=%d far=%d single: tc max_err %.2e, fma max_err"
+         " %.2e, tc vs fma (all %lld queries) %.2e %s%s\n",
+         ok ? "ok  " : "FAIL", d, loo, tiny, far, c.max_err, c2.max_err,
+         (long long) q.n, vs, rc ? st.message : "", rc2 ? st2.message : "");
+}
+
 static void tensor_core_tests()
 {
-  printf("\n== tensor-core (3xTF32) path\n");
+  printf("\n== wide tensor-core (3xFP16) path\n");
   for (int d : {16, 21, 64})
     for (int loo = 0; loo <= 1; loo++)
-      for (int tiny = 0; tiny <= 1; tiny++) {
-        dataset t = make_data(3001, d, KDE_GAUSSIAN, 1, 300 + d);
-        dataset q = loo ? t : make_queries(1500, t, 301, 13);
-        const double lc = kde_log_norm_const(KDE_GAUSSIAN, d);
-        std::vector<int64_t> rows = sample_rows(q.n, 40, 7);
-        std::vector<double> ref = reference(KDE_GAUSSIAN, t, q, rows, loo, lc);
-        std::vector<double> tc, fma;
-        kde_status st, st2;
-        const double budget = tiny ? tiny_budget(d, 1) * 2 : 0;
-        int rc = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, budget, loo, lc, tc, &st);
-        kde_cuda_bench_no_tf32 = 1;
-        int rc2 = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, budget, loo, lc, fma, &st2);
-        kde_cuda_bench_no_tf32 = 0;
-        compare_result c, c2;
-        double vs = 0;
-        bool ok = rc == 0 && rc2 == 0;
-        if (ok) {
-          c = compare(tc, rows, ref);
-          c2 = compare(fma, rows, ref);
-          for (int64_t i = 0; i < q.n; i++)
-            if (std::isfinite(fma[i]))
-              vs = std::max(vs, fabs(tc[i] - fma[i]) / std::max(1.0, fabs(fma[i])));
-            else if (tc[i] != fma[i])
-              vs = INFINITY;
-          ok = c.nan == 0 && c.mismatched_inf == 0 && c.max_err <= 1e-5 && vs <= 1e-5;
-        }
-        failures += !ok;
-        printf("%s gaussian d=%d loo=%d tiny=%d single: tf32 max_err %.2e, fma max_err"
-               " %.2e, tf32 vs fma (all %lld queries) %.2e %s%s\n",
-               ok ? "ok  " : "FAIL", d, loo, tiny, c.max_err, c2.max_err,
-               (long long) q.n, vs, rc ? st.message : "", rc2 ? st2.message : "");
-      }
+      for (int tiny = 0; tiny <= 1; tiny++) tensor_core_case(d, loo, tiny, 0);
+  for (int d : {16, 64})
+    for (int far = 1; far <= 2; far++) tensor_core_case(d, 0, 0, far);
 }
 
 static int probe_calls = 0;
@@ -549,7 +563,7 @@ static double expected_rate(int kernel, int d, int precision)
 {
   double r = precision ? 3e12 : 3e11;
   if (d > 4) r /= d / 4.0;
-  if (precision && kernel == KDE_GAUSSIAN && d >= 16 && !kde_cuda_bench_no_tf32)
+  if (precision && kernel == KDE_GAUSSIAN && d >= 16 && !kde_cuda_bench_no_mma)
     r = d <= 16 ? 2e12 : 8e11;
   if (kernel != KDE_GAUSSIAN) r /= 2;
   return r;
@@ -618,12 +632,12 @@ static void bench()
   for (int precision = 1; precision >= 0; precision--)
     for (int d : {3, 16})
       bench_one(KDE_GAUSSIAN, d, 10000000, 100, precision, "100x1e7");
-  kde_cuda_bench_no_tf32 = 1; /* the FMA kernel at the tensor-core sizes */
+  kde_cuda_bench_no_mma = 1; /* the FMA kernel at the tensor-core sizes */
   for (int d : {16, 64}) {
     bench_one(KDE_GAUSSIAN, d, 1000000, 1000000, 1, "fma-only");
     bench_one(KDE_GAUSSIAN, d, 10000000, 100, 1, "fma-only");
   }
-  kde_cuda_bench_no_tf32 = 0;
+  kde_cuda_bench_no_mma = 0;
   bench_one(KDE_GAUSSIAN, 64, 10000000, 100, 1, "100x1e7");
 
   /* accuracy at n = 1e6: single vs double vs the CPU reference */
@@ -703,16 +717,15 @@ int main(int argc, char **argv)
     bench_one(KDE_GAUSSIAN, 64, 1000000, 1000000, 1, "square");
     bench_one(KDE_GAUSSIAN, 3, 10000000, 100, 1, "100x1e7");
   } else if (mode == "tcacc") {
-    /* the small-d tensor-core kernel (d = 3) against the FMA kernel: single
-     * vs double over every query, n = 1e6 */
-    {
-      const int d = 3;
+    /* the tensor-core kernels (d = 3: bfloat16; d >= 16: 3xFP16) against
+     * the FMA kernel: single vs double over every query, n = 1e6 */
+    for (int d : {3, 16, 64}) {
       std::vector<double> tc, fma_, dd;
       dataset q, t;
       bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 1, "tc", &tc, &q, &t);
-      kde_cuda_bench_no_tf32 = 1;
+      kde_cuda_bench_no_mma = 1;
       bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 1, "fma", &fma_);
-      kde_cuda_bench_no_tf32 = 0;
+      kde_cuda_bench_no_mma = 0;
       bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 0, "double", &dd);
       double w_tc = 0, w_fma = 0, mean_tc = 0, mean_fma = 0;
       for (size_t i = 0; i < dd.size(); i++) {
@@ -724,6 +737,34 @@ int main(int argc, char **argv)
       }
       printf("tcacc d=%d: max rel vs double: tc %.2e fma %.2e; mean signed: tc %.2e"
              " fma %.2e\n", d, w_tc, w_fma, mean_tc, mean_fma);
+    }
+    /* a bandwidth 5x narrower than the rule of thumb, queries at training
+     * points: a pair's exponent is a small difference of terms ~ |x|^2 / 2 */
+    for (int d : {16, 64}) {
+      dataset t = make_data(200000, d, KDE_GAUSSIAN, 0, 77);
+      for (double &v : t.x) v *= 5;
+      dataset q;
+      q.n = 20000;
+      q.d = d;
+      for (int64_t k = 0; k < d; k++)
+        q.x.insert(q.x.end(), t.x.begin() + k * t.n, t.x.begin() + k * t.n + q.n);
+      const double lc = kde_log_norm_const(KDE_GAUSSIAN, d);
+      std::vector<double> tc, fma_, dd;
+      kde_status st;
+      int rc = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, 0, 0, lc, tc, &st);
+      kde_cuda_bench_no_mma = 1;
+      rc |= evaluate(t, q, KDE_GAUSSIAN, 1, {0}, 0, 0, lc, fma_, &st);
+      kde_cuda_bench_no_mma = 0;
+      rc |= evaluate(t, q, KDE_GAUSSIAN, 0, {0}, 0, 0, lc, dd, &st);
+      double w_tc = 0, w_fma = 0;
+      for (int64_t i = 0; rc == 0 && i < q.n; i++) {
+        const double den = std::max(1.0, fabs(dd[i]));
+        w_tc = std::max(w_tc, fabs(tc[i] - dd[i]) / den);
+        w_fma = std::max(w_fma, fabs(fma_[i] - dd[i]) / den);
+      }
+      failures += rc != 0;
+      printf("tcacc narrow d=%d (log-density %.1f): max rel vs double: tc %.2e fma %.2e\n",
+             d, rc == 0 ? dd[0] : NAN, w_tc, w_fma);
     }
   } else if (mode == "profile") {
     /* one evaluation of each shape, for ncu */

@@ -184,6 +184,39 @@ test_that("CUDA: single precision at n = 1e5 is within 1e-5 of double", {
   }
 })
 
+test_that("CUDA: the tensor-core paths (single gaussian, d = 3, 16, 21, 64) match the reference", {
+  skip_without_gpu()
+  for (d in c(3, 16, 21, 64)) {
+    x <- ref_data(700, d, seed = 840 + d)
+    q <- ref_queries(x, 150, seed = 850 + d)
+    # Queries beyond fp16's range (2^15 bandwidths): the d >= 16 kernel
+    # stores such rows scaled by a power of two.
+    far <- rbind(colMeans(x) + c(1e5, rep(0, d - 1)),
+                 colMeans(x) - c(rep(0, d - 1), 3e7))
+    q <- rbind(q, far)
+    # Half the normal-reference H: in single precision the expanded form
+    # |q|^2 + |x|^2 - 2 q.x loses accuracy when the bandwidth is far below
+    # the data's spread (harness tcacc "narrow": 2e-5 to 3e-5 at a 5x
+    # narrower bandwidth, with or without the tensor cores).
+    H <- 0.5 * kde_gpu(x, backend = "cpu")$H
+    set.seed(870 + d)
+    w <- rexp(700)
+    for (wt in list(NULL, w)) {
+      lab <- sprintf("cuda single gaussian d=%d%s", d,
+                     if (is.null(wt)) "" else " weighted")
+      fit <- kde_gpu(x, H = H, weights = wt, backend = "cuda",
+                     precision = "single")
+      expect_log_density_equal(predict(fit, q, log = TRUE),
+                               ref_log_density(x, q, H, "gaussian", wt),
+                               tol = cuda_tol[["single"]], label = lab)
+      # Leave-one-out: the kernels skip a query's own point.
+      cpu <- kde_gpu(x, H = H, weights = wt, backend = "cpu")
+      expect_equal(as.numeric(logLik(fit)), as.numeric(logLik(cpu)),
+                   tolerance = cuda_tol[["single"]], label = lab)
+    }
+  }
+})
+
 test_that("CUDA: matches the CPU backend on the same fit", {
   skip_without_gpu()
   x <- ref_data(2000, 3, seed = 820)
