@@ -45,7 +45,7 @@ kill "$smi_pid" 2>/dev/null
 echo "SM clock under load (MHz): $(awk -F', ' 'NR>1 && $5+0 > 50 {print $2+0}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -3 | tr '\n' ' ')"
 if [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null; then
   # hardware counters for one evaluation of three shapes (clocks left alone)
-  timeout 300 ncu --clock-control none -k regex:'kde_(small|tf32|merge)' \
+  timeout 300 ncu --clock-control none -k regex:'kde_(small|tc_small|tc_wide|merge)' \
     --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats \
     "$bin" profile > "$out/ncu.txt" 2>&1
