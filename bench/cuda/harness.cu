@@ -430,6 +430,7 @@ static void tensor_core_tests()
       for (int tiny = 0; tiny <= 1; tiny++) tensor_core_case(d, loo, tiny, 0);
   for (int d : {16, 64})
     for (int far = 1; far <= 2; far++) tensor_core_case(d, 0, 0, far);
+  tensor_core_case(250, 0, 0, 0); /* one block per SM */
 }
 
 static int probe_calls = 0;
@@ -716,6 +717,14 @@ int main(int argc, char **argv)
     bench_one(KDE_EXPONENTIAL, 3, 1000000, 1000000, 1, "kernels");
     bench_one(KDE_GAUSSIAN, 64, 1000000, 1000000, 1, "square");
     bench_one(KDE_GAUSSIAN, 3, 10000000, 100, 1, "100x1e7");
+  } else if (mode == "wide") {
+    /* large d: the wide tensor-core kernel against the FMA kernel */
+    for (int d : {96, 128, 160, 208, 256}) {
+      bench_one(KDE_GAUSSIAN, d, 1000000, 100000, 1, "tc");
+      kde_cuda_bench_no_mma = 1;
+      bench_one(KDE_GAUSSIAN, d, 1000000, 100000, 1, "fma");
+      kde_cuda_bench_no_mma = 0;
+    }
   } else if (mode == "tcacc") {
     /* the tensor-core kernels (d = 3: bfloat16; d >= 16: 3xFP16) against
      * the FMA kernel: single vs double over every query, n = 1e6 */
