@@ -53,7 +53,8 @@
 #' @param backend `"auto"`, `"cuda"` or `"cpu"` (see Backends and precision).
 #' @param precision `"double"` or `"single"` (GPU only). Single precision is
 #'   several times faster (the Gaussian runs on the tensor cores at d = 3 and
-#'   d >= 16) and keeps log-densities within about 1e-5 relative of double at
+#'   from d = 16 up to what the GPU's shared memory allows, 288 on an H100)
+#'   and keeps log-densities within about 1e-5 relative of double at
 #'   bandwidths near the normal-reference rule. At bandwidths far below the
 #'   data's spread it loses accuracy (about 3e-5 at a 5x narrower one); use
 #'   `"double"` there.

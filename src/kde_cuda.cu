@@ -170,19 +170,24 @@ __host__ __device__ inline float bits_float(uint32_t u)
 }
 
 /* A float as fp16 bits, to nearest even, and back (|v| < 65520; subnormal
- * results are kept, not flushed). */
+ * results are kept, not flushed). Through __half_raw: __half_as_ushort has
+ * no host version before CUDA 12.2. */
 __host__ __device__ inline uint32_t f16_bits(float v)
 {
-  return __half_as_ushort(__float2half_rn(v));
+  const __half_raw raw = __float2half_rn(v);
+  return raw.x;
 }
 __host__ __device__ inline float f16_value(uint32_t bits)
 {
-  return __half2float(__ushort_as_half((unsigned short) bits));
+  __half_raw raw;
+  raw.x = (unsigned short) bits;
+  return __half2float(__half(raw));
 }
 
 /* v ~ big + small as fp16 bits: 11 + 11 significant bits (v - big is
- * exact in float). Below 2^-14 fp16 is subnormal, so small keeps an
- * absolute 2^-25, not 11 bits: plenty where |q.x| is what matters. */
+ * exact in float). fp16 is subnormal below 2^-14, so for |v| below about
+ * 2^-3 small keeps an absolute 2^-25 rather than 11 bits: plenty where
+ * |q.x| is what matters. */
 __host__ __device__ inline void f16_split2(float v, uint32_t &big, uint32_t &small)
 {
   big = f16_bits(v);
@@ -244,7 +249,8 @@ struct kde_args {
   const T *train;        /* tiled layout, first point of this range */
   int64_t n_points;      /* points in the range, a multiple of kUnit */
   int64_t split_points;  /* points per blockIdx.y, a multiple of kUnit */
-  const T *query;        /* column-major, ldq rows (zero padded) */
+  const T *query;        /* packed: column-major, ldq rows (zero padded), or
+                            a tensor-core layout */
   int64_t ldq;           /* a multiple of kBlockQueries */
   int64_t n_query;       /* valid rows */
   T *part_max;           /* [gridDim.y][ldq] */
@@ -1403,7 +1409,9 @@ __device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t 
   double z[C];
 #pragma unroll
   for (int u = 0; u < C; u++) z[u] = 0;
-  if (row < a.rows && a.transform != NULL) {
+  if (c0 >= a.dim) {
+    /* padding dimensions of the tensor-core layout: zeros */
+  } else if (row < a.rows && a.transform != NULL) {
     for (int k = 0; k < a.dim; k++) {
       const double xk = a.raw[k * a.ldr + row] - a.center[k];
       const double *t = a.transform + k;
@@ -2023,7 +2031,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
     rep->smem_optin = (size_t) value;
     KDE_CUDA_TRY(cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
                                         rep->device));
-    if (value < 8) mma_ok = 0; /* mma.sync with bf16 needs sm_80 */
+    if (value < 8) mma_ok = 0; /* mma.sync m16n8k16 (f16, bf16) needs sm_80 */
     KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     rep->budget = budget_bytes(memory_budget, free_b);
     KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->stream, cudaStreamNonBlocking));
