@@ -241,8 +241,9 @@ __host__ __device__ inline int64_t tc_wide_scale_offset(int64_t ldq, int k16)
   return ldq / 16 * k16 * 256;
 }
 /* Values (in a query row, after its scale, or of any training point) stay
- * below this, so that fp16 holds their big parts. */
-constexpr float kF16Limit = 32768.0f;
+ * below 2^kF16LimitLog2, so that fp16 holds their big parts. */
+constexpr int kF16LimitLog2 = 15;
+constexpr float kF16Limit = (float) (1 << kF16LimitLog2);
 
 template <typename T>
 struct kde_args {
@@ -1430,37 +1431,25 @@ __device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t 
                ? (T) ((z[u] - a.model_center[c0 + u]) * a.scale) : (T) 0;
 }
 
-/* One thread per row, 8 columns at a time in registers. TC_WIDE: the wide
- * tensor-core layout, whose rows beyond kF16Limit are first measured (one
- * more pass) and stored scaled down by a power of two. */
+/* Packs a row, 8 columns at a time in registers, its values multiplied by
+ * shrink in the wide tensor-core layout (TC_WIDE). Returns |row|^2 of the
+ * unshrunk values; most: their largest magnitude. */
 template <typename T, bool TC_WIDE>
-__global__ void kde_pack_kernel(const kde_pack_args<T> a)
+__device__ __forceinline__ double pack_row(const kde_pack_args<T> &a, int64_t row,
+                                           float shrink, float &most)
 {
   constexpr int C = kPackColumns;
-  const int64_t row = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= a.ldq) return;
   const int out_dims = TC_WIDE ? 16 * a.k16 : a.dim;
-  T v[C];
-  float shrink = 1.0f; /* 1 / the row scale */
-  if (TC_WIDE) {
-    float most = 0.0f;
-    for (int c0 = 0; c0 < a.dim; c0 += C) {
-      pack_columns(a, row, c0, v);
-#pragma unroll
-      for (int u = 0; u < C; u++) most = fmaxf(most, fabsf((float) v[u]));
-    }
-    int e = 0;
-    (void) frexpf(most, &e); /* most < 2^e */
-    const int over = e - 15;  /* kF16Limit = 2^15 */
-    if (over > 0) shrink = ldexpf(1.0f, -over);
-    reinterpret_cast<float *>(a.dst)[tc_wide_scale_offset(a.ldq, a.k16) + row] =
-        1.0f / shrink;
-  }
   double norm2 = 0;
+  most = 0.0f;
   for (int c0 = 0; c0 < out_dims; c0 += C) {
+    T v[C];
     pack_columns(a, row, c0, v);
 #pragma unroll
-    for (int u = 0; u < C; u++) norm2 += (double) v[u] * (double) v[u];
+    for (int u = 0; u < C; u++) {
+      norm2 += (double) v[u] * (double) v[u];
+      most = fmaxf(most, fabsf((float) v[u]));
+    }
     if (TC_WIDE) {
       uint32_t *tile = reinterpret_cast<uint32_t *>(a.dst) + (row / 16) * a.k16 * 256;
 #pragma unroll
@@ -1477,6 +1466,29 @@ __global__ void kde_pack_kernel(const kde_pack_args<T> a)
       for (int u = 0; u < C; u++)
         if (c0 + u < out_dims) a.dst[(int64_t) (c0 + u) * a.ldq + row] = v[u];
     }
+  }
+  return norm2;
+}
+
+/* One thread per row. In the wide tensor-core layout a row beyond
+ * kF16Limit (rare: thousands of bandwidths out) is packed again, scaled
+ * down by a power of two, and its scale goes after the fragments. */
+template <typename T, bool TC_WIDE>
+__global__ void kde_pack_kernel(const kde_pack_args<T> a)
+{
+  const int64_t row = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= a.ldq) return;
+  float most;
+  const double norm2 = pack_row<T, TC_WIDE>(a, row, 1.0f, most);
+  if (TC_WIDE) {
+    float row_scale = 1.0f;
+    if (!(most < kF16Limit)) {
+      int e = 0;
+      (void) frexpf(most, &e); /* most < 2^e */
+      row_scale = ldexpf(1.0f, e - kF16LimitLog2);
+      (void) pack_row<T, TC_WIDE>(a, row, 1.0f / row_scale, most);
+    }
+    reinterpret_cast<float *>(a.dst)[tc_wide_scale_offset(a.ldq, a.k16) + row] = row_scale;
   }
   if (row < a.rows) a.offset[row] = 0.5 * norm2;
 }
@@ -1692,17 +1704,30 @@ static size_t point_bytes(const kde_cuda_model *model)
   return (size_t) model->tile_elems * model->elem / kTileWidth;
 }
 
+/* Coordinate k of training point j as every layout stores it: centred on
+ * the training mean and scaled (the packing kernel does the same to the
+ * queries). */
+static double train_coordinate(const kde_training_set *train,
+                               const kde_cuda_model *model, int64_t j, int64_t k)
+{
+  return (train->train[k * train->n_train + j] - model->center[k]) * model->scale;
+}
+
+/* aux of the tensor-core layouts: log2 w - |x|^2 / 2, with norm2 = |x|^2 of
+ * the stored float coordinates; -inf for a padding point. */
+static float expanded_aux(const kde_training_set *train, int64_t j, double norm2)
+{
+  return j < train->n_train ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2)
+                            : -INFINITY;
+}
+
 /* Whether every training coordinate lies within kF16Limit, as the wide
  * tensor-core layout needs (queries are scaled per row; points are not). */
 static int train_fits_f16(const kde_training_set *train, const kde_cuda_model *model)
 {
-  const int64_t n = train->n_train;
-  for (int64_t k = 0; k < model->dim; k++) {
-    const double *col = train->train + k * n;
-    const double c = model->center[k], sc = model->scale;
-    for (int64_t j = 0; j < n; j++)
-      if (!(fabsf((float) ((col[j] - c) * sc)) < kF16Limit)) return 0;
-  }
+  for (int64_t k = 0; k < model->dim; k++)
+    for (int64_t j = 0; j < train->n_train; j++)
+      if (!(fabsf((float) train_coordinate(train, model, j, k)) < kF16Limit)) return 0;
   return 1;
 }
 
@@ -1719,10 +1744,8 @@ static int pack_train_tc_wide(const kde_training_set *train,
   if (norm2 == NULL) return -1;
   memset(dst, 0, (size_t) n_tiles * model->tile_elems * sizeof(uint32_t));
   for (int64_t k = 0; k < d; k++) {
-    const double *col = train->train + k * n;
-    const double c = model->center[k], sc = model->scale;
     for (int64_t j = 0; j < n; j++) {
-      const float v = (float) ((col[j] - c) * sc);
+      const float v = (float) train_coordinate(train, model, j, k);
       uint32_t big, small;
       f16_split2(v, big, small);
       uint32_t *at = dst + (j / kTileWidth) * model->tile_elems +
@@ -1734,8 +1757,7 @@ static int pack_train_tc_wide(const kde_training_set *train,
   }
   for (int64_t j = 0; j < model->n_points; j++) {
     uint32_t *aux = dst + (j / kTileWidth) * model->tile_elems + (int64_t) model->k16 * 512;
-    aux[j % kTileWidth] = float_bits(
-        j < n ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2[j]) : -INFINITY);
+    aux[j % kTileWidth] = float_bits(expanded_aux(train, j, j < n ? norm2[j] : 0.0));
   }
   free(norm2);
   return 0;
@@ -1754,12 +1776,11 @@ static void pack_train_tc_small(const kde_training_set *train,
     uint32_t piece[4][3] = {{0}}; /* coordinates 0..d-1, aux in 3 */
     double norm2 = 0;
     for (int64_t k = 0; k < d && j < n; k++) {
-      const float v = (float) ((train->train[k * n + j] - model->center[k]) * model->scale);
+      const float v = (float) train_coordinate(train, model, j, k);
       bf16_split3(v, piece[k]);
       norm2 += (double) v * v;
     }
-    bf16_split3(j < n ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2) : -INFINITY,
-                piece[3]);
+    bf16_split3(expanded_aux(train, j, norm2), piece[3]);
     /* point j: n8 tile j / 8, column g = j % 8, lanes 4 g + t */
     uint32_t *lanes = dst + (j / 8) * 8 * kTcPointWords + (j % 8) * kTcPointWords;
     for (int t = 0; t < 4; t++) {
@@ -1780,12 +1801,10 @@ static void pack_train(const kde_training_set *train, const kde_cuda_model *mode
   const int64_t n = train->n_train, d = model->dim, rows = d + 1;
   const int lse = kernel_is_lse(model->kernel);
   for (int64_t k = 0; k < d; k++) {
-    const double *col = train->train + k * n;
-    const double c = model->center[k], sc = model->scale;
     for (int64_t j = 0; j < model->n_points; j++) {
       T *at = dst + (j / kTileWidth) * rows * kTileWidth + k * kTileWidth +
               j % kTileWidth;
-      *at = j < n ? (T) ((col[j] - c) * sc) : (T) 0;
+      *at = j < n ? (T) train_coordinate(train, model, j, k) : (T) 0;
     }
   }
   for (int64_t j = 0; j < model->n_points; j++) {
