@@ -211,14 +211,6 @@ static int poll_between_chunks(double done)
   return !R_ToplevelExec(check_interrupt, NULL);
 }
 
-static kde_status status_ok(void)
-{
-  kde_status status;
-  status.code = KDE_OK;
-  status.message[0] = '\0';
-  return status;
-}
-
 static void raise_status(const kde_status *status)
 {
   progress_end();
@@ -240,7 +232,8 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
   int n_threads = arg_int_scalar(threads, "threads");
 
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
-  kde_status status = status_ok();
+  kde_status status;
+  kde_status_clear(&status);
   progress_begin(progress_delay);
   kde_cpu_log_density(&t, &q, n_threads, poll_between_chunks, REAL(out),
                       &status);
@@ -335,7 +328,8 @@ SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim)
 
 SEXP kdegpu_cuda_info(void)
 {
-  kde_status status = status_ok();
+  kde_status status;
+  kde_status_clear(&status);
   int n = kde_cuda_device_count(&status);
   if (n < 0) n = 0;
 
@@ -358,7 +352,8 @@ SEXP kdegpu_cuda_info(void)
   SEXP sms = PROTECT(Rf_allocVector(INTSXP, n));
   for (int i = 0; i < n; i++) {
     kde_cuda_device_info info;
-    kde_status device_status = status_ok();
+    kde_status device_status;
+  kde_status_clear(&device_status);
     memset(&info, 0, sizeof info);
     kde_cuda_get_device_info(i, &info, &device_status);
     char cc[32];
@@ -383,7 +378,8 @@ SEXP kdegpu_cuda_info(void)
  * evaluation (kdegpu_cuda_info also reads each device's properties). */
 SEXP kdegpu_cuda_device_count(void)
 {
-  kde_status status = status_ok();
+  kde_status status;
+  kde_status_clear(&status);
   int n = kde_cuda_device_count(&status);
   return Rf_ScalarInteger(n < 0 ? 0 : n);
 }
@@ -414,16 +410,13 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
       Rf_error("`devices` must hold non-negative device indices");
   double budget = arg_double_scalar(memory_budget, "memory_budget");
 
-  kde_status status = status_ok();
+  kde_status status;
+  kde_status_clear(&status);
   kde_cuda_model *model =
       kde_cuda_model_create(&t, prec, INTEGER(devices),
                             (int) XLENGTH(devices), budget, &status);
   if (model == NULL) {
-    if (status.code == KDE_OK) {
-      status.code = KDE_ERR_CUDA;
-      snprintf(status.message, sizeof status.message,
-               "could not create the CUDA model");
-    }
+    kde_status_set(&status, KDE_ERR_CUDA, "could not create the CUDA model");
     raise_status(&status);
   }
   /* The shape rides in the pointer's protected slot, so an evaluation can
@@ -469,7 +462,8 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                                   leave_one_out, (int64_t) shape[1],
                                   (int64_t) shape[0]);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
-  kde_status status = status_ok();
+  kde_status status;
+  kde_status_clear(&status);
   progress_begin(progress_delay);
   if (q.n_query > 0)
     kde_cuda_log_density(model, &q, poll_between_chunks, REAL(out), &status);
@@ -517,7 +511,8 @@ SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
   double budget = arg_double_scalar(memory_budget, "memory_budget");
 
   SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) request.size, (int) request.dim));
-  kde_status status = status_ok();
+  kde_status status;
+  kde_status_clear(&status);
   progress_begin(progress_delay);
   kde_cuda_sample(&request, gpu, budget, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);

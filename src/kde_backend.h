@@ -9,23 +9,11 @@
 
 #include <stdint.h>
 
+#include "kde_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum {
-  KDE_OK = 0,
-  KDE_ERR_INTERRUPTED = 1, /* the user pressed Ctrl-C between chunks */
-  KDE_ERR_ALLOC = 2,       /* host or device out of memory */
-  KDE_ERR_CUDA = 3,        /* any other CUDA runtime failure */
-  KDE_ERR_ARGUMENT = 4,    /* a backend-level precondition failed */
-  KDE_ERR_UNAVAILABLE = 5  /* backend not built or no usable device */
-} kde_status_code;
-
-typedef struct {
-  int code;          /* a kde_status_code */
-  char message[512]; /* what happened and what to do, for the R error */
-} kde_status;
 
 /* Polled on the calling thread between chunks of work with the fraction of
  * the evaluation done so far (0..1), which api.c turns into a progress bar

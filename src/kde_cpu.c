@@ -267,22 +267,16 @@ static int64_t choose_tile(int64_t dim)
   return tile - tile % 8;
 }
 
-static void set_status(kde_status *status, int code, const char *message)
-{
-  status->code = code;
-  snprintf(status->message, sizeof status->message, "%s", message);
-}
-
 void kde_cpu_log_density(const kde_training_set *train,
                          const kde_query_set *query, int threads,
                          kde_interrupt_probe interrupted, double *out,
                          kde_status *status)
 {
-  set_status(status, KDE_OK, "");
+  kde_status_clear(status);
   if (train->kernel < 0 || train->kernel >= KDE_N_KERNELS ||
       train->n_train < 1 || train->dim < 1 || query->n_query < 0 ||
       (query->leave_one_out && query->n_query != train->n_train)) {
-    set_status(status, KDE_ERR_ARGUMENT,
+    kde_status_set(status, KDE_ERR_ARGUMENT,
                "internal: invalid problem passed to the CPU backend");
     return;
   }
@@ -294,7 +288,7 @@ void kde_cpu_log_density(const kde_training_set *train,
   if (query->transform != NULL) {
     whitened = malloc((size_t) query->n_query * (size_t) train->dim * sizeof(double));
     if (whitened == NULL) {
-      set_status(status, KDE_ERR_ALLOC,
+      kde_status_set(status, KDE_ERR_ALLOC,
                  "could not allocate CPU memory for the whitened queries");
       return;
     }
@@ -311,7 +305,7 @@ void kde_cpu_log_density(const kde_training_set *train,
       malloc((size_t) n_threads * (size_t) scratch_per_thread * sizeof(double));
   if (scratch == NULL) {
     free(whitened);
-    set_status(status, KDE_ERR_ALLOC,
+    kde_status_set(status, KDE_ERR_ALLOC,
                "could not allocate CPU scratch memory for the evaluation");
     return;
   }
@@ -343,7 +337,7 @@ void kde_cpu_log_density(const kde_training_set *train,
         interrupted((double) chunk_end / (double) query->n_query)) {
       free(scratch);
       free(whitened);
-      set_status(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
+      kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       return;
     }
   }

@@ -11,7 +11,6 @@
 
 #include <cuda_runtime.h>
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,26 +24,6 @@ static inline double budget_bytes(double requested, size_t free_bytes)
   return requested > 0 ? requested : 0.5 * (double) free_bytes;
 }
 
-
-static inline void kde_status_clear(kde_status *status)
-{
-  if (status == NULL) return;
-  status->code = KDE_OK;
-  status->message[0] = '\0';
-}
-
-static inline void kde_status_set(kde_status *status, int code, const char *fmt, ...)
-  __attribute__((format(printf, 3, 4)));
-
-static inline void kde_status_set(kde_status *status, int code, const char *fmt, ...)
-{
-  va_list ap;
-  if (status == NULL || status->code != KDE_OK) return; /* first error wins */
-  status->code = code;
-  va_start(ap, fmt);
-  vsnprintf(status->message, sizeof status->message, fmt, ap);
-  va_end(ap);
-}
 
 static inline const char *kde_basename(const char *path)
 {

@@ -7,16 +7,13 @@
 #include <string.h>
 
 #include "kde_cuda.h"
-
-static const char kde_no_cuda[] =
-    "kdegpu was built without CUDA (nvcc was not found at install time);"
-    " reinstall with CUDA_HOME set to build the CUDA backend";
+#include "cuda_off_reason.h" /* written by configure: why CUDA is off */
 
 static void kde_stub_unavailable(kde_status *status)
 {
-  if (status == NULL) return;
-  status->code = KDE_ERR_UNAVAILABLE;
-  snprintf(status->message, sizeof status->message, "%s", kde_no_cuda);
+  kde_status_set(status, KDE_ERR_UNAVAILABLE,
+                 "kdegpu was built without the CUDA backend: %s",
+                 KDEGPU_CUDA_OFF_REASON);
 }
 
 int kde_cuda_compiled(void) { return 0; }
