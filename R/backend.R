@@ -13,12 +13,6 @@ cpu_threads <- function() {
   as.integer(threads)
 }
 
-# The threads the CPU backend will use: the option, capped by what OpenMP
-# allows (the same cap the C code applies).
-cpu_threads_in_use <- function(max_threads) {
-  threads <- cpu_threads()
-  if (threads == 0L) max_threads else min(threads, max_threads)
-}
 
 gpu_memory_budget <- function() {
   budget <- getOption("kdegpu.gpu_memory")
@@ -39,7 +33,7 @@ gpu_devices <- function(available) {
   as.integer(unique(devices))
 }
 
-cuda_info <- function() .Call(C_kde_cuda_info)
+cuda_info <- function() .Call(C_kdegpu_cuda_info)
 
 #' What this installation of kdegpu can do
 #'
@@ -58,7 +52,7 @@ cuda_info <- function() .Call(C_kde_cuda_info)
 #' @export
 kdegpu_info <- function() {
   cuda <- cuda_info()
-  cpu <- .Call(C_kde_cpu_info)
+  cpu <- .Call(C_kdegpu_cpu_info, cpu_threads())
   gpus <- data.frame(
     device = seq_along(cuda$name) - 1L,
     name = cuda$name,
@@ -74,12 +68,13 @@ kdegpu_info <- function() {
     cuda_message = cuda$message,
     gpus = gpus,
     openmp = cpu$openmp,
-    threads = cpu_threads_in_use(cpu$max_threads)
+    threads = cpu$threads
   ), class = "kdegpu_info")
 }
 
 #' @export
 print.kdegpu_info <- function(x, ...) {
+  check_dots_empty("print()", "x", list(), ...)
   cat("kdegpu backends:", paste(x$backends, collapse = ", "), "\n")
   cat(sprintf("  CPU: %s, %d thread%s\n",
               if (x$openmp) "OpenMP" else "no OpenMP (single thread)",
@@ -118,7 +113,7 @@ choose_backend <- function(backend) {
 
 # The number of usable GPUs, or an error saying why a CUDA fit cannot run.
 gpus_for_cuda_fit <- function() {
-  available <- .Call(C_kde_cuda_device_count)
+  available <- .Call(C_kdegpu_cuda_device_count)
   if (available == 0L) {
     stop("This fit uses the CUDA backend but no GPU is usable here: ",
          cuda_info()$message, ". Refit with `backend = \"cpu\"`.", call. = FALSE)
@@ -134,12 +129,13 @@ cuda_model <- function(object) {
   cache <- object$device
   available <- gpus_for_cuda_fit()
   config <- list(budget = gpu_memory_budget(), devices = gpu_devices(available))
-  if (is.null(cache$handle) || !.Call(C_kde_cuda_model_valid, cache$handle) ||
+  if (is.null(cache$handle) || !.Call(C_kdegpu_cuda_model_valid, cache$handle) ||
       !identical(cache$config, config)) {
-    if (!is.null(cache$handle)) .Call(C_kde_cuda_model_release, cache$handle)
+    if (!is.null(cache$handle)) .Call(C_kdegpu_cuda_model_release, cache$handle)
     cache$handle <- .Call(
-      C_kde_cuda_model_create, object$z, object$weights, kernel_index(object$kernel),
-      if (object$precision == "single") 1L else 0L, config$devices, config$budget
+      C_kdegpu_cuda_model_create, object$z, object$weights, kernel_index(object$kernel),
+      if (object$precision == "single") 1L else 0L, config$devices, config$budget,
+      cpu_threads()
     )
     cache$config <- config
   }
@@ -149,7 +145,7 @@ cuda_model <- function(object) {
 # Frees a fit's device copy now rather than when the fit is collected: for
 # the many short-lived fits of a bandwidth search.
 release_device_copy <- function(object) {
-  if (!is.null(object$device$handle)) .Call(C_kde_cuda_model_release, object$device$handle)
+  if (!is.null(object$device$handle)) .Call(C_kdegpu_cuda_model_release, object$device$handle)
   invisible()
 }
 
@@ -163,10 +159,10 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
   center <- if (whitened) NULL else as.double(object$center)
   transform <- if (whitened) NULL else object$transform
   if (object$backend == "cuda") {
-    .Call(C_kde_log_density_cuda, cuda_model(object), query, center, transform,
-          object$log_const, leave_one_out, progress_delay())
+    .Call(C_kdegpu_log_density_cuda, cuda_model(object), query, center, transform,
+          object$log_const, leave_one_out, cpu_threads(), progress_delay())
   } else {
-    .Call(C_kde_log_density_cpu, object$z, object$weights, query, center, transform,
+    .Call(C_kdegpu_log_density_cpu, object$z, object$weights, query, center, transform,
           kernel_index(object$kernel), object$log_const, leave_one_out,
           cpu_threads(), progress_delay())
   }
@@ -190,5 +186,5 @@ progress_delay <- function() {
 }
 
 whiten <- function(object, x) {
-  .Call(C_kde_whiten, x, as.double(object$center), object$transform, cpu_threads())
+  .Call(C_kdegpu_whiten, x, as.double(object$center), object$transform, cpu_threads())
 }

@@ -2,7 +2,7 @@
 # current `future` plan. kdegpu writes no networking of its own: the engines
 # move the data, and each worker evaluates with its own local backend (its
 # GPUs or its CPU cores). Partial results over training shards meet in the
-# same log-sum-exp merge the kernels use (C_kde_lse_rows).
+# same log-sum-exp merge the kernels use (C_kdegpu_lse_rows).
 #
 # Data reach each `parallel` worker once per fit (or per bandwidth search):
 # workers keep their shard in `worker_store`, keyed by the data's id, and
@@ -98,7 +98,7 @@ worker_evaluate <- function(shard, task) {
   n_out <- nrow(task$points)
   if (!is.finite(shard$log_share)) return(rep(-Inf, n_out))
   backend <- switch(task$backend, cpu = "cpu", cuda = "cuda",
-                    auto = if (.Call(C_kde_cuda_device_count) > 0L) "cuda" else "cpu")
+                    auto = if (.Call(C_kdegpu_cuda_device_count) > 0L) "cuda" else "cpu")
   fit <- new_kde_gpu(shard$x, shard$weights, list(H = task$H, type = "full", method = "given"),
                      task$kernel, backend, task$precision, NULL, "shard")
   on.exit(release_device_copy(fit))
@@ -188,5 +188,5 @@ cluster_log_sum <- function(engine, data, points, H, kernel, precision, backend,
 # Row-wise log-sum-exp of the shards' partial results, in C with the
 # kernels' own merge.
 merge_log_sums <- function(parts) {
-  .Call(C_kde_lse_rows, do.call(cbind, lapply(parts, as.double)))
+  .Call(C_kdegpu_lse_rows, do.call(cbind, lapply(parts, as.double)))
 }

@@ -32,6 +32,6 @@ kernel_index <- function(kernel) match(kernel, kernel_names) - 1L
 # The radius scale a and log normalising constant of the standardised
 # kernel in d dimensions, from the same C code the backends use.
 kernel_constants <- function(kernel, d) {
-  constants <- .Call(C_kde_kernel_constants, kernel_index(kernel), as.integer(d))
+  constants <- .Call(C_kdegpu_kernel_constants, kernel_index(kernel), as.integer(d))
   list(scale = constants[[1L]], log_norm_const = constants[[2L]])
 }

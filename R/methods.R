@@ -1,11 +1,11 @@
-bandwidth_label <- function(object) {
+bandwidth_label <- function(object, digits = 4L) {
   method <- switch(object$bandwidth_method,
     given = "given", nrd0 = "rule nrd0", nrd = "rule nrd",
     scott = "Scott's rule", silverman = "Silverman's rule",
     lscv = "least-squares cross-validation", mlcv = "likelihood cross-validation",
     object$bandwidth_method)
   if (object$bandwidth_type == "full") return(sprintf("full H (%s)", method))
-  bw <- signif(object$bw, 4)
+  bw <- signif(object$bw, digits)
   if (object$bandwidth_type == "scalar") bw <- bw[[1L]]
   sprintf("bw = %s (%s)", paste(format(bw), collapse = ", "), method)
 }
@@ -14,8 +14,8 @@ backend_label <- function(object) {
   if (object$backend == "cuda") {
     sprintf("cuda, %s precision", object$precision)
   } else {
-    info <- .Call(C_kde_cpu_info)
-    threads <- cpu_threads_in_use(info$max_threads)
+    info <- .Call(C_kdegpu_cpu_info, cpu_threads())
+    threads <- info$threads
     sprintf("cpu (%s, %d thread%s), double precision",
             if (info$openmp) "OpenMP" else "no OpenMP", threads,
             if (threads == 1L) "" else "s")
@@ -33,9 +33,12 @@ backend_label <- function(object) {
 #'
 #' @param x,object A [kde_gpu()] fit (or its summary, for `print`).
 #' @param n Grid points per axis for `plot()`.
+#' @param digits Significant digits of the bandwidths `print()` shows.
 #' @param main,xlab,ylab Plot titles and axis labels, as in
 #'   [stats::plot.density()].
-#' @param ... Passed to the underlying graphics functions.
+#' @param ... For `plot()`, passed to the underlying graphics functions;
+#'   for `print()` and `summary()`, not used (an argument given there is an
+#'   error that names it).
 #' @return `print()` and `plot()` return `x` invisibly; `summary()` an
 #'   object of class `"summary.kde_gpu"`.
 #' @examples
@@ -49,14 +52,15 @@ NULL
 
 #' @rdname kde_gpu-methods
 #' @export
-print.kde_gpu <- function(x, ...) {
+print.kde_gpu <- function(x, digits = 4L, ...) {
+  check_dots_empty("print()", c("x", "digits"), list(), ...)
   cat("Kernel density estimate (kdegpu)\n")
   cat("  call:      ", paste(deparse(x$call), collapse = "\n"), "\n", sep = "")
   cat(sprintf("  data:      %s (%d point%s in %d dimension%s%s)\n", x$data.name,
               x$n, if (x$n == 1L) "" else "s", x$d, if (x$d == 1L) "" else "s",
               if (length(unique(x$weights)) > 1L) ", weighted" else ""))
   cat("  kernel:    ", x$kernel, "\n", sep = "")
-  cat("  bandwidth: ", bandwidth_label(x), "\n", sep = "")
+  cat("  bandwidth: ", bandwidth_label(x, digits), "\n", sep = "")
   cat("  backend:   ", backend_label(x), "\n", sep = "")
   invisible(x)
 }
@@ -64,6 +68,8 @@ print.kde_gpu <- function(x, ...) {
 #' @rdname kde_gpu-methods
 #' @export
 summary.kde_gpu <- function(object, ...) {
+  check_dots_empty("summary()", "object", list(), ...)
+  check_fit(object)
   structure(list(
     fit = object,
     H = object$H,
@@ -75,6 +81,7 @@ summary.kde_gpu <- function(object, ...) {
 #' @rdname kde_gpu-methods
 #' @export
 print.summary.kde_gpu <- function(x, ...) {
+  check_dots_empty("print()", "x", list(), ...)
   print(x$fit)
   cat(sprintf("  effective sample size: %.1f\n", x$n_effective))
   cat("\nBandwidth matrix H (kernel covariance):\n")
@@ -88,6 +95,7 @@ print.summary.kde_gpu <- function(x, ...) {
 #' @export
 plot.kde_gpu <- function(x, n = if (x$d == 1L) 512L else 100L, main = NULL,
                          xlab = NULL, ylab = "Density", ...) {
+  check_fit(x, "x")
   n <- check_count(n, "n")
   if (x$d == 1L) {
     dens <- as.density(x, n = n)
@@ -157,7 +165,7 @@ density_grid <- function(x, i, j, n) {
 #' @param object A [kde_gpu()] fit with at least two points of positive weight.
 #' @param cluster As in [predict()][predict.kde_gpu]: `NULL`, a `parallel`
 #'   cluster or `"future"`; the training points are sharded across workers.
-#' @param ... Not used.
+#' @param ... Not used: an argument given here is an error that names it.
 #' @return An object of class `"logLik"` with attributes `df` (the number of
 #'   free bandwidth parameters: 1 for a scalar, d for a diagonal, d(d+1)/2
 #'   for a full H) and `nobs`.
@@ -168,6 +176,8 @@ density_grid <- function(x, i, j, n) {
 #' @importFrom stats logLik
 #' @export
 logLik.kde_gpu <- function(object, cluster = NULL, ...) {
+  check_dots_empty("logLik()", c("object", "cluster"), list(), ...)
+  check_fit(object)
   if (sum(object$weights > 0) < 2L) {
     stop("logLik() needs at least two points of positive weight.", call. = FALSE)
   }
@@ -189,7 +199,7 @@ logLik.kde_gpu <- function(object, cluster = NULL, ...) {
 #' @param n Number of grid points.
 #' @param from,to Grid limits; by default `cut` bandwidths beyond the data.
 #' @param cut Bandwidths beyond the data, as in [stats::density()].
-#' @param ... Not used.
+#' @param ... Not used: an argument given here is an error that names it.
 #' @return An object of class `"density"`.
 #' @examples
 #' dens <- as.density(kde_gpu(faithful$eruptions, backend = "cpu"))
@@ -201,6 +211,8 @@ as.density <- function(x, ...) UseMethod("as.density")
 #' @rdname as.density
 #' @export
 as.density.kde_gpu <- function(x, n = 512L, from = NULL, to = NULL, cut = 3, ...) {
+  check_dots_empty("as.density()", c("x", "n", "from", "to", "cut"), list(), ...)
+  check_fit(x, "x")
   if (x$d != 1L) {
     stop(sprintf("as.density() needs a 1-D fit, not %d-D.", x$d), call. = FALSE)
   }

@@ -26,8 +26,12 @@
 #'   of the training points (for training sets too large for one node) and
 #'   merges the shards' log-sum-exp states. Leave-one-out always shards the
 #'   training points. Results equal the single-process ones to rounding.
-#' @param ... Not used.
-#' @return A numeric vector with one value per point.
+#' @param ... Not used: an argument given here is an error that names it
+#'   (`x = ` gets a pointer to `newdata`, the name `ks::kde` users know).
+#' @return A numeric vector with one value per point, named by the row
+#'   names of `newdata` (a data frame's, as [stats::predict.lm()] does, or a
+#'   matrix's) or the names of a named vector; at the training points, by
+#'   the row names of the data, if it had any.
 #' @examples
 #' fit <- kde_gpu(quakes[, c("lat", "long", "depth")], backend = "cpu")
 #' head(predict(fit, log = TRUE))
@@ -43,6 +47,9 @@
 #' @export
 predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
                             cluster = NULL, split = c("queries", "training"), ...) {
+  check_dots_empty("predict()", c("object", "newdata", "log", "leave_one_out", "cluster",
+                                  "split"), predict_hints, ...)
+  check_fit(object)
   check_flag(log, "log")
   check_flag(leave_one_out, "leave_one_out")
   engine <- cluster_engine(cluster)
@@ -53,6 +60,7 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
       stop_arg("leave_one_out", "applies to the training points only; drop `newdata`.")
     }
     log_density <- leave_one_out_log_density(object, engine)
+    names(log_density) <- rownames(object$x)
     return(if (log) log_density else exp(log_density))
   }
   query <- if (at_training_points) {
@@ -60,13 +68,30 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
   } else {
     match_columns(as_point_matrix(newdata, "newdata", object$d), object$x)
   }
+  point_names <- if (at_training_points) rownames(object$x) else query_names(newdata, object$d)
   log_density <- if (is.null(engine)) {
     evaluate_log_density(object, query)
   } else {
     cluster_log_sum(engine, fit_cluster_data(object), query, object$H, object$kernel,
                     object$precision, worker_backend(object), split)
   }
+  names(log_density) <- point_names
   if (log) log_density else exp(log_density)
+}
+
+predict_hints <- list(
+  x = paste("The points to evaluate at go in `newdata`: predict(fit, newdata = x)",
+            "(ks's predict.kde calls them `x`)."),
+  type = "predict() returns densities; `log = TRUE` gives log-densities."
+)
+
+# The names of the points in `newdata`: a data frame's row names (as
+# predict.lm() gives them), a matrix's row names, or a vector's names when
+# its elements are points (1-D).
+query_names <- function(newdata, d) {
+  if (is.data.frame(newdata)) return(row.names(newdata))
+  if (is.matrix(newdata)) return(rownames(newdata))
+  if (d == 1L) names(newdata) else NULL
 }
 
 # Workers pick their own backend ("auto": their GPUs if usable, else their

@@ -6,8 +6,10 @@
 #'
 #' @param x A [kde_gpu()] fit, or anything [base::sample()] accepts.
 #' @param size The number of points to draw.
-#' @param replace,prob As in [base::sample()] (not used for fits).
-#' @param ... Passed on to methods.
+#' @param replace,prob As in [base::sample()]. For a fit, draws are always
+#'   independent (`replace = TRUE`) and weighted by the fit's `weights`: any
+#'   other `replace`, or a `prob`, is an error.
+#' @param ... Not used: an argument given here is an error that names it.
 #' @return For a fit: a matrix with `size` rows and the fit's columns (a
 #'   plain vector in 1-D). Otherwise what [base::sample()] returns.
 #' @details A draw picks a training point with probability equal to its
@@ -33,6 +35,7 @@ sample <- function(x, size, replace = FALSE, prob = NULL, ...) {
 #' @rdname sample
 #' @export
 sample.default <- function(x, size, replace = FALSE, prob = NULL, ...) {
+  check_dots_empty("sample()", c("x", "size", "replace", "prob"), list(), ...)
   if (missing(size)) base::sample(x, replace = replace, prob = prob)
   else base::sample(x, size, replace = replace, prob = prob)
 }
@@ -40,6 +43,14 @@ sample.default <- function(x, size, replace = FALSE, prob = NULL, ...) {
 #' @rdname sample
 #' @export
 sample.kde_gpu <- function(x, size, replace = TRUE, prob = NULL, ...) {
+  check_dots_empty("sample()", c("x", "size"), list(), ...)
+  check_fit(x, "x")
+  if (!isTRUE(replace)) {
+    stop_arg("replace", "must be TRUE for draws from a density estimate (they are independent).")
+  }
+  if (!is.null(prob)) {
+    stop_arg("prob", "does not apply to draws from a fit: give `weights` to kde_gpu().")
+  }
   if (missing(size)) stop_arg("size", "is missing: how many points to draw?")
   size <- check_count(size, "size")
   d <- x$d
@@ -68,9 +79,9 @@ gpu_draws <- function(fit, size) {
   key <- floor(stats::runif(2L) * 2^32)
   cumulative <- cumsum(fit$weights)
   cumulative <- cumulative / cumulative[length(cumulative)]
-  .Call(C_kde_sample_cuda, fit$x, cumulative, fit$chol_H, kernel_index(fit$kernel),
+  .Call(C_kdegpu_sample_cuda, fit$x, cumulative, fit$chol_H, kernel_index(fit$kernel),
         as.double(size), key, gpu_devices(available)[[1L]], gpu_memory_budget(),
-        progress_delay())
+        cpu_threads(), progress_delay())
 }
 
 # size x d draws from the kernel with identity covariance: direction times
@@ -115,7 +126,7 @@ rejection_radius <- function(size, d, power, accept) {
 #'   the training data.
 #' @param seed As in [stats::simulate()]: `NULL`, or an integer for
 #'   `set.seed()`.
-#' @param ... Not used.
+#' @param ... Not used: an argument given here is an error that names it.
 #' @return In 1-D, a data frame with `nsim` columns `sim_1`, ...; in d > 1 a
 #'   list of `nsim` matrices. The generator state is attached as attribute
 #'   `"seed"`, as [stats::simulate()] does.
@@ -126,6 +137,8 @@ rejection_radius <- function(size, d, power, accept) {
 #' @importFrom stats simulate
 #' @export
 simulate.kde_gpu <- function(object, nsim = 1, seed = NULL, ...) {
+  check_dots_empty("simulate()", c("object", "nsim", "seed"), list(), ...)
+  check_fit(object)
   nsim <- check_count(nsim, "nsim")
   if (!exists(".Random.seed", envir = .GlobalEnv, inherits = FALSE)) stats::runif(1)
   if (is.null(seed)) {

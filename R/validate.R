@@ -31,6 +31,11 @@ as_point_matrix <- function(x, arg, columns = NULL) {
     }
   }
   if (length(dim(x)) != 2L) stop_arg(arg, "must be a vector or a matrix.")
+  if (!is_intact_matrix(x)) {
+    stop_arg(arg, sprintf(paste0(
+      "is damaged: its dim attribute says %s x %s but it holds %.0f values ",
+      "(a corrupted file?)."), dim(x)[1L], dim(x)[2L], as.double(length(x))))
+  }
   if (!is.double(x)) storage.mode(x) <- "double"
   if (nrow(x) == 0L) stop_arg(arg, "has no rows: at least one point is needed.")
   if (ncol(x) == 0L) stop_arg(arg, "has no columns.")
@@ -38,7 +43,7 @@ as_point_matrix <- function(x, arg, columns = NULL) {
     stop_arg(arg, sprintf("must have %d column%s, like the training data, not %d.",
                           columns, if (columns == 1L) "" else "s", ncol(x)))
   }
-  first_bad <- .Call(C_kde_first_nonfinite, x)
+  first_bad <- .Call(C_kdegpu_first_nonfinite, x, cpu_threads())
   if (first_bad > 0) {
     row <- (first_bad - 1) %% nrow(x) + 1
     col <- (first_bad - 1) %/% nrow(x) + 1
@@ -73,4 +78,86 @@ check_count <- function(x, arg) {
 check_flag <- function(x, arg) {
   if (!is.logical(x) || length(x) != 1L || is.na(x)) stop_arg(arg, "must be TRUE or FALSE.")
   x
+}
+
+# Whether a matrix holds as many values as its dim attribute says (a damaged
+# object, as readRDS() of a corrupted file gives, can claim more), and, if
+# given, has that shape.
+is_intact_matrix <- function(x, nrow = NULL, ncol = NULL) {
+  dims <- dim(x)
+  length(dims) == 2L && !anyNA(dims) && all(dims >= 0L) &&
+    as.double(dims[1L]) * dims[2L] == length(x) &&
+    (is.null(nrow) || dims[1L] == nrow) && (is.null(ncol) || dims[2L] == ncol)
+}
+
+# A kde_gpu() fit whose parts agree with each other. Methods check it first,
+# so that a damaged or hand-edited object stops with an error that says so
+# instead of giving a wrong answer.
+check_fit <- function(object, arg = "object") {
+  parts <- c("x", "weights", "n", "d", "H", "kernel", "backend", "precision",
+             "center", "transform", "log_const", "z")
+  intact <- inherits(object, "kde_gpu") && is.list(object) && all(parts %in% names(object))
+  if (intact) {
+    n <- object$n
+    d <- object$d
+    intact <- is.numeric(n) && length(n) == 1L && !is.na(n) && n >= 1 &&
+      is.numeric(d) && length(d) == 1L && !is.na(d) && d >= 1 &&
+      is.double(object$x) && is_intact_matrix(object$x, n, d) &&
+      is.double(object$z) && is_intact_matrix(object$z, n, d) &&
+      is.double(object$H) && is_intact_matrix(object$H, d, d) &&
+      is.double(object$transform) && is_intact_matrix(object$transform, d, d) &&
+      is.double(object$weights) && length(object$weights) == n &&
+      is.double(object$center) && length(object$center) == d &&
+      is.double(object$log_const) && length(object$log_const) == 1L &&
+      is.character(object$kernel) && length(object$kernel) == 1L &&
+      object$kernel %in% kernel_names &&
+      (identical(object$backend, "cpu") || identical(object$backend, "cuda"))
+  }
+  if (!isTRUE(intact)) {
+    stop_arg(arg, "is not an intact kde_gpu() fit (damaged, or edited by hand?); ",
+             "fit it again with kde_gpu().")
+  }
+  invisible(object)
+}
+
+# Stops when `...` of a method received arguments it does not use: a
+# misspelled argument (`lgo = TRUE`) or one of another package's methods
+# (`x =` for ks's predict) would otherwise vanish and the call answer a
+# different question. `fun` names the method for the message, `formals`
+# are its real arguments (for "did you mean"), `hints` maps an argument
+# name to a sentence that explains what to use instead. Reads the names of
+# `...` without evaluating the arguments.
+check_dots_empty <- function(fun, formals = character(), hints = list(), ...) {
+  n <- ...length()
+  if (n == 0L) return(invisible())
+  given <- ...names()
+  if (is.null(given)) given <- rep("", n)
+  given[is.na(given)] <- ""
+  named <- given[nzchar(given)]
+  unnamed <- sum(!nzchar(given))
+  pieces <- character()
+  if (length(named) > 0L) {
+    pieces <- c(pieces, sprintf("unknown argument%s %s", if (length(named) > 1L) "s" else "",
+                                paste0("`", named, "`", collapse = ", ")))
+  }
+  if (unnamed > 0L) {
+    pieces <- c(pieces, sprintf("%d unnamed argument%s too many", unnamed,
+                                if (unnamed > 1L) "s" else ""))
+  }
+  advice <- character()
+  for (name in named) {
+    if (!is.null(hints[[name]])) {
+      advice <- c(advice, hints[[name]])
+      next
+    }
+    if (length(formals) > 0L) {
+      distance <- utils::adist(name, formals)[1L, ]
+      if (min(distance) <= 2L) {
+        advice <- c(advice, sprintf("Did you mean `%s`?", formals[which.min(distance)]))
+      }
+    }
+  }
+  stop(sprintf("%s got %s.%s", fun, paste(pieces, collapse = " and "),
+               if (length(advice) > 0L) paste0(" ", paste(advice, collapse = " ")) else ""),
+       call. = FALSE)
 }

@@ -19,14 +19,17 @@
 #include "kde_backend.h"
 #include "kde_cuda.h"
 #include "finite.h"
+#include "threads.h"
 #include "whiten.h"
 #include <kdegpu/kernels.h>
 
 /* ---- argument checkers ------------------------------------------------- */
 
-/* A finite double matrix; returns its data and dimensions. */
-static const double *arg_matrix(SEXP x, const char *name, int64_t *nrow,
-                                int64_t *ncol)
+/* A double matrix whose dim attribute matches its length (a damaged
+ * object, e.g. from readRDS() of a corrupted file, can claim more elements
+ * than it holds); returns its data and dimensions. */
+static const double *arg_matrix_shape(SEXP x, const char *name, int64_t *nrow,
+                                      int64_t *ncol)
 {
   if (TYPEOF(x) != REALSXP)
     Rf_error("`%s` must be a double matrix, not of type '%s'", name,
@@ -34,10 +37,22 @@ static const double *arg_matrix(SEXP x, const char *name, int64_t *nrow,
   SEXP dim = Rf_getAttrib(x, R_DimSymbol);
   if (TYPEOF(dim) != INTSXP || XLENGTH(dim) != 2)
     Rf_error("`%s` must be a matrix (it has no 2-d dim attribute)", name);
-  *nrow = INTEGER(dim)[0];
-  *ncol = INTEGER(dim)[1];
-  const double *data = REAL(x);
-  int64_t bad = kde_first_nonfinite(data, (int64_t) XLENGTH(x), 0);
+  int rows = INTEGER(dim)[0], cols = INTEGER(dim)[1];
+  if (rows == NA_INTEGER || cols == NA_INTEGER || rows < 0 || cols < 0 ||
+      (double) rows * (double) cols != (double) XLENGTH(x))
+    Rf_error("`%s` is damaged: its dim attribute (%d x %d) does not match"
+             " its %lld elements", name, rows, cols, (long long) XLENGTH(x));
+  *nrow = rows;
+  *ncol = cols;
+  return REAL(x);
+}
+
+/* A finite double matrix (the scan runs on `threads` threads). */
+static const double *arg_matrix(SEXP x, const char *name, int threads,
+                                int64_t *nrow, int64_t *ncol)
+{
+  const double *data = arg_matrix_shape(x, name, nrow, ncol);
+  int64_t bad = kde_first_nonfinite(data, (int64_t) XLENGTH(x), threads);
   if (bad >= 0)
     Rf_error("`%s` must contain only finite values (element %lld is not)",
              name, (long long) bad + 1);
@@ -106,11 +121,11 @@ static void arg_weights(SEXP weight, int64_t n, kde_training_set *train)
 
 /* The training set from (train, weight, kernel); memory owned by R. */
 static kde_training_set arg_training_set(SEXP train, SEXP weight,
-                                         SEXP kernel)
+                                         SEXP kernel, int threads)
 {
   kde_training_set t;
   t.kernel = arg_kernel(kernel);
-  t.train = arg_matrix(train, "train", &t.n_train, &t.dim);
+  t.train = arg_matrix(train, "train", threads, &t.n_train, &t.dim);
   if (t.n_train < 1 || t.dim < 1)
     Rf_error("`train` must have at least one row and one column");
   arg_weights(weight, t.n_train, &t);
@@ -121,11 +136,11 @@ static kde_training_set arg_training_set(SEXP train, SEXP weight,
  * they are whitened already). */
 static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
                                    SEXP log_const, SEXP leave_one_out,
-                                   int64_t dim, int64_t n_train)
+                                   int64_t dim, int64_t n_train, int threads)
 {
   kde_query_set q;
   int64_t query_dim;
-  q.query = arg_matrix(query, "query", &q.n_query, &query_dim);
+  q.query = arg_matrix(query, "query", threads, &q.n_query, &query_dim);
   if (query_dim != dim)
     Rf_error("`query` must have %lld columns, like `train`, not %lld",
              (long long) dim, (long long) query_dim);
@@ -135,7 +150,7 @@ static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
   if (!Rf_isNull(transform)) {
     int64_t rows, cols;
     q.center = arg_double_vector(center, "center", dim);
-    q.transform = arg_matrix(transform, "transform", &rows, &cols);
+    q.transform = arg_matrix(transform, "transform", threads, &rows, &cols);
     if (rows != dim || cols != dim)
       Rf_error("`transform` must be a %lld x %lld matrix", (long long) dim,
                (long long) dim);
@@ -145,6 +160,14 @@ static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
   if (q.leave_one_out && q.n_query != n_train)
     Rf_error("`leave_one_out` needs the queries to be the training points");
   return q;
+}
+
+/* The user's options(kdegpu.threads), as R passes it (0: all allowed). */
+static int arg_threads(SEXP threads)
+{
+  int n = arg_int_scalar(threads, "threads");
+  if (n < 0) Rf_error("`threads` must be 0 (all allowed) or positive");
+  return n;
 }
 
 /* ---- interrupts, progress and errors ------------------------------------ */
@@ -203,20 +226,41 @@ static void progress_draw(double done)
 /* The backends' poll between chunks (kde_interrupt_probe): draws the bar,
  * then asks R whether the user pressed Ctrl-C. R_CheckUserInterrupt
  * longjmps; R_ToplevelExec catches that, so the backend learns about the
- * interrupt as a return value and frees its memory before api.c raises the
- * error (jeroen/curl's pattern). */
+ * interrupt as a return value and frees its memory before the glue passes
+ * the interrupt on (jeroen/curl's pattern). */
 static int poll_between_chunks(double done)
 {
   progress_draw(done);
   return !R_ToplevelExec(check_interrupt, NULL);
 }
 
+/* Passes on an interrupt that the poll caught, once the backend has freed
+ * everything, as R itself does for Ctrl-C (errors.c, onintr): it signals a
+ * condition of class c("interrupt", "condition"), which
+ * tryCatch(interrupt = ) and withCallingHandlers() see, and when no
+ * handler takes it, jumps to the top level through the "abort" restart,
+ * as an interrupt does. Only R API functions: no internal entry point. */
+static void NORET resignal_interrupt(void)
+{
+  SEXP condition = PROTECT(Rf_allocVector(VECSXP, 0));
+  SEXP classes = PROTECT(Rf_allocVector(STRSXP, 2));
+  SET_STRING_ELT(classes, 0, Rf_mkChar("interrupt"));
+  SET_STRING_ELT(classes, 1, Rf_mkChar("condition"));
+  Rf_setAttrib(condition, R_ClassSymbol, classes);
+  SEXP signal = PROTECT(Rf_lang2(Rf_install("signalCondition"), condition));
+  Rf_eval(signal, R_BaseEnv);
+  SEXP abort = PROTECT(Rf_lang2(Rf_install("invokeRestart"), Rf_mkString("abort")));
+  Rf_eval(abort, R_BaseEnv);
+  UNPROTECT(4);
+  Rf_error("kdegpu: interrupted"); /* not reached: "abort" always exists */
+}
+
+/* The one place where a backend's status becomes an R condition. */
 static void raise_status(const kde_status *status)
 {
   progress_end();
   if (status->code == KDE_OK) return;
-  if (status->code == KDE_ERR_INTERRUPTED)
-    Rf_error("kdegpu: interrupted; nothing was leaked");
+  if (status->code == KDE_ERR_INTERRUPTED) resignal_interrupt();
   Rf_error("kdegpu: %s", status->message);
 }
 
@@ -226,10 +270,10 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
                             SEXP transform, SEXP kernel, SEXP log_const,
                             SEXP leave_one_out, SEXP threads, SEXP progress_delay)
 {
-  kde_training_set t = arg_training_set(train, weight, kernel);
+  int n_threads = arg_threads(threads);
+  kde_training_set t = arg_training_set(train, weight, kernel, n_threads);
   kde_query_set q = arg_query_set(query, center, transform, log_const,
-                                  leave_one_out, t.dim, t.n_train);
-  int n_threads = arg_int_scalar(threads, "threads");
+                                  leave_one_out, t.dim, t.n_train, n_threads);
 
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   kde_status status;
@@ -242,14 +286,17 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
   return out;
 }
 
-SEXP kdegpu_cpu_info(void)
+SEXP kdegpu_cpu_info(SEXP threads)
 {
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
-  SEXP names = PROTECT(Rf_allocVector(STRSXP, 2));
-  SET_VECTOR_ELT(out, 0, Rf_ScalarLogical(kde_cpu_has_openmp()));
-  SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(kde_cpu_thread_limit(0)));
+  int n_threads = arg_threads(threads);
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 3));
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, 3));
+  SET_VECTOR_ELT(out, 0, Rf_ScalarLogical(kde_has_openmp()));
+  SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(kde_thread_count(n_threads)));
+  SET_VECTOR_ELT(out, 2, Rf_ScalarLogical(kde_in_forked_child()));
   SET_STRING_ELT(names, 0, Rf_mkChar("openmp"));
-  SET_STRING_ELT(names, 1, Rf_mkChar("max_threads"));
+  SET_STRING_ELT(names, 1, Rf_mkChar("threads"));
+  SET_STRING_ELT(names, 2, Rf_mkChar("forked_child"));
   Rf_setAttrib(out, R_NamesSymbol, names);
   UNPROTECT(2);
   return out;
@@ -260,24 +307,15 @@ SEXP kdegpu_cpu_info(void)
  * computed anywhere, are combined. */
 SEXP kdegpu_lse_rows(SEXP parts)
 {
-  if (TYPEOF(parts) != REALSXP)
-    Rf_error("`parts` must be a double matrix");
-  SEXP dim = Rf_getAttrib(parts, R_DimSymbol);
-  if (TYPEOF(dim) != INTSXP || XLENGTH(dim) != 2)
-    Rf_error("`parts` must be a matrix");
-  int64_t m = INTEGER(dim)[0], k = INTEGER(dim)[1];
-  const double *p = REAL(parts);
+  int64_t m, k;
+  const double *p = arg_matrix_shape(parts, "parts", &m, &k);
+  for (int64_t i = 0; i < m * k; i++)
+    if (ISNAN(p[i]) || p[i] == INFINITY)
+      Rf_error("`parts` must hold log values in [-Inf, Inf), not NaN or Inf");
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) m));
   for (int64_t i = 0; i < m; i++) {
     kde_lse state = kde_lse_empty();
-    for (int64_t c = 0; c < k; c++) {
-      double v = p[i + c * m];
-      if (ISNAN(v) || v == INFINITY) {
-        UNPROTECT(1);
-        Rf_error("`parts` must hold log values in [-Inf, Inf), not NaN or Inf");
-      }
-      state = kde_lse_add(state, v);
-    }
+    for (int64_t c = 0; c < k; c++) state = kde_lse_add(state, p[i + c * m]);
     REAL(out)[i] = kde_lse_log(state);
   }
   UNPROTECT(1);
@@ -287,22 +325,24 @@ SEXP kdegpu_lse_rows(SEXP parts)
 /* The 1-based position of the first NA, NaN or infinite element of a double
  * vector, 0 if there is none: R's is.finite() would allocate a logical
  * copy of the data (256 MB for 1e6 points in 64-D) just to say "fine". */
-SEXP kdegpu_first_nonfinite(SEXP x)
+SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads)
 {
   if (TYPEOF(x) != REALSXP) Rf_error("`x` must be a double vector");
-  return Rf_ScalarReal((double) kde_first_nonfinite(REAL(x), (int64_t) XLENGTH(x), 0) + 1);
+  int n_threads = arg_threads(threads);
+  return Rf_ScalarReal(
+      (double) kde_first_nonfinite(REAL(x), (int64_t) XLENGTH(x), n_threads) + 1);
 }
 
 /* z = (x - center) T, the whitening every evaluation's queries go through. */
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads)
 {
   int64_t n, d, t_rows, t_cols;
-  const double *data = arg_matrix(x, "x", &n, &d);
+  int n_threads = arg_threads(threads);
+  const double *data = arg_matrix(x, "x", n_threads, &n, &d);
   const double *c = arg_double_vector(center, "center", d);
-  const double *t = arg_matrix(transform, "transform", &t_rows, &t_cols);
+  const double *t = arg_matrix(transform, "transform", n_threads, &t_rows, &t_cols);
   if (t_rows != d || t_cols != d)
     Rf_error("`transform` must be a %lld x %lld matrix", (long long) d, (long long) d);
-  int n_threads = arg_int_scalar(threads, "threads");
   SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) n, (int) d));
   kde_whiten(data, n, d, c, t, n_threads, REAL(out));
   UNPROTECT(1);
@@ -326,11 +366,29 @@ SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim)
 
 /* ---- CUDA --------------------------------------------------------------- */
 
+static const char cuda_after_fork[] =
+    "the CUDA backend cannot run in a process forked after it was used"
+    " (parallel::mclapply(), makeForkCluster()): a CUDA context does not"
+    " survive fork(). Use a PSOCK cluster (parallel::makePSOCKcluster(),"
+    " future's multisession plan) or backend = \"cpu\" in the children";
+
+/* Whether this process may call the CUDA runtime; if it may, remembers
+ * that it did, for children forked later. */
+static int cuda_allowed(kde_status *status)
+{
+  if (kde_cuda_inherited()) {
+    kde_status_set(status, KDE_ERR_UNAVAILABLE, "%s", cuda_after_fork);
+    return 0;
+  }
+  kde_note_cuda_used();
+  return 1;
+}
+
 SEXP kdegpu_cuda_info(void)
 {
   kde_status status;
   kde_status_clear(&status);
-  int n = kde_cuda_device_count(&status);
+  int n = cuda_allowed(&status) ? kde_cuda_device_count(&status) : 0;
   if (n < 0) n = 0;
 
   const char *fields[] = {"compiled", "message", "name", "total_memory",
@@ -353,7 +411,7 @@ SEXP kdegpu_cuda_info(void)
   for (int i = 0; i < n; i++) {
     kde_cuda_device_info info;
     kde_status device_status;
-  kde_status_clear(&device_status);
+    kde_status_clear(&device_status);
     memset(&info, 0, sizeof info);
     kde_cuda_get_device_info(i, &info, &device_status);
     char cc[32];
@@ -380,26 +438,41 @@ SEXP kdegpu_cuda_device_count(void)
 {
   kde_status status;
   kde_status_clear(&status);
-  int n = kde_cuda_device_count(&status);
+  int n = cuda_allowed(&status) ? kde_cuda_device_count(&status) : 0;
   return Rf_ScalarInteger(n < 0 ? 0 : n);
+}
+
+/* The tag that marks an external pointer as a CUDA model of this package:
+ * the glue never hands any other pointer to the backend. */
+static SEXP cuda_model_tag(void)
+{
+  return Rf_install("kdegpu_cuda_model");
+}
+
+static int is_cuda_model_handle(SEXP handle)
+{
+  return TYPEOF(handle) == EXTPTRSXP &&
+         R_ExternalPtrTag(handle) == cuda_model_tag();
 }
 
 static void cuda_model_finalizer(SEXP handle)
 {
+  if (!is_cuda_model_handle(handle)) return;
   kde_cuda_model *model = (kde_cuda_model *) R_ExternalPtrAddr(handle);
-  if (model != NULL) {
-    kde_cuda_model_free(model);
-    R_ClearExternalPtr(handle);
-  }
+  /* In a forked child the model's device memory belongs to the parent's
+   * CUDA context: forget the pointer, touch nothing. */
+  if (model != NULL && !kde_cuda_inherited()) kde_cuda_model_free(model);
+  R_ClearExternalPtr(handle);
 }
 
 /* Uploads the training set; returns an external pointer whose finalizer
  * frees the device memory when the fit is garbage-collected. */
 SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
                               SEXP precision, SEXP devices,
-                              SEXP memory_budget)
+                              SEXP memory_budget, SEXP threads)
 {
-  kde_training_set t = arg_training_set(train, weight, kernel);
+  int n_threads = arg_threads(threads);
+  kde_training_set t = arg_training_set(train, weight, kernel, n_threads);
   int prec = arg_int_scalar(precision, "precision");
   if (prec != KDE_PRECISION_DOUBLE && prec != KDE_PRECISION_SINGLE)
     Rf_error("`precision` must be 0 (double) or 1 (single)");
@@ -412,9 +485,10 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
 
   kde_status status;
   kde_status_clear(&status);
-  kde_cuda_model *model =
-      kde_cuda_model_create(&t, prec, INTEGER(devices),
-                            (int) XLENGTH(devices), budget, &status);
+  kde_cuda_model *model = NULL;
+  if (cuda_allowed(&status))
+    model = kde_cuda_model_create(&t, prec, INTEGER(devices),
+                                  (int) XLENGTH(devices), budget, &status);
   if (model == NULL) {
     kde_status_set(&status, KDE_ERR_CUDA, "could not create the CUDA model");
     raise_status(&status);
@@ -424,46 +498,58 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
   SEXP shape = PROTECT(Rf_allocVector(REALSXP, 2));
   REAL(shape)[0] = (double) t.n_train;
   REAL(shape)[1] = (double) t.dim;
-  SEXP handle = PROTECT(R_MakeExternalPtr(model, R_NilValue, shape));
+  SEXP handle = PROTECT(R_MakeExternalPtr(model, cuda_model_tag(), shape));
   R_RegisterCFinalizerEx(handle, cuda_model_finalizer, TRUE);
   UNPROTECT(2);
   return handle;
 }
 
-static kde_cuda_model *arg_cuda_model(SEXP handle)
+/* The model behind a handle, and its shape (n_train, dim). */
+static kde_cuda_model *arg_cuda_model(SEXP handle, int64_t *n_train,
+                                      int64_t *dim)
 {
-  if (TYPEOF(handle) != EXTPTRSXP)
-    Rf_error("`model` must be an external pointer to a CUDA model");
+  if (!is_cuda_model_handle(handle))
+    Rf_error("`model` must be a CUDA model made by kdegpu");
+  SEXP shape = R_ExternalPtrProtected(handle);
+  if (TYPEOF(shape) != REALSXP || XLENGTH(shape) != 2)
+    Rf_error("`model` is damaged (its shape is missing)");
   kde_cuda_model *model = (kde_cuda_model *) R_ExternalPtrAddr(handle);
   if (model == NULL)
     Rf_error("`model` is no longer on the GPU (restored from a file?)");
+  *n_train = (int64_t) REAL(shape)[0];
+  *dim = (int64_t) REAL(shape)[1];
   return model;
 }
 
 SEXP kdegpu_cuda_model_valid(SEXP handle)
 {
-  return Rf_ScalarLogical(TYPEOF(handle) == EXTPTRSXP &&
-                          R_ExternalPtrAddr(handle) != NULL);
+  return Rf_ScalarLogical(is_cuda_model_handle(handle) &&
+                          R_ExternalPtrAddr(handle) != NULL &&
+                          !kde_cuda_inherited());
 }
 
 SEXP kdegpu_cuda_model_release(SEXP handle)
 {
-  if (TYPEOF(handle) == EXTPTRSXP) cuda_model_finalizer(handle);
+  if (!Rf_isNull(handle) && !is_cuda_model_handle(handle))
+    Rf_error("`model` must be a CUDA model made by kdegpu or NULL");
+  if (!Rf_isNull(handle)) cuda_model_finalizer(handle);
   return R_NilValue;
 }
 
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
-                             SEXP leave_one_out, SEXP progress_delay)
+                             SEXP leave_one_out, SEXP threads,
+                             SEXP progress_delay)
 {
-  kde_cuda_model *model = arg_cuda_model(handle);
-  const double *shape = REAL(R_ExternalPtrProtected(handle));
-  kde_query_set q = arg_query_set(query, center, transform, log_const,
-                                  leave_one_out, (int64_t) shape[1],
-                                  (int64_t) shape[0]);
-  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
+  int64_t n_train, dim;
   kde_status status;
   kde_status_clear(&status);
+  if (!cuda_allowed(&status)) raise_status(&status);
+  kde_cuda_model *model = arg_cuda_model(handle, &n_train, &dim);
+  kde_query_set q = arg_query_set(query, center, transform, log_const,
+                                  leave_one_out, dim, n_train,
+                                  arg_threads(threads));
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   progress_begin(progress_delay);
   if (q.n_query > 0)
     kde_cuda_log_density(model, &q, poll_between_chunks, REAL(out), &status);
@@ -475,12 +561,14 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
 /* Draws from a CUDA fit (see kde_cuda_sample); returns a size x d matrix. */
 SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
                         SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
-                        SEXP progress_delay)
+                        SEXP threads, SEXP progress_delay)
 {
   kde_sample_request request;
   int64_t rows, cols;
+  int n_threads = arg_threads(threads);
   request.kernel = arg_kernel(kernel);
-  request.train = arg_matrix(train, "train", &request.n_train, &request.dim);
+  request.train = arg_matrix(train, "train", n_threads, &request.n_train,
+                             &request.dim);
   if (request.n_train < 1 || request.dim < 1 || request.dim > KDE_SAMPLE_MAX_DIM)
     Rf_error("`train` must have at least one row and 1 to %d columns",
              KDE_SAMPLE_MAX_DIM);
@@ -492,7 +580,7 @@ SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
   }
   if (request.cumulative[request.n_train - 1] != 1)
     Rf_error("`cumulative` must end at 1");
-  request.chol_h = arg_matrix(chol_h, "chol_h", &rows, &cols);
+  request.chol_h = arg_matrix(chol_h, "chol_h", 1, &rows, &cols);
   if (rows != request.dim || cols != request.dim)
     Rf_error("`chol_h` must be a %lld x %lld matrix", (long long) request.dim,
              (long long) request.dim);
@@ -514,7 +602,8 @@ SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
   kde_status status;
   kde_status_clear(&status);
   progress_begin(progress_delay);
-  kde_cuda_sample(&request, gpu, budget, poll_between_chunks, REAL(out), &status);
+  if (cuda_allowed(&status))
+    kde_cuda_sample(&request, gpu, budget, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);
   raise_status(&status);
   return out;

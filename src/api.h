@@ -1,4 +1,7 @@
-/* The .Call entry points, registered in init.c. */
+/* The .Call entry points (api.c), registered in init.c under these same
+ * names: R calls .Call(C_kdegpu_<name>, ...) (useDynLib(.fixes = "C_")).
+ * Every entry point that runs a parallel region takes `threads`, the
+ * user's options(kdegpu.threads) (0: all that are allowed). */
 #ifndef KDEGPU_API_H
 #define KDEGPU_API_H
 
@@ -7,23 +10,24 @@
 SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
                             SEXP transform, SEXP kernel, SEXP log_const,
                             SEXP leave_one_out, SEXP threads, SEXP progress_delay);
-SEXP kdegpu_cpu_info(void);
+SEXP kdegpu_cpu_info(SEXP threads);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
-SEXP kdegpu_first_nonfinite(SEXP x);
+SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_cuda_info(void);
 SEXP kdegpu_cuda_device_count(void);
 SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
                               SEXP precision, SEXP devices,
-                              SEXP memory_budget);
+                              SEXP memory_budget, SEXP threads);
 SEXP kdegpu_cuda_model_valid(SEXP handle);
 SEXP kdegpu_cuda_model_release(SEXP handle);
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
-                             SEXP leave_one_out, SEXP progress_delay);
+                             SEXP leave_one_out, SEXP threads,
+                             SEXP progress_delay);
 SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
                         SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
-                        SEXP progress_delay);
+                        SEXP threads, SEXP progress_delay);
 
 #endif

@@ -1,27 +1,31 @@
-/* Registration of every .Call entry point, and nothing else. R calls them
- * as .Call(C_kde_<name>, ...) (useDynLib(.fixes = "C_")). */
+/* Registration of every .Call entry point, and nothing else but the fork
+ * handler's installation. Each is registered under its C function's name,
+ * and R calls .Call(C_<name>, ...) (useDynLib(.fixes = "C_")). */
 #include <R.h>
 #include <Rinternals.h>
 #include <R_ext/Rdynload.h>
 
 #include "api.h"
+#include "threads.h"
 
-#define CALLDEF(name, n) {"kde_" #name, (DL_FUNC) &kdegpu_##name, n}
+/* Through void (*)(void), the one function type that casts to any other
+ * without -Wcast-function-type complaining. */
+#define CALLDEF(name, n) {#name, (DL_FUNC) (void (*)(void)) &name, n}
 
 static const R_CallMethodDef call_methods[] = {
-  CALLDEF(log_density_cpu, 10),
-  CALLDEF(cpu_info, 0),
-  CALLDEF(kernel_constants, 2),
-  CALLDEF(lse_rows, 1),
-  CALLDEF(first_nonfinite, 1),
-  CALLDEF(whiten, 4),
-  CALLDEF(cuda_info, 0),
-  CALLDEF(cuda_device_count, 0),
-  CALLDEF(cuda_model_create, 6),
-  CALLDEF(cuda_model_valid, 1),
-  CALLDEF(cuda_model_release, 1),
-  CALLDEF(log_density_cuda, 7),
-  CALLDEF(sample_cuda, 9),
+  CALLDEF(kdegpu_log_density_cpu, 10),
+  CALLDEF(kdegpu_cpu_info, 1),
+  CALLDEF(kdegpu_kernel_constants, 2),
+  CALLDEF(kdegpu_lse_rows, 1),
+  CALLDEF(kdegpu_first_nonfinite, 2),
+  CALLDEF(kdegpu_whiten, 4),
+  CALLDEF(kdegpu_cuda_info, 0),
+  CALLDEF(kdegpu_cuda_device_count, 0),
+  CALLDEF(kdegpu_cuda_model_create, 7),
+  CALLDEF(kdegpu_cuda_model_valid, 1),
+  CALLDEF(kdegpu_cuda_model_release, 1),
+  CALLDEF(kdegpu_log_density_cuda, 8),
+  CALLDEF(kdegpu_sample_cuda, 10),
   {NULL, NULL, 0}
 };
 
@@ -30,4 +34,5 @@ void R_init_kdegpu(DllInfo *dll)
   R_registerRoutines(dll, NULL, call_methods, NULL, NULL);
   R_useDynamicSymbols(dll, FALSE);
   R_forceSymbols(dll, TRUE);
+  kde_threads_install_fork_handler();
 }

@@ -61,10 +61,6 @@ void kde_cpu_log_density(const kde_training_set *train,
                          kde_interrupt_probe interrupted, double *out,
                          kde_status *status);
 
-/* Threads actually available to OpenMP regions: min(requested, limits). */
-int kde_cpu_thread_limit(int requested);
-int kde_cpu_has_openmp(void);
-
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "kde_backend.h"
+#include "threads.h"
 #include "whiten.h"
 #include <kdegpu/kernels.h>
 
@@ -61,33 +62,6 @@
 #else
 #define KDE_MULTIVERSION
 #endif
-
-int kde_cpu_has_openmp(void)
-{
-#ifdef _OPENMP
-  return 1;
-#else
-  return 0;
-#endif
-}
-
-/* The single owner of the thread count (data.table's rule): never more
- * than the cores, OMP_THREAD_LIMIT or OMP_NUM_THREADS allow, at least 1;
- * requested <= 0 means "all that are allowed". */
-int kde_cpu_thread_limit(int requested)
-{
-#ifdef _OPENMP
-  int limit = omp_get_num_procs();
-  if (omp_get_thread_limit() < limit) limit = omp_get_thread_limit();
-  if (omp_get_max_threads() < limit) limit = omp_get_max_threads();
-  if (limit < 1) limit = 1;
-  if (requested <= 0 || requested > limit) return limit;
-  return requested;
-#else
-  (void) requested;
-  return 1;
-#endif
-}
 
 /*
  * exp(x) for x <= 0, written so that the compiler vectorises it (libm's
@@ -282,7 +256,7 @@ void kde_cpu_log_density(const kde_training_set *train,
   }
   if (query->n_query == 0) return;
 
-  const int n_threads = kde_cpu_thread_limit(threads);
+  const int n_threads = kde_thread_count(threads);
   double *whitened = NULL;
   kde_query_set whitened_query;
   if (query->transform != NULL) {

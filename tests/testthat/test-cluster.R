@@ -131,8 +131,8 @@ test_that("bad cluster arguments are rejected naming the argument", {
   expect_error(predict(fit, 0, cluster = 3), "`cluster`")
   expect_error(predict(fit, 0, cluster = "nope"), "`cluster`")
   expect_error(predict(fit, 0, split = "rows"), "`split`")
-  expect_error(.Call(kdegpu:::C_kde_lse_rows, "a"), "`parts`")
-  expect_error(.Call(kdegpu:::C_kde_lse_rows, matrix(NaN)), "`parts`")
-  expect_equal(.Call(kdegpu:::C_kde_lse_rows, matrix(c(log(2), -Inf, log(3), -Inf), 2)),
+  expect_error(.Call(kdegpu:::C_kdegpu_lse_rows, "a"), "`parts`")
+  expect_error(.Call(kdegpu:::C_kdegpu_lse_rows, matrix(NaN)), "`parts`")
+  expect_equal(.Call(kdegpu:::C_kdegpu_lse_rows, matrix(c(log(2), -Inf, log(3), -Inf), 2)),
                c(log(5), -Inf))
 })

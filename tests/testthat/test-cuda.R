@@ -258,7 +258,7 @@ test_that("CUDA: errors in GPU sampling are R errors", {
   fit <- kde_gpu(ref_data(2000, 3, seed = 831), backend = "cuda")
   expect_error(with_kde_options(list(kdegpu.gpu_memory = 1000), sample(fit, 2e4)),
                "budget")
-  entry <- kdegpu:::C_kde_sample_cuda
+  entry <- kdegpu:::C_kdegpu_sample_cuda
   ok <- function(cumulative = cumsum(rep(0.5, 2)), seed = c(1, 2), size = 1e4) {
     .Call(entry, matrix(0, 2, 1), cumulative, matrix(1, 1, 1), 0L, size, seed, 0L, 0,
           -1)

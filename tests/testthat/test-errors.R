@@ -103,7 +103,7 @@ test_that("bad `backend` and `precision` are rejected", {
 })
 
 test_that("junk passed straight to the CPU entry point errors, not crashes", {
-  entry <- kdegpu:::C_kde_log_density_cpu
+  entry <- kdegpu:::C_kdegpu_log_density_cpu
   train <- matrix(c(0, 1, 2, 0, 0, 1), 3, 2)
   weight <- rep(1 / 3, 3)
   query <- matrix(c(0, 0.5, 0, 0), 2, 2)

@@ -59,67 +59,70 @@ typedef enum {
   KDE_N_KERNELS = 8
 } kde_kernel;
 
+/* Under C++ (nvcc) the kernel facts below are also constant expressions,
+ * so that CUDA templates can take them as arguments. */
+#ifdef __cplusplus
+#define KDE_CONSTEXPR constexpr
+#else
+#define KDE_CONSTEXPR
+#endif
+
 /* Compact kernels (support s < 1, 0 <= k <= 1) are summed on the linear
  * scale: with weights summing to 1 the sum cannot overflow, and it needs no
  * exp per pair. The two unbounded kernels are summed as log-sum-exp of
  * log w + log k, which stays finite far from the data. */
-KDE_HD int kde_kernel_is_compact(int kernel)
+KDE_HD KDE_CONSTEXPR int kde_kernel_is_compact(int kernel)
 {
   return kernel != KDE_GAUSSIAN && kernel != KDE_EXPONENTIAL;
 }
 
-/* k(s) as a function of s^2 (0 outside the support). */
-KDE_HD double kde_profile(int kernel, double s2)
+/* The factor by which the CUDA backend multiplies whitened coordinates so
+ * that one exp2 per pair remains (it keeps exponents in log2 units): with
+ * z' = c z, log2 k = -|z'|^2 / 2 for the Gaussian (c = sqrt(log2 e)) and
+ * -|z'| for the exponential kernel (c = log2 e). Compact kernels are summed
+ * on the linear scale and keep their coordinates (c = 1). */
+KDE_HD KDE_CONSTEXPR double kde_log2_coordinate_scale(int kernel)
 {
-  double s;
-  switch (kernel) {
-  case KDE_GAUSSIAN:     return exp(-0.5 * s2);
-  case KDE_EXPONENTIAL:  return exp(-sqrt(s2));
-  case KDE_EPANECHNIKOV: return s2 < 1.0 ? 1.0 - s2 : 0.0;
-  case KDE_RECTANGULAR:  return s2 < 1.0 ? 1.0 : 0.0;
-  case KDE_TRIANGULAR:   return s2 < 1.0 ? 1.0 - sqrt(s2) : 0.0;
-  case KDE_BIWEIGHT:     s = 1.0 - s2; return s2 < 1.0 ? s * s : 0.0;
-  case KDE_COSINE:       return s2 < 1.0 ? 0.5 * (1.0 + cos(M_PI * sqrt(s2))) : 0.0;
-  case KDE_OPTCOSINE:    return s2 < 1.0 ? cos(0.5 * M_PI * sqrt(s2)) : 0.0;
-  default:               return 0.0;
-  }
+  return kernel == KDE_GAUSSIAN ? 1.2011224087864498 /* sqrt(log2(e)) */
+         : kernel == KDE_EXPONENTIAL ? 1.4426950408889634 /* log2(e) */
+         : 1.0;
 }
 
-/* log k(s) for the unbounded kernels, the exponent that log-sum-exp adds. */
-KDE_HD double kde_log_profile(int kernel, double s2)
-{
-  switch (kernel) {
-  case KDE_GAUSSIAN:    return -0.5 * s2;
-  case KDE_EXPONENTIAL: return -sqrt(s2);
-  default:              return log(kde_profile(kernel, s2));
+/* The profiles, written once for double (suffix none) and float (suffix
+ * _f, the CUDA single-precision path):
+ *   kde_profile(kernel, s2):     k(s) as a function of s^2, 0 outside the
+ *                                support;
+ *   kde_log_profile(kernel, s2): log k(s), the exponent that log-sum-exp
+ *                                adds for the unbounded kernels. */
+#define KDE_DEFINE_PROFILES(TYPE, SUFFIX, EXP, SQRT, COS, LOG)               \
+  KDE_HD TYPE kde_profile##SUFFIX(int kernel, TYPE s2)                      \
+  {                                                                         \
+    const TYPE one = 1, half = (TYPE) 0.5, pi = (TYPE) M_PI;                \
+    const int inside = s2 < one;                                            \
+    switch (kernel) {                                                       \
+    case KDE_GAUSSIAN:     return EXP(-half * s2);                          \
+    case KDE_EXPONENTIAL:  return EXP(-SQRT(s2));                           \
+    case KDE_EPANECHNIKOV: return inside ? one - s2 : 0;                    \
+    case KDE_RECTANGULAR:  return inside ? one : 0;                         \
+    case KDE_TRIANGULAR:   return inside ? one - SQRT(s2) : 0;              \
+    case KDE_BIWEIGHT:     return inside ? (one - s2) * (one - s2) : 0;     \
+    case KDE_COSINE:       return inside ? half * (one + COS(pi * SQRT(s2))) : 0; \
+    case KDE_OPTCOSINE:    return inside ? COS(half * pi * SQRT(s2)) : 0;   \
+    default:               return 0;                                        \
+    }                                                                       \
+  }                                                                         \
+                                                                            \
+  KDE_HD TYPE kde_log_profile##SUFFIX(int kernel, TYPE s2)                  \
+  {                                                                         \
+    switch (kernel) {                                                       \
+    case KDE_GAUSSIAN:    return -(TYPE) 0.5 * s2;                          \
+    case KDE_EXPONENTIAL: return -SQRT(s2);                                 \
+    default:              return LOG(kde_profile##SUFFIX(kernel, s2));      \
+    }                                                                       \
   }
-}
 
-/* Single-precision twins for the CUDA float path, same formulas. */
-KDE_HD float kde_profile_f(int kernel, float s2)
-{
-  float s;
-  switch (kernel) {
-  case KDE_GAUSSIAN:     return expf(-0.5f * s2);
-  case KDE_EXPONENTIAL:  return expf(-sqrtf(s2));
-  case KDE_EPANECHNIKOV: return s2 < 1.0f ? 1.0f - s2 : 0.0f;
-  case KDE_RECTANGULAR:  return s2 < 1.0f ? 1.0f : 0.0f;
-  case KDE_TRIANGULAR:   return s2 < 1.0f ? 1.0f - sqrtf(s2) : 0.0f;
-  case KDE_BIWEIGHT:     s = 1.0f - s2; return s2 < 1.0f ? s * s : 0.0f;
-  case KDE_COSINE:       return s2 < 1.0f ? 0.5f * (1.0f + cosf((float) M_PI * sqrtf(s2))) : 0.0f;
-  case KDE_OPTCOSINE:    return s2 < 1.0f ? cosf(0.5f * (float) M_PI * sqrtf(s2)) : 0.0f;
-  default:               return 0.0f;
-  }
-}
-
-KDE_HD float kde_log_profile_f(int kernel, float s2)
-{
-  switch (kernel) {
-  case KDE_GAUSSIAN:    return -0.5f * s2;
-  case KDE_EXPONENTIAL: return -sqrtf(s2);
-  default:              return logf(kde_profile_f(kernel, s2));
-  }
-}
+KDE_DEFINE_PROFILES(double, , exp, sqrt, cos, log)
+KDE_DEFINE_PROFILES(float, _f, expf, sqrtf, cosf, logf)
 
 /* ---- Normalising constants (host side, once per fit) ------------------- */
 
@@ -189,18 +192,14 @@ KDE_HD double kde_log_norm_const(int kernel, int d)
  * The state represents exp(max) * sum. The empty state is (-inf, 0); every
  * operation checks sum == 0 before subtracting maxima, so (-inf) - (-inf)
  * never occurs (compact kernels give -inf terms outside their support).
- * The same merge serves terms, tiles, split training sets, batches and GPUs.
+ * The one merge serves terms, tiles, split training sets, batches and GPUs,
+ * in natural-log units (suffix none: the CPU backend and the glue) and in
+ * log2 units (the CUDA backend keeps its exponents so, one exp2 per pair:
+ * suffix _2 in double, _f2 in float; log2 of the result times log(2) is
+ * the natural log).
  */
-#define KDE_DEFINE_LSE(TYPE, SUFFIX, EXP, LOG)                              \
+#define KDE_DEFINE_LSE(TYPE, SUFFIX, EXP)                                   \
   typedef struct { TYPE max; TYPE sum; } kde_lse##SUFFIX;                   \
-                                                                            \
-  KDE_HD kde_lse##SUFFIX kde_lse_empty##SUFFIX(void)                        \
-  {                                                                         \
-    kde_lse##SUFFIX s;                                                      \
-    s.max = -(TYPE) INFINITY;                                               \
-    s.sum = 0;                                                              \
-    return s;                                                               \
-  }                                                                         \
                                                                             \
   KDE_HD kde_lse##SUFFIX kde_lse_make##SUFFIX(TYPE max, TYPE sum)           \
   {                                                                         \
@@ -208,6 +207,11 @@ KDE_HD double kde_log_norm_const(int kernel, int d)
     s.max = max;                                                            \
     s.sum = sum;                                                            \
     return s;                                                               \
+  }                                                                         \
+                                                                            \
+  KDE_HD kde_lse##SUFFIX kde_lse_empty##SUFFIX(void)                        \
+  {                                                                         \
+    return kde_lse_make##SUFFIX(-(TYPE) INFINITY, 0);                       \
   }                                                                         \
                                                                             \
   KDE_HD kde_lse##SUFFIX kde_lse_merge##SUFFIX(kde_lse##SUFFIX a,           \
@@ -221,29 +225,29 @@ KDE_HD double kde_log_norm_const(int kernel, int d)
     }                                                                       \
     b.sum += a.sum * EXP(a.max - b.max);                                    \
     return b;                                                               \
-  }                                                                         \
-                                                                            \
-  /* Add one term exp(log_term); log_term = -inf adds nothing. */           \
-  KDE_HD kde_lse##SUFFIX kde_lse_add##SUFFIX(kde_lse##SUFFIX s,             \
-                                             TYPE log_term)                 \
-  {                                                                         \
-    if (!(log_term > -(TYPE) INFINITY)) return s;                           \
-    return kde_lse_merge##SUFFIX(s, kde_lse_make##SUFFIX(log_term, 1));     \
-  }                                                                         \
-                                                                            \
-  KDE_HD TYPE kde_lse_log##SUFFIX(kde_lse##SUFFIX s)                        \
-  {                                                                         \
-    return s.sum > 0 ? s.max + LOG(s.sum) : -(TYPE) INFINITY;               \
   }
 
-KDE_DEFINE_LSE(double, , exp, log)
-KDE_DEFINE_LSE(float, _f, expf, logf)
+KDE_DEFINE_LSE(double, , exp)
+KDE_DEFINE_LSE(double, _2, exp2)
+KDE_DEFINE_LSE(float, _f2, exp2f)
 
-/* Base-2 twins: the same state with max and sum meaning exp2(max) * sum.
- * The CUDA backend keeps its exponents in log2 units (coordinates scaled so
- * that one exp2 per pair remains); log2 of the result times log(2) is the
- * natural log. Same merge, so the same -inf guards. */
-KDE_DEFINE_LSE(double, _2, exp2, log2)
-KDE_DEFINE_LSE(float, _f2, exp2f, log2f)
+/* Add one term exp(log_term); log_term = -inf adds nothing. */
+KDE_HD kde_lse kde_lse_add(kde_lse s, double log_term)
+{
+  if (!(log_term > -INFINITY)) return s;
+  return kde_lse_merge(s, kde_lse_make(log_term, 1));
+}
+
+/* log of the represented value; -inf for the empty state. */
+KDE_HD double kde_lse_log(kde_lse s)
+{
+  return s.sum > 0 ? s.max + log(s.sum) : -INFINITY;
+}
+
+/* log2 of the represented value of a base-2 state. */
+KDE_HD double kde_lse_log_2(kde_lse_2 s)
+{
+  return s.sum > 0 ? s.max + log2(s.sum) : -INFINITY;
+}
 
 #endif /* KDEGPU_KERNELS_H */

@@ -1,0 +1,83 @@
+/*
+ * The one owner of the CPU thread count, and what a fork changes about it.
+ *
+ * Thread count (data.table's rule): never more than the cores,
+ * OMP_THREAD_LIMIT or OMP_NUM_THREADS allow, at least 1, and
+ * omp_set_num_threads() is never called (it would change R's and other
+ * packages' threads); every parallel region passes num_threads().
+ *
+ * Fork: once a process has run an OpenMP region, libgomp keeps a pool of
+ * worker threads, and a child made by fork() (parallel::mclapply,
+ * makeForkCluster) inherits the pool's bookkeeping but not its threads: the
+ * child's next region with more than one thread waits forever for workers
+ * that do not exist. A pthread_atfork child handler therefore drops a
+ * forked child to one thread: its regions then run on the calling thread
+ * only, which libgomp does without the pool. That is also the right amount
+ * of work per process, since mclapply already runs one process per core.
+ * The same handler records whether the parent had used CUDA: a CUDA
+ * context does not survive fork, and any runtime call on it in the child
+ * fails or hangs, so the glue refuses CUDA work there with a message that
+ * points to a PSOCK cluster.
+ */
+#include "threads.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if !defined(_WIN32)
+#include <pthread.h>
+#define KDE_HAVE_FORK 1
+#endif
+
+static volatile int forked_child = 0;
+static volatile int cuda_used = 0;
+static volatile int cuda_inherited = 0;
+
+int kde_has_openmp(void)
+{
+#ifdef _OPENMP
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int kde_thread_count(int requested)
+{
+#ifdef _OPENMP
+  if (forked_child) return 1;
+  int limit = omp_get_num_procs();
+  if (omp_get_thread_limit() < limit) limit = omp_get_thread_limit();
+  if (omp_get_max_threads() < limit) limit = omp_get_max_threads();
+  if (limit < 1) limit = 1;
+  if (requested <= 0 || requested > limit) return limit;
+  return requested;
+#else
+  (void) requested;
+  return 1;
+#endif
+}
+
+#ifdef KDE_HAVE_FORK
+static void after_fork_in_child(void)
+{
+  forked_child = 1;
+  cuda_inherited = cuda_used;
+}
+#endif
+
+void kde_threads_install_fork_handler(void)
+{
+#ifdef KDE_HAVE_FORK
+  static int installed = 0;
+  if (!installed && pthread_atfork(NULL, NULL, after_fork_in_child) == 0)
+    installed = 1;
+#endif
+}
+
+int kde_in_forked_child(void) { return forked_child; }
+
+void kde_note_cuda_used(void) { cuda_used = 1; }
+
+int kde_cuda_inherited(void) { return cuda_inherited; }
