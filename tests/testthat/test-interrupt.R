@@ -1,0 +1,64 @@
+# Ctrl-C during an evaluation: the backend stops at its next poll, frees
+# everything, and the glue signals R's own interrupt condition, so that
+# tryCatch(interrupt = ) and withCallingHandlers() see it as they see R's.
+# A child process sends SIGINT to this R process during a long evaluation.
+
+send_interrupt_after <- function(seconds) {
+  system(sprintf("sh -c 'sleep %s; kill -INT %d' >/dev/null 2>&1 &", seconds, Sys.getpid()))
+}
+
+long_cpu_fit <- function() {
+  set.seed(10)
+  # about 1e11 pairs: minutes on 2 cores, so the signal lands mid-evaluation
+  kde_gpu(matrix(rnorm(3e5 * 3), ncol = 3), backend = "cpu")
+}
+
+skip_without_signals <- function() {
+  skip_on_os("windows")
+  skip_if(Sys.which("kill") == "" || Sys.which("sh") == "", "no kill/sh to send SIGINT")
+}
+
+test_that("an interrupted CPU evaluation signals an interrupt condition, promptly", {
+  skip_without_signals()
+  fit <- long_cpu_fit()
+  send_interrupt_after(0.5)
+  started <- proc.time()[["elapsed"]]
+  caught <- tryCatch(predict(fit, log = TRUE), interrupt = function(e) e,
+                     error = function(e) e)
+  elapsed <- proc.time()[["elapsed"]] - started
+  expect_s3_class(caught, "interrupt")
+  expect_false(inherits(caught, "error"))
+  expect_lt(elapsed, 30) # stopped at a poll, not at the end (minutes)
+})
+
+test_that("calling handlers see the interrupt, and the search for a bandwidth passes it on", {
+  skip_without_signals()
+  fit <- long_cpu_fit()
+  seen <- FALSE
+  send_interrupt_after(0.5)
+  outcome <- tryCatch(
+    withCallingHandlers(logLik(fit), interrupt = function(e) seen <<- TRUE),
+    interrupt = function(e) "interrupted")
+  expect_true(seen)
+  expect_identical(outcome, "interrupted")
+
+  send_interrupt_after(0.5)
+  outcome <- tryCatch(bw_mlcv(fit$x[1:1e5, 1], backend = "cpu"),
+                      interrupt = function(e) "interrupted")
+  expect_identical(outcome, "interrupted")
+})
+
+test_that("an interrupted GPU evaluation signals an interrupt condition", {
+  skip_without_signals()
+  skip_if(nrow(kdegpu_info()$gpus) == 0L, "no usable GPU")
+  set.seed(11)
+  fit <- kde_gpu(matrix(rnorm(2e6 * 3), ncol = 3), backend = "cuda")
+  # 4e12 pairs in double: several seconds on an H100
+  queries <- matrix(rnorm(2e6 * 3), ncol = 3)
+  send_interrupt_after(1)
+  caught <- tryCatch(predict(fit, queries), interrupt = function(e) e, error = function(e) e)
+  expect_s3_class(caught, "interrupt")
+  # the model survives and evaluates again
+  expect_equal(predict(fit, fit$x[1:3, ]), predict(kde_gpu(fit$x, H = fit$H, backend = "cpu"),
+                                                    fit$x[1:3, ]), tolerance = 1e-10)
+})
