@@ -8,7 +8,10 @@
 #   make test-cpu-only  build a tarball, install it --without-cuda into a temporary
 #                       library, then the tests against that
 #   make document       roxygen2::roxygenise(), sourcing R/ (no compilation)
-#   make check          R CMD build, then R CMD check --as-cran --no-manual
+#   make check          R CMD build, then R CMD check --as-cran --no-manual; fails
+#                       on any ERROR or WARNING (NOTEs are listed, not fatal)
+#   make lint-c         compiles src/*.c with -Wall -Wextra -Werror, and fails
+#                       on an OpenMP parallel region without num_threads()
 #   make clean          remove build products
 #
 # Variables:
@@ -50,7 +53,7 @@ RUN_TESTS := \
   if (nzchar(out)) cat(n, "\n", file = out, append = TRUE); \
   quit(status = as.integer(n[2] > 0))
 
-.PHONY: deps install demo test test-cpu-only document check clean
+.PHONY: deps install demo test test-cpu-only document check lint-c clean
 
 deps:
 	@if [ -n "$(SKIP_DEPS)" ]; then echo "make deps: skipped (SKIP_DEPS is set)"; exit 0; fi; \
@@ -105,6 +108,29 @@ check: deps
 	_R_CHECK_CRAN_INCOMING_REMOTE_=$${_R_CHECK_CRAN_INCOMING_REMOTE_:-false} \
 	_R_CHECK_SYSTEM_CLOCK_=$${_R_CHECK_SYSTEM_CLOCK_:-false} \
 	  $(R) CMD check --as-cran --no-manual $(PKG)_$(VERSION).tar.gz
+	@status=$$(grep '^Status:' $(PKG).Rcheck/00check.log | tail -n 1); echo "R CMD check: $$status"; \
+	case "$$status" in *ERROR*|*WARNING*) echo "R CMD check: errors or warnings (see above)"; exit 1 ;; esac
+
+# The C sources with the strictest usual warnings as errors (R's own flags
+# are milder), and the rule that every OpenMP parallel region names its
+# thread count (data.table's CI rule: a region without num_threads() would
+# use all cores whatever options(kdegpu.threads) says).
+lint-c: deps
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/kdegpu-lint.XXXXXX") && trap 'rm -rf "$$tmp"' EXIT && \
+	printf '#define KDEGPU_CUDA_OFF_REASON "lint"\n' > "$$tmp/cuda_off_reason.h" && \
+	cc=$$($(R) CMD config CC) && rinc=$$($(R) RHOME)/include && \
+	if [ ! -f "$$rinc/R.h" ]; then rinc=$$($(RSCRIPT) -e 'cat(R.home("include"))'); fi && \
+	status=0 && \
+	for f in src/*.c; do \
+	  $$cc -std=gnu99 -fopenmp -Wall -Wextra -Werror -fsyntax-only -I"$$tmp" -I"$$rinc" \
+	    -Iinst/include -Isrc "$$f" || status=1; \
+	done && \
+	if grep -rn --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' \
+	     '#pragma omp parallel' src inst/include | grep -v 'num_threads('; then \
+	  echo "lint-c: the OpenMP parallel regions above lack num_threads()"; status=1; \
+	fi && \
+	if [ $$status -eq 0 ]; then echo "lint-c: src/*.c clean with -Wall -Wextra; every parallel region has num_threads()"; fi && \
+	exit $$status
 
 clean:
 	sh ./cleanup
