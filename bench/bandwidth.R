@@ -9,6 +9,7 @@ suppressPackageStartupMessages(library(kdegpu))
 args <- commandArgs(trailingOnly = TRUE)
 out_csv <- if (length(args)) args[[1L]] else "inst/benchmarks/bandwidth.csv"
 info <- kdegpu_info()
+source("bench/timing.R") # bench_commit()
 device <- if (nrow(info$gpus)) info$gpus$name[[1L]] else "none"
 
 make_data <- function(n) {
@@ -51,6 +52,7 @@ if (nrow(info$gpus)) {
 results <- do.call(rbind, rows)
 results$device <- device
 results$date <- format(Sys.Date())
+results$commit <- bench_commit()
 results$kdegpu_version <- as.character(packageVersion("kdegpu"))
 dir.create(dirname(out_csv), showWarnings = FALSE, recursive = TRUE)
 write.csv(results, out_csv, row.names = FALSE)

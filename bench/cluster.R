@@ -39,6 +39,7 @@ cat(sprintf("predict() of m = %d queries against n = %d points (d = 2, Gaussian)
 print(results, row.names = FALSE)
 if (dir.exists("inst/benchmarks")) {
   results$date <- format(Sys.Date())
+  results$commit <- bench_commit()
   results$cores <- cores
   write.csv(results, "inst/benchmarks/cluster.csv", row.names = FALSE)
 }

@@ -117,7 +117,7 @@ print(grid_rows, row.names = FALSE)
 
 if (dir.exists("inst/benchmarks")) {
   stamp <- data.frame(machine = Sys.info()[["machine"]], threads = info$threads,
-                      date = format(Sys.Date()), r_version = as.character(getRversion()),
+                      date = format(Sys.Date()), commit = bench_commit(), r_version = as.character(getRversion()),
                       kdegpu_version = as.character(packageVersion("kdegpu")))
   write.csv(cbind(stamp, rbind(
     data.frame(kind = "comparison", method = table1$method, n = n, m = n, d = d,

@@ -101,6 +101,7 @@ if (nrow(info$gpus) >= 2L && "multi_gpu" %in% cases) {
 results <- do.call(rbind, rows)
 results$device <- device
 results$date <- format(Sys.Date())
+results$commit <- bench_commit()
 results$r_version <- as.character(getRversion())
 results$kdegpu_version <- as.character(packageVersion("kdegpu"))
 dir.create(dirname(out_csv), showWarnings = FALSE, recursive = TRUE)

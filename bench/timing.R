@@ -11,3 +11,20 @@ median_seconds <- function(f, reps = 5L) {
     system.time(for (k in seq_len(inner)) f())[["elapsed"]] / inner
   }, 0))
 }
+
+# The git commit the benchmark measures, recorded in every stored CSV:
+# $KDEGPU_COMMIT when set (the GPU machine gets a copy of the tree without
+# .git, so the command that runs there passes it), else `git rev-parse`,
+# with "+dirty" when the tree has uncommitted changes to tracked files.
+bench_commit <- function() {
+  given <- Sys.getenv("KDEGPU_COMMIT")
+  if (nzchar(given)) return(given)
+  git <- function(...) {
+    suppressWarnings(tryCatch(system2("git", c(...), stdout = TRUE, stderr = FALSE),
+                              error = function(e) character()))
+  }
+  head <- git("rev-parse", "--short=12", "HEAD")
+  if (length(head) != 1L) return("unknown")
+  dirty <- git("status", "--porcelain", "--untracked-files=no")
+  if (length(dirty) > 0L) paste0(head, "+dirty") else head
+}
