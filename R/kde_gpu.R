@@ -37,6 +37,19 @@
 #' `kdegpu.gpu_memory` (bytes of GPU memory an evaluation may use; larger
 #' problems run in batches) and `kdegpu.devices` (GPU numbers to use).
 #'
+#' @section Interrupts and forked processes:
+#' Ctrl-C stops an evaluation within about a second, frees its memory (host
+#' and GPU) and signals R's own interrupt condition, so
+#' `tryCatch(..., interrupt = )` sees it as it sees any interrupt. In a
+#' process forked by [parallel::mclapply()] or [parallel::makeForkCluster()]
+#' the CPU backend runs on one thread per child (OpenMP's thread pool does
+#' not survive `fork()`; the children are the parallelism). A GPU cannot be
+#' used in such a child once the parent has used it (a CUDA context does
+#' not survive `fork()`): a new fit there uses the CPU, and a CUDA fit's
+#' methods stop with an error that says to use a PSOCK cluster
+#' ([parallel::makePSOCKcluster()], future's `multisession`), whose workers
+#' use their GPUs normally.
+#'
 #' @param x The data: a numeric vector (1-D), or a matrix or data frame of
 #'   numeric columns with one point per row.
 #' @param bw The kernel's standard deviation: one positive number, one per
