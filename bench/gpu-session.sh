@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One call's work on the lent GPU machine (no R there; see
+# ../shared/device/README.md): unpack the R bundle carried in .gpu/, install
+# the package for the GPU that is there, then run what STEPS lists, each
+# logged to $OUT/<step>.log, with one summary line per step at the end.
+#
+#   KDEGPU_COMMIT=$(git rev-parse --short=12 HEAD) STEPS="tests harness bench" \
+#     bash bench/gpu-session.sh
+#
+# Steps: tests (the whole testthat suite, CUDA backend), harness (the CUDA
+# harness's correctness mode), bench (bench/gpu.R, written to
+# $OUT/gpu.csv), sanitize (compute-sanitizer memcheck on a short R workload).
+set -uo pipefail
+out=${OUT:-/tmp/kdegpu-out}
+mkdir -p "$out"
+summary=()
+step() {
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  summary+=("$name: rc=$rc, $((SECONDS - t0)) s; $(tail -n 1 "$out/$name.log")")
+  return $rc
+}
+
+bash .gpu/unpack-r-bundle.sh .gpu/rbundle.tar.xz > "$out/unpack.log" 2>&1 || { cat "$out/unpack.log"; exit 1; }
+export CUDA_ARCH=${CUDA_ARCH:-90} MAKEFLAGS=${MAKEFLAGS:--j8}
+step install R CMD INSTALL . || { tail -n 40 "$out/install.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/gpu.txt" 2>&1
+
+for s in ${STEPS:-tests harness bench}; do
+  case "$s" in
+    tests)
+      step tests Rscript -e 'res <- as.data.frame(testthat::test_local(".", load_package = "installed",
+        reporter = testthat::SummaryReporter$new(show_praise = FALSE), stop_on_failure = FALSE));
+        cat(sprintf("%d passed, %d failed, %d skipped\n", sum(res$passed),
+            sum(res$failed) + sum(res$error), sum(res$skipped)))' ;;
+    harness)
+      step harness env SANITIZE=0 PROFILE=0 MODE=test OUT="$out/harness" bash bench/cuda/run.sh ;;
+    bench)
+      step bench Rscript bench/gpu.R "$out/gpu.csv" ;;
+    sanitize)
+      step sanitize compute-sanitizer --tool memcheck --leak-check full Rscript -e '
+        library(kdegpu); set.seed(1); x <- matrix(rnorm(3e4), ncol = 3)
+        for (p in c("double", "single")) { f <- kde_gpu(x, backend = "cuda", precision = p)
+          invisible(predict(f, x)); invisible(logLik(f)); invisible(sample(f, 2e4)) }
+        cat("sanitize workload done\n")' ;;
+  esac
+done
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
