@@ -2,7 +2,9 @@
 # One call's work on the lent GPU machine (no R there; see
 # ../shared/device/README.md): unpack the R bundle carried in .gpu/, install
 # the package for the GPU that is there, then run what STEPS lists, each
-# logged to $OUT/<step>.log, with one summary line per step at the end.
+# logged to <step>.log, with one summary line per step at the end. $OUT
+# gets three files (the device tool returns at most eight): summary.txt,
+# gpu.csv (bench) and logs.tar.gz with every log.
 #
 #   KDEGPU_COMMIT=$(git rev-parse --short=12 HEAD) STEPS="tests harness bench" \
 #     bash bench/gpu-session.sh
@@ -11,9 +13,17 @@
 # harness's correctness mode), bench (bench/gpu.R, written to
 # $OUT/gpu.csv), sanitize (compute-sanitizer memcheck on a short R workload).
 set -uo pipefail
-out=${OUT:-/tmp/kdegpu-out}
-mkdir -p "$out"
-summary=()
+final=${OUT:-/tmp/kdegpu-out}
+out=$(mktemp -d)
+mkdir -p "$final"
+finish() {
+  printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+  cp "$out/summary.txt" "$final/" 2>/dev/null
+  [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
+  tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
+  cat "$out/summary.txt"
+}
+trap finish EXIT
 step() {
   local name=$1; shift
   local t0=$SECONDS
@@ -23,6 +33,7 @@ step() {
   return $rc
 }
 
+summary=()
 bash .gpu/unpack-r-bundle.sh .gpu/rbundle.tar.xz > "$out/unpack.log" 2>&1 || { cat "$out/unpack.log"; exit 1; }
 export CUDA_ARCH=${CUDA_ARCH:-90} MAKEFLAGS=${MAKEFLAGS:--j8}
 step install R CMD INSTALL . || { tail -n 40 "$out/install.log"; exit 1; }
@@ -47,4 +58,3 @@ for s in ${STEPS:-tests harness bench}; do
         cat("sanitize workload done\n")' ;;
   esac
 done
-printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
