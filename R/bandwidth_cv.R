@@ -50,7 +50,7 @@
 #' bw_lscv(faithful$eruptions, backend = "cpu")
 #' bw.ucv(faithful$eruptions)
 #' bw_mlcv(faithful$eruptions, kernel = "epanechnikov", backend = "cpu")
-#' H <- bw_lscv(faithful[1:100, ], type = "full", backend = "cpu", grid = 8)
+#' H <- bw_lscv(faithful[1:50, ], type = "full", backend = "cpu", grid = 5, tol = 1e-4)
 #' H
 #' fit <- kde_gpu(faithful, H = H, backend = "cpu")
 #' @name bandwidth_cv

@@ -39,8 +39,8 @@ test_that("predict() names its values after the points", {
   expect_named(out, c("u", "v"))
   # the values are the same with and without names
   expect_equal(unname(out), predict(fit1, c(1, 2)))
-  named_rows <- matrix(1:6 + 0.5, 3, dimnames = list(c("r1", "r2", "r3"), NULL))
-  fit3 <- kde_gpu(named_rows, backend = "cpu")
+  named_rows <- matrix(c(1, 2, 4, 3, 1, 2), 3, dimnames = list(c("r1", "r2", "r3"), NULL))
+  fit3 <- kde_gpu(named_rows, bw = 1, backend = "cpu")
   expect_named(predict(fit3, leave_one_out = TRUE), c("r1", "r2", "r3"))
   expect_named(predict(fit3), c("r1", "r2", "r3"))
 })
