@@ -127,7 +127,10 @@ test_that("data frames, vectors and single points are accepted as documented", {
   fit_m <- kde_gpu(x, bw = 0.7, backend = "cpu")
   fit_d <- kde_gpu(df, bw = 0.7, backend = "cpu")
   expect_identical(predict(fit_d, q), predict(fit_m, q))
-  expect_identical(predict(fit_m, as.data.frame(q)), predict(fit_m, q))
+  # A data frame's row names name the values, as in predict.lm().
+  p_df <- predict(fit_m, as.data.frame(q))
+  expect_identical(names(p_df), row.names(as.data.frame(q)))
+  expect_identical(unname(p_df), predict(fit_m, q))
   # A vector of length d is one point when d > 1.
   one <- predict(fit_m, q[3, ])
   expect_length(one, 1)
