@@ -343,6 +343,37 @@ test_that("n = m = 2e4 in 2-D: full evaluation agrees with the reference on a su
   }
 })
 
+test_that("wide d = 67 and 137 (the CUDA FMA kernel's dimension chunks) match the reference", {
+  # On the GPU the wide FMA kernel splits d into chunks that fit its shared
+  # memory when d > 66 in double and d > 133 in single precision: 67 makes
+  # two chunks in double, 137 three in double and two in single, the last
+  # one shorter. Epanechnikov and exponential take that kernel in both
+  # precisions; the Gaussian does in double, and in single it takes the
+  # wide tensor-core kernel instead (d >= 16).
+  # Queries: 60 fresh points from the data's law, and ref_queries()'s
+  # training points and far points. H = c times the sample covariance, c
+  # such that a fresh point has some but not all of the 300 training points
+  # inside a compact kernel's support (median 100 of 300 at d = 67, 250 at
+  # d = 137: with n / d this small the sample covariance underestimates the
+  # spread of new points).
+  for (d in c(67, 137)) {
+    xq <- ref_data(360, d, seed = 260 + d)
+    x <- xq[1:300, ]
+    q <- rbind(xq[301:360, ], ref_queries(x, 0, seed = 270 + d))
+    H <- c(`67` = 2, `137` = 3)[[as.character(d)]] * stats::cov(x)
+    set.seed(280 + d)
+    w <- rexp(nrow(x))
+    for (k in c("epanechnikov", "exponential", "gaussian")) {
+      want <- ref_log_density(x, q, H, k, w)
+      for (be in eval_backends()) {
+        fit <- kde_on(be, x, H = H, kernel = k, weights = w)
+        expect_log_density_equal(predict(fit, q, log = TRUE), want, tol = be$tol,
+                                 label = be_label(be, k, "d =", d))
+      }
+    }
+  }
+})
+
 test_that("gaussian with full H matches ks::kde(binned = FALSE) in 2-D and 3-D", {
   skip_if_not_installed("ks")
   for (d in c(2, 3)) {
