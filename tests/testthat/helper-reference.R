@@ -34,10 +34,18 @@ ref_log_profile <- function(kernel, s) {
 
 ref_upper <- function(kernel) if (kernel %in% ref_compact) 1 else Inf
 
+# r^p k(r / a) for a profile k, through logs where r^p overflows a double
+# (r > 184 at p = 136, where k has underflowed and the product is tiny).
+ref_power_profile <- function(kernel, r, p, a = 1) {
+  v <- r^p * ref_profile(kernel)(r / a)
+  big <- !is.finite(v)
+  if (any(big)) v[big] <- exp(p * log(r[big]) + ref_log_profile(kernel, r[big] / a))
+  v
+}
+
 # M_p = int_0^inf s^p k(s) ds, numerically.
 ref_moment <- function(kernel, p) {
-  k <- ref_profile(kernel)
-  integrate(function(s) s^p * k(s), 0, ref_upper(kernel),
+  integrate(function(s) ref_power_profile(kernel, s, p), 0, ref_upper(kernel),
             rel.tol = 1e-13, abs.tol = 0, subdivisions = 1000L)$value
 }
 
@@ -52,8 +60,7 @@ ref_constants <- function(kernel, d) {
   key <- paste(kernel, d)
   if (!is.null(.ref_cache[[key]])) return(.ref_cache[[key]])
   a <- sqrt(d * ref_moment(kernel, d - 1) / ref_moment(kernel, d + 1))
-  k <- ref_profile(kernel)
-  radial <- integrate(function(r) r^(d - 1) * k(r / a), 0,
+  radial <- integrate(function(r) ref_power_profile(kernel, r, d - 1, a), 0,
                       a * ref_upper(kernel), rel.tol = 1e-13, abs.tol = 0,
                       subdivisions = 1000L)$value
   out <- list(a = a, log_c = -ref_log_sphere_area(d) - log(radial))
@@ -124,19 +131,29 @@ ref_log_density <- function(x, q, H, kernel, weights = NULL) {
 
 ref_density <- function(...) exp(ref_log_density(...))
 
-# Leave-one-out log-likelihood, straight from the definition:
-# sum_i n w_i log( sum_{j != i} w_j K(x_i - x_j) / sum_{j != i} w_j ),
-# which for equal weights is sum_i log( (1/(n-1)) sum_{j != i} K ).
-ref_loo_loglik <- function(x, H, kernel, weights = NULL) {
+# Leave-one-out log densities, straight from the definition: at each x_i,
+# the estimate from the other points with their weights renormalised,
+# log( sum_{j != i} w_j K(x_i - x_j) / sum_{j != i} w_j ).
+ref_loo_log_density <- function(x, H, kernel, weights = NULL) {
+  x <- ref_as_matrix(x)
+  n <- nrow(x)
+  w <- if (is.null(weights)) rep(1, n) else weights
+  vapply(seq_len(n), function(i) {
+    ref_log_density(x[-i, , drop = FALSE], x[i, , drop = FALSE], H, kernel,
+                    w[-i])
+  }, numeric(1))
+}
+
+# Leave-one-out log-likelihood: sum_i n w_i loo_i with w normalised to sum
+# 1 (points of weight 0 add nothing), which for equal weights is
+# sum_i log( (1/(n-1)) sum_{j != i} K ).
+ref_loo_loglik <- function(x, H, kernel, weights = NULL, terms = NULL) {
   x <- ref_as_matrix(x)
   n <- nrow(x)
   w <- if (is.null(weights)) rep(1, n) else weights
   w <- w / sum(w)
-  terms <- vapply(seq_len(n), function(i) {
-    ref_log_density(x[-i, , drop = FALSE], x[i, , drop = FALSE], H, kernel,
-                    w[-i])
-  }, numeric(1))
-  sum(n * w * terms)
+  if (is.null(terms)) terms <- ref_loo_log_density(x, H, kernel, weights)
+  sum(ifelse(w > 0, n * w * terms, 0))
 }
 
 # The kernel formulas of R's stats/R/density.R (bw = kernel sd), plus the

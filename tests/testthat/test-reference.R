@@ -133,3 +133,23 @@ test_that("the reference is finite far from the data for unbounded kernels", {
     expect_identical(ref_log_density(0, 1e3, bw^2, k), -Inf)
   }
 })
+
+test_that("the reference's constants in d = 67 and 137 match their closed forms", {
+  # The wide cases of test-evaluation.R: s^(d-1) k(s) is a narrow bump far
+  # from 0 there, and overflows a double beyond it.
+  for (d in c(67, 137)) {
+    log_area <- ref_log_sphere_area(d)
+    g <- ref_constants("gaussian", d)
+    expect_equal(g$a, 1, tolerance = 1e-13)
+    expect_equal(g$log_c, -d / 2 * log(2 * pi), tolerance = 1e-13)
+    # Exponential: M_p = p!, so a = 1 / sqrt(d + 1), C = 1 / (area a^d (d-1)!).
+    e <- ref_constants("exponential", d)
+    expect_equal(e$a, 1 / sqrt(d + 1), tolerance = 1e-13)
+    expect_equal(e$log_c, -log_area - d * log(e$a) - lgamma(d), tolerance = 1e-13)
+    # Epanechnikov: M_p = 2 / ((p + 1)(p + 3)), so a = sqrt(d + 4).
+    ep <- ref_constants("epanechnikov", d)
+    expect_equal(ep$a, sqrt(d + 4), tolerance = 1e-13)
+    expect_equal(ep$log_c, -log_area - d * log(ep$a) - log(2 / (d * (d + 2))),
+                 tolerance = 1e-13)
+  }
+})

@@ -1,0 +1,26 @@
+# The backends that the evaluation suite (test-evaluation.R) runs each of
+# its reference checks on: the CPU always; the CUDA backend in double and in
+# single precision where a GPU is usable. `tol` is the relative tolerance on
+# log densities that fits the precision (see expect_log_density_equal()):
+# double precision agrees with the plain-R reference to about 1e-12, single
+# precision to about 1e-5.
+eval_backends <- function() {
+  out <- list(list(backend = "cpu", precision = "double", tol = 1e-12))
+  if (has_gpu()) {
+    out <- c(out, list(list(backend = "cuda", precision = "double", tol = 1e-12),
+                       list(backend = "cuda", precision = "single", tol = 1e-5)))
+  }
+  lapply(out, function(be) c(be, name = paste(be$backend, be$precision)))
+}
+
+# kde_gpu() on the backend `be` (one of eval_backends()).
+kde_on <- function(be, x, ...) {
+  kde_gpu(x, ..., backend = be$backend, precision = be$precision)
+}
+
+# A label for expectations: the backend, then the case.
+be_label <- function(be, ...) paste(be$name, ...)
+
+skip_without_gpu <- function() {
+  skip_if_not(has_gpu(), "no usable GPU")
+}
