@@ -53,7 +53,7 @@ test_that("a fork cluster evaluates a fit through predict(cluster = )", {
 })
 
 test_that("a forked child refuses the CUDA context it inherited, and says what to use", {
-  skip_if(nrow(kdegpu_info()$gpus) == 0L, "no usable GPU")
+  skip_without_gpu()
   res <- run_forking_script(c(
     "fit <- kde_gpu(matrix(rnorm(3000), ncol = 3), backend = 'cuda')",
     "invisible(predict(fit, fit$x[1:10, ]))", # the parent's CUDA context exists

@@ -50,7 +50,7 @@ test_that("calling handlers see the interrupt, and the search for a bandwidth pa
 
 test_that("an interrupted GPU evaluation signals an interrupt condition", {
   skip_without_signals()
-  skip_if(nrow(kdegpu_info()$gpus) == 0L, "no usable GPU")
+  skip_without_gpu()
   set.seed(11)
   fit <- kde_gpu(matrix(rnorm(2e6 * 3), ncol = 3), backend = "cuda")
   # 4e12 pairs in double: several seconds on an H100
