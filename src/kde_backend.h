@@ -38,7 +38,21 @@ typedef struct {
   const double *train;       /* n_train x dim */
   const double *weight;      /* n_train, >= 0, sum 1 */
   const double *log_weight;  /* n_train, log(weight), -inf where weight 0 */
+  /* KDE_TILE_POINTS when the points are in a spatial (k-d) order whose runs
+   * of that many points are compact tiles (kde_kd_order, at fit time), so
+   * that an evaluation may skip tiles that provably cannot matter; 0 when
+   * they are in no particular order (every tile is visited). */
+  int64_t tile_size;
 } kde_training_set;
+
+/* Points per spatial tile of the training set: the CPU backend's unit of
+ * skipping, and the CUDA backend's unit of padding and splitting (kUnit),
+ * so that one fit-time order serves both. */
+#define KDE_TILE_POINTS 256
+
+/* Points per spatial block of queries in the CPU backend: what one pass
+ * over a training tile serves (QUERY_BLOCK in kde_cpu.c). */
+#define KDE_QUERY_BLOCK 16
 
 typedef struct {
   int64_t n_query;
@@ -53,6 +67,13 @@ typedef struct {
   /* Leave one out: the queries are the training points and the term
    * j == i is excluded exactly (not subtracted afterwards). */
   int leave_one_out;
+  /* Tiles whose kernel values are provably 0 at every query of a block are
+   * skipped; with tolerance > 0, Gaussian and exponential tiles whose
+   * proven upper bounds add up to at most `tolerance` times a proven lower
+   * bound of each query's sum are skipped too, so every result is within
+   * relative `tolerance` of the full sum (prune.c). 0: the full sum. Needs
+   * a spatially ordered training set (tile_size > 0). */
+  double tolerance;
 } kde_query_set;
 
 /* CPU backend (kde_cpu.c). Writes n_query log-densities to `out`. */

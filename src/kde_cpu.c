@@ -20,6 +20,8 @@
 #include <math.h>
 
 #include "kde_backend.h"
+#include "prune.h"
+#include "spatial.h"
 #include "threads.h"
 #include "whiten.h"
 #include <kdegpu/kernels.h>
@@ -29,8 +31,9 @@
 #endif
 
 /* Queries that share one pass over a training tile: the tile stays in L1
- * while this many queries read it. */
-#define QUERY_BLOCK 16
+ * while this many queries read it; also the block whose box decides which
+ * tiles it visits. */
+#define QUERY_BLOCK KDE_QUERY_BLOCK
 
 /* A tile of training points should fit in L1 with its distances:
  * tile * (dim + 2) doubles of about 32 KiB, at least 64 points so the
@@ -166,32 +169,37 @@ static ALWAYS_INLINE kde_lse tile_state(int kernel, const double *s2,
   return kde_lse_make(tile_max, sum);
 }
 
-/* Queries [q_begin, q_end) (at most QUERY_BLOCK) against every tile. */
+/* The queries of one block, at most QUERY_BLOCK of them, against the
+ * training tiles listed in `visit` (tile t holds points [t * tile,
+ * (t + 1) * tile)). `query_rows` are the block's rows of the query matrix;
+ * `self_rows` (leave one out) the training point each query is, else NULL.
+ * Writes each query's state to state[]. */
 static ALWAYS_INLINE void evaluate_query_block(int kernel,
                                                const kde_training_set *t,
                                                const kde_query_set *qs,
-                                               int64_t q_begin, int64_t q_end,
-                                               int64_t tile, double *scratch,
-                                               double *out)
+                                               const int64_t *query_rows,
+                                               int64_t block_len,
+                                               const int64_t *visit,
+                                               int64_t n_visit, int64_t tile,
+                                               double *scratch, kde_lse *state)
 {
   const int64_t dim = t->dim, n = t->n_train, m = qs->n_query;
-  const int64_t block_len = q_end - q_begin;
   double *s2 = scratch;                       /* tile */
   double *exponent = scratch + tile;          /* tile */
   double *points = scratch + 2 * tile;        /* QUERY_BLOCK x dim, by row */
-  kde_lse state[QUERY_BLOCK];
 
   for (int64_t b = 0; b < block_len; b++) {
     state[b] = kde_lse_empty();
     for (int64_t k = 0; k < dim; k++)
-      points[b * dim + k] = qs->query[(q_begin + b) + k * m];
+      points[b * dim + k] = qs->query[query_rows[b] + k * m];
   }
-  for (int64_t tile_begin = 0; tile_begin < n; tile_begin += tile) {
-    int64_t tile_len = n - tile_begin < tile ? n - tile_begin : tile;
+  for (int64_t v = 0; v < n_visit; v++) {
+    const int64_t tile_begin = visit[v] * tile;
+    const int64_t tile_len = n - tile_begin < tile ? n - tile_begin : tile;
     for (int64_t b = 0; b < block_len; b++) {
       int64_t self = -1;
       if (qs->leave_one_out) {
-        int64_t own = q_begin + b - tile_begin;
+        int64_t own = query_rows[b] - tile_begin;
         if (own >= 0 && own < tile_len) self = own;
       }
       tile_squared_distances(t->train, n, dim, tile_begin, tile_len,
@@ -202,21 +210,21 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
       state[b] = kde_lse_merge(state[b], part);
     }
   }
-  for (int64_t b = 0; b < block_len; b++)
-    out[q_begin + b] = kde_lse_log(state[b]) + qs->log_const;
 }
 
 /* The kernel becomes a compile-time constant in each case, so the profile's
  * switch folds away and every loop above vectorises. */
 KDE_MULTIVERSION
 static void evaluate_block_dispatch(int kernel, const kde_training_set *t,
-                                    const kde_query_set *qs, int64_t q_begin,
-                                    int64_t q_end, int64_t tile,
-                                    double *scratch, double *out)
+                                    const kde_query_set *qs,
+                                    const int64_t *query_rows, int64_t block_len,
+                                    const int64_t *visit, int64_t n_visit,
+                                    int64_t tile, double *scratch, kde_lse *state)
 {
 #define KDE_CASE(K)                                                         \
   case K:                                                                   \
-    evaluate_query_block(K, t, qs, q_begin, q_end, tile, scratch, out);     \
+    evaluate_query_block(K, t, qs, query_rows, block_len, visit, n_visit,   \
+                         tile, scratch, state);                             \
     break;
   switch (kernel) {
     KDE_CASE(KDE_GAUSSIAN)
@@ -233,12 +241,53 @@ static void evaluate_block_dispatch(int kernel, const kde_training_set *t,
 #undef KDE_CASE
 }
 
+/* Tile size for a training set in no spatial order: a tile and its
+ * distances stay in L1. */
 static int64_t choose_tile(int64_t dim)
 {
   int64_t tile = TILE_BYTES / (int64_t) ((dim + 2) * sizeof(double));
   if (tile < TILE_MIN) tile = TILE_MIN;
   if (tile > TILE_MAX) tile = TILE_MAX;
   return tile - tile % 8;
+}
+
+/* What the evaluation allocates, freed together on every path. */
+typedef struct {
+  double *whitened;      /* the queries, whitened (when the backend does it) */
+  int64_t *query_order;  /* queries in spatial order (or 0..m-1) */
+  double *tile_lo, *tile_hi, *tile_log_weight, *tile_log_rest;
+  double *scratch;       /* per thread */
+  int64_t *visit;        /* per thread: tiles to visit */
+} cpu_buffers;
+
+static void free_buffers(cpu_buffers *b)
+{
+  free(b->whitened);
+  free(b->query_order);
+  free(b->tile_lo);
+  free(b->tile_hi);
+  free(b->tile_log_weight);
+  free(b->tile_log_rest);
+  free(b->scratch);
+  free(b->visit);
+}
+
+/* Each tile's log total weight, and log(total - largest) for the
+ * leave-one-out lower bound (prune.c). */
+static void tile_weights(const kde_training_set *t, int64_t tile,
+                         int64_t n_tiles, double *log_total, double *log_rest)
+{
+  for (int64_t i = 0; i < n_tiles; i++) {
+    const int64_t begin = i * tile;
+    const int64_t end = begin + tile < t->n_train ? begin + tile : t->n_train;
+    double total = 0.0, largest = 0.0;
+    for (int64_t j = begin; j < end; j++) {
+      total += t->weight[j];
+      largest = t->weight[j] > largest ? t->weight[j] : largest;
+    }
+    log_total[i] = total > 0 ? log(total) : -INFINITY;
+    log_rest[i] = total - largest > 0 ? log(total - largest) : -INFINITY;
+  }
 }
 
 void kde_cpu_log_density(const kde_training_set *train,
@@ -249,50 +298,85 @@ void kde_cpu_log_density(const kde_training_set *train,
   kde_status_clear(status);
   if (train->kernel < 0 || train->kernel >= KDE_N_KERNELS ||
       train->n_train < 1 || train->dim < 1 || query->n_query < 0 ||
-      (query->leave_one_out && query->n_query != train->n_train)) {
+      (query->leave_one_out && query->n_query != train->n_train) ||
+      train->tile_size < 0 || !(query->tolerance >= 0)) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
-               "internal: invalid problem passed to the CPU backend");
+                   "internal: invalid problem passed to the CPU backend");
     return;
   }
   if (query->n_query == 0) return;
 
   const int n_threads = kde_thread_count(threads);
-  double *whitened = NULL;
+  const int64_t m = query->n_query, dim = train->dim;
+  const int spatial = train->tile_size > 0;
+  const int64_t tile = spatial ? train->tile_size : choose_tile(dim);
+  const int64_t n_tiles = (train->n_train + tile - 1) / tile;
+  cpu_buffers buf = {0};
   kde_query_set whitened_query;
+
+#define CPU_ALLOC(ptr, count)                                                \
+  do {                                                                       \
+    (ptr) = malloc((size_t) (count) * sizeof *(ptr));                        \
+    if ((ptr) == NULL) {                                                     \
+      kde_status_set(status, KDE_ERR_ALLOC,                                  \
+                     "could not allocate CPU memory for the evaluation");   \
+      goto cleanup;                                                          \
+    }                                                                        \
+  } while (0)
+
   if (query->transform != NULL) {
-    whitened = malloc((size_t) query->n_query * (size_t) train->dim * sizeof(double));
-    if (whitened == NULL) {
-      kde_status_set(status, KDE_ERR_ALLOC,
-                 "could not allocate CPU memory for the whitened queries");
-      return;
-    }
-    kde_whiten(query->query, query->n_query, train->dim, query->center,
-               query->transform, n_threads, whitened);
+    CPU_ALLOC(buf.whitened, m * dim);
+    kde_whiten(query->query, m, dim, query->center, query->transform,
+               n_threads, buf.whitened);
     whitened_query = *query;
-    whitened_query.query = whitened;
+    whitened_query.query = buf.whitened;
     whitened_query.center = whitened_query.transform = NULL;
     query = &whitened_query;
   }
-  const int64_t tile = choose_tile(train->dim);
-  const int64_t scratch_per_thread = 2 * tile + QUERY_BLOCK * train->dim;
-  double *scratch =
-      malloc((size_t) n_threads * (size_t) scratch_per_thread * sizeof(double));
-  if (scratch == NULL) {
-    free(whitened);
-    kde_status_set(status, KDE_ERR_ALLOC,
-               "could not allocate CPU scratch memory for the evaluation");
-    return;
+
+  /* Queries in blocks of nearby points: in a k-d order of their own, or,
+   * leaving one out, in the training set's (already spatial) order. */
+  CPU_ALLOC(buf.query_order, m);
+  if (spatial && !query->leave_one_out) {
+    kde_kd_order(query->query, m, dim, KDE_QUERY_BLOCK, n_threads, buf.query_order);
+  } else {
+    for (int64_t i = 0; i < m; i++) buf.query_order[i] = i;
   }
 
+  kde_prune_plan plan = {0};
+  if (spatial) {
+    CPU_ALLOC(buf.tile_lo, n_tiles * dim);
+    CPU_ALLOC(buf.tile_hi, n_tiles * dim);
+    CPU_ALLOC(buf.tile_log_weight, n_tiles);
+    CPU_ALLOC(buf.tile_log_rest, n_tiles);
+    kde_tile_boxes(train->train, train->n_train, dim, tile, n_threads,
+                   buf.tile_lo, buf.tile_hi);
+    tile_weights(train, tile, n_tiles, buf.tile_log_weight, buf.tile_log_rest);
+    plan.kernel = train->kernel;
+    plan.dim = dim;
+    plan.n_tiles = n_tiles;
+    plan.lo = buf.tile_lo;
+    plan.hi = buf.tile_hi;
+    plan.log_weight = buf.tile_log_weight;
+    plan.log_weight_rest = buf.tile_log_rest;
+    plan.tolerance = query->tolerance;
+    plan.leave_one_out = query->leave_one_out;
+  }
+
+  /* per thread: distances and exponents of a tile, the block's points and
+   * box, the pruning scratch; and the list of tiles to visit */
+  const int64_t scratch_per_thread =
+      2 * tile + QUERY_BLOCK * dim + 2 * dim + 2 * n_tiles;
+  CPU_ALLOC(buf.scratch, (int64_t) n_threads * scratch_per_thread);
+  CPU_ALLOC(buf.visit, (int64_t) n_threads * n_tiles);
+
   /* Chunks of queries between interrupt polls, a whole number of blocks. */
-  double pairs_per_query = (double) train->n_train * (double) train->dim;
+  double pairs_per_query = (double) train->n_train * (double) dim;
   int64_t chunk = (int64_t) (PAIRS_PER_POLL * n_threads / pairs_per_query);
   chunk = (chunk / QUERY_BLOCK + 1) * QUERY_BLOCK;
 
-  for (int64_t chunk_begin = 0; chunk_begin < query->n_query;
-       chunk_begin += chunk) {
-    int64_t chunk_end = chunk_begin + chunk < query->n_query
-                            ? chunk_begin + chunk : query->n_query;
+  for (int64_t chunk_begin = 0; chunk_begin < m; chunk_begin += chunk) {
+    int64_t chunk_end = chunk_begin + chunk < m ? chunk_begin + chunk : m;
     int64_t n_blocks = (chunk_end - chunk_begin + QUERY_BLOCK - 1) / QUERY_BLOCK;
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic)
     for (int64_t block = 0; block < n_blocks; block++) {
@@ -301,20 +385,44 @@ void kde_cpu_log_density(const kde_training_set *train,
 #else
       int thread = 0;
 #endif
-      int64_t q_begin = chunk_begin + block * QUERY_BLOCK;
-      int64_t q_end = q_begin + QUERY_BLOCK < chunk_end ? q_begin + QUERY_BLOCK
-                                                        : chunk_end;
-      evaluate_block_dispatch(train->kernel, train, query, q_begin, q_end,
-                              tile, scratch + thread * scratch_per_thread, out);
+      double *scratch = buf.scratch + thread * scratch_per_thread;
+      int64_t *visit = buf.visit + thread * n_tiles;
+      const int64_t first = chunk_begin + block * QUERY_BLOCK;
+      const int64_t block_len = first + QUERY_BLOCK < chunk_end ? QUERY_BLOCK
+                                                                : chunk_end - first;
+      const int64_t *rows = buf.query_order + first;
+      int64_t n_visit = n_tiles;
+      if (spatial) {
+        double *q_lo = scratch + 2 * tile + QUERY_BLOCK * dim;
+        double *q_hi = q_lo + dim;
+        for (int64_t k = 0; k < dim; k++) {
+          const double *col = query->query + k * m;
+          double lo = col[rows[0]], hi = lo;
+          for (int64_t b = 1; b < block_len; b++) {
+            lo = col[rows[b]] < lo ? col[rows[b]] : lo;
+            hi = col[rows[b]] > hi ? col[rows[b]] : hi;
+          }
+          q_lo[k] = lo;
+          q_hi[k] = hi;
+        }
+        n_visit = kde_tiles_to_visit(&plan, q_lo, q_hi, q_hi + dim, visit);
+      } else {
+        for (int64_t v = 0; v < n_tiles; v++) visit[v] = v;
+      }
+      kde_lse state[QUERY_BLOCK];
+      evaluate_block_dispatch(train->kernel, train, query, rows, block_len,
+                              visit, n_visit, tile, scratch, state);
+      for (int64_t b = 0; b < block_len; b++)
+        out[rows[b]] = kde_lse_log(state[b]) + query->log_const;
     }
-    if (chunk_end < query->n_query && interrupted != NULL &&
-        interrupted((double) chunk_end / (double) query->n_query)) {
-      free(scratch);
-      free(whitened);
+    if (chunk_end < m && interrupted != NULL &&
+        interrupted((double) chunk_end / (double) m)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
-      return;
+      goto cleanup;
     }
   }
-  free(scratch);
-  free(whitened);
+
+cleanup:
+  free_buffers(&buf);
+#undef CPU_ALLOC
 }

@@ -1,0 +1,99 @@
+/*
+ * The proof that lets an evaluation skip training tiles.
+ *
+ * Every kernel's profile k(s^2) decreases in s^2. For a block of queries
+ * in the box Q and a tile of training points in the box T, every pair is
+ * at squared distance between min2 = dist^2(Q, T) and max2 (the farthest
+ * corners), so the tile adds between W_T k(max2) and W_T k(min2) to the
+ * kernel sum of every query in the block (W_T: the tile's weight).
+ *
+ * - Compact kernels (k = 0 for s^2 >= 1): a tile with min2 >= 1 adds
+ *   exactly 0 to every query of the block and is skipped; nothing else is.
+ * - Gaussian and exponential (k > 0 everywhere): every query's sum is at
+ *   least L = sum_T W_T k(max2_T) (with leave-one-out, W_T less its largest
+ *   weight). A set S of tiles whose upper bounds add up to at most
+ *   tolerance * L is skipped: what it would have added is at most
+ *   tolerance times each query's full sum, so every result is within
+ *   relative `tolerance` of the exact one (and never above it). The set is
+ *   the tiles of the smallest bounds, found with buckets of e-fold width
+ *   rather than a sort (linear in the number of tiles).
+ * Sums are kept as logarithms, so nothing underflows however far apart
+ * the points are.
+ */
+#include <math.h>
+
+#include "prune.h"
+#include "spatial.h"
+#include <kdegpu/kernels.h>
+
+/* A tile is beyond a compact kernel's support when min2 exceeds 1 by more
+ * than the rounding of min2 and of any pair's s^2 (both about d * 1e-16
+ * relative): its pairs then evaluate to exactly 0 as well. */
+#define SUPPORT_MARGIN 1e-9
+
+/* Bucket b holds the tiles whose bound is between e^-(b+1) and e^-b of
+ * the budget; the last one everything smaller. */
+#define N_BUCKETS 64
+
+int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
+                           const double *q_hi, double *scratch, int64_t *visit)
+{
+  const int64_t n_tiles = plan->n_tiles, d = plan->dim;
+  const int kernel = plan->kernel;
+  double *key = scratch;             /* log bound relative to the budget */
+  double *log_lower = scratch + n_tiles;
+  int64_t n_visit = 0;
+
+  if (kde_kernel_is_compact(kernel)) {
+    for (int64_t t = 0; t < n_tiles; t++) {
+      double min2, max2;
+      kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
+      if (min2 < 1.0 + SUPPORT_MARGIN) visit[n_visit++] = t;
+    }
+    return n_visit;
+  }
+  if (!(plan->tolerance > 0)) {
+    for (int64_t t = 0; t < n_tiles; t++) visit[t] = t;
+    return n_tiles;
+  }
+
+  /* L: the proven lower bound of every query's sum */
+  const double *rest = plan->leave_one_out ? plan->log_weight_rest : plan->log_weight;
+  kde_lse lower = kde_lse_empty();
+  for (int64_t t = 0; t < n_tiles; t++) {
+    double min2, max2;
+    kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
+    key[t] = plan->log_weight[t] + kde_log_profile(kernel, min2);
+    log_lower[t] = rest[t] + kde_log_profile(kernel, max2);
+    lower = kde_lse_add(lower, log_lower[t]);
+  }
+  const double log_budget = log(plan->tolerance) + kde_lse_log(lower);
+  if (!(log_budget > -INFINITY)) { /* no lower bound: visit everything */
+    for (int64_t t = 0; t < n_tiles; t++) visit[t] = t;
+    return n_tiles;
+  }
+
+  /* bounds relative to the budget, summed per bucket */
+  double bucket_sum[N_BUCKETS] = {0};
+  for (int64_t t = 0; t < n_tiles; t++) {
+    key[t] -= log_budget;
+    if (key[t] >= 0) continue; /* alone above the budget: visited */
+    double depth = -key[t];
+    int b = depth >= N_BUCKETS - 1 ? N_BUCKETS - 1 : (int) depth;
+    bucket_sum[b] += exp(key[t]);
+  }
+  /* skip the buckets of the smallest bounds while they fit the budget */
+  double skipped = 0.0;
+  int first_skipped = N_BUCKETS; /* buckets >= this one are skipped */
+  for (int b = N_BUCKETS - 1; b >= 0; b--) {
+    if (skipped + bucket_sum[b] > 1.0) break;
+    skipped += bucket_sum[b];
+    first_skipped = b;
+  }
+  for (int64_t t = 0; t < n_tiles; t++) {
+    double depth = -key[t];
+    int b = !(key[t] < 0) ? -1 : depth >= N_BUCKETS - 1 ? N_BUCKETS - 1 : (int) depth;
+    if (b < first_skipped) visit[n_visit++] = t;
+  }
+  return n_visit;
+}

@@ -1,0 +1,46 @@
+/*
+ * Spatial order and bounding boxes (spatial.c): what lets an evaluation
+ * skip, with a proven bound, the training tiles that cannot change a
+ * query's result (see kde_cpu.c and kde_backend.h's tolerance).
+ */
+#ifndef KDEGPU_SPATIAL_H
+#define KDEGPU_SPATIAL_H
+
+#include <stdint.h>
+
+/* A k-d order of the n rows of the column-major n x d matrix x: split at the
+ * median of the widest coordinate, recursively, with every split at a
+ * multiple of `leaf` rows, so that each run of `leaf` consecutive rows of
+ * the order (the last may be shorter) is a spatially compact cell. Writes
+ * order[0..n), a permutation of 0..n-1. Deterministic: the same for any
+ * thread count. Returns 0, or -1 when out of memory. */
+int kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
+                 int threads, int64_t *order);
+
+/* The bounding box of each run of `tile` consecutive rows of x (n x d,
+ * column-major): lo and hi hold n_tiles x d values, tile-major
+ * (lo[t * d + k]), n_tiles = ceil(n / tile). */
+void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
+                    int threads, double *lo, double *hi);
+
+/* The smallest and the largest squared distance between a point of box a
+ * and a point of box b (d coordinates each). */
+static inline void kde_box_distances(const double *a_lo, const double *a_hi,
+                                     const double *b_lo, const double *b_hi,
+                                     int64_t d, double *min2, double *max2)
+{
+  double near = 0.0, far = 0.0;
+  for (int64_t k = 0; k < d; k++) {
+    double below = b_lo[k] - a_hi[k]; /* b entirely above a: positive */
+    double above = a_lo[k] - b_hi[k]; /* b entirely below a: positive */
+    double gap = below > above ? below : above;
+    if (gap > 0) near += gap * gap;
+    double span1 = b_hi[k] - a_lo[k], span2 = a_hi[k] - b_lo[k];
+    double span = span1 > span2 ? span1 : span2;
+    far += span * span;
+  }
+  *min2 = near;
+  *max2 = far;
+}
+
+#endif
