@@ -13,14 +13,15 @@
 
 namespace kdegpu {
 
-/* kde_kernel_is_compact() as a constant expression, for template arguments;
- * kde_cuda_model_create() checks that the two agree for every kernel. */
+/* Whether a kernel's terms are summed as logs (log-sum-exp: the kernels of
+ * unbounded support), not as they are (compact kernels): the negation of
+ * kde_kernel_is_compact(), as a constant expression for template arguments
+ * and the one place the backend asks; kde_cuda_model_create() checks that
+ * the two agree for every kernel. */
 __host__ __device__ constexpr bool kernel_sums_logs(int kernel)
 {
   return kernel == KDE_GAUSSIAN || kernel == KDE_EXPONENTIAL;
 }
-
-inline int kernel_is_lse(int kernel) { return !kde_kernel_is_compact(kernel); }
 
 /* Scale applied to centred coordinates (see kernels.h for the profiles). */
 inline double coordinate_scale(int kernel)

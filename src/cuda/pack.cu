@@ -224,7 +224,7 @@ void pack_train(const kde_training_set *train, const kde_cuda_model *model,
                        T *dst)
 {
   const int64_t n = train->n_train, d = model->dim, rows = d + 1;
-  const int lse = kernel_is_lse(model->kernel);
+  const int lse = kernel_sums_logs(model->kernel);
   for (int64_t k = 0; k < d; k++) {
     for (int64_t j = 0; j < model->n_points; j++) {
       T *at = dst + (j / kTileWidth) * rows * kTileWidth + k * kTileWidth +
