@@ -23,7 +23,7 @@ NVCC=${NVCC:-nvcc}
 command -v "$NVCC" >/dev/null 2>&1 || NVCC=/usr/local/cuda/bin/nvcc
 ARCH=${ARCH:-sm_90}
 bin=$here/build/harness
-flags="-O3 -std=c++17 -arch=$ARCH -DKDE_CUDA_BENCH -I$root/inst/include -I$root/src"
+flags="-O3 -std=c++17 -arch=$ARCH -I$root/inst/include -I$root/src"
 
 # The backend's sources (src/cuda/*.cu; src/*.cu too while any are left)
 # and their objects in build/, one per source.

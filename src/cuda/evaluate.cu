@@ -21,6 +21,7 @@
 #include "layout.cuh"
 #include "model.cuh"
 #include "tuning.cuh"
+#include "tuning_hooks.h"
 
 using namespace kdegpu;
 
@@ -63,7 +64,7 @@ typedef struct {
   int64_t raw_rows;
   int batch_started;        /* this step packed a new batch */
   int batch_done;           /* this step finished the batch */
-  int timed;
+  kde_cuda_eval_stats *stats; /* counters, or NULL (then no kernel timing) */
 } kde_device_job;
 
 /* Splits of the training range for one launch (grid.y). With 8 or more
@@ -232,7 +233,7 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
   args.k16 = model->k16;
   grid = dim3((unsigned) blocks_q, (unsigned) splits, 1);
 
-  if (job->timed) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));
+  if (job->stats != NULL) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));
   ((kde_kernel_fn<T>) job->fn)<<<grid, kThreads, job->smem, rep->stream>>>(args);
   KDE_CUDA_LAUNCHED("main kernel");
   lanes_log2 = 0;
@@ -248,11 +249,11 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
         model->expanded);
     KDE_CUDA_LAUNCHED("finishing kernel");
   }
-  if (job->timed) KDE_CUDA_TRY(cudaEventRecord(job->ev_stop, rep->stream));
-#ifdef KDE_CUDA_BENCH
-  kde_cuda_bench_launches++;
-  if (splits > kde_cuda_bench_max_splits) kde_cuda_bench_max_splits = splits;
-#endif
+  if (job->stats != NULL) {
+    KDE_CUDA_TRY(cudaEventRecord(job->ev_stop, rep->stream));
+    job->stats->launches++;
+    if (splits > job->stats->max_splits) job->stats->max_splits = splits;
+  }
 
   job->shard++;
   return 0;
@@ -296,9 +297,7 @@ next_batch:
   job->q_next += job->n_batch;
   job->shard = 0;
   job->batch_done = 0;
-#ifdef KDE_CUDA_BENCH
-  kde_cuda_bench_batches++;
-#endif
+  if (job->stats != NULL) job->stats->batches++;
   return 0;
 cleanup:
   return -1;
@@ -474,7 +473,7 @@ cleanup:
 template <typename T>
 static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
                              kde_interrupt_probe interrupted, double *out,
-                             kde_status *status)
+                             kde_cuda_eval_stats *stats, kde_status *status)
 {
   const int64_t nq = query->n_query;
   const int n_dev = model->n_devices;
@@ -488,14 +487,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   /* Few queries for several devices: split the training set instead. */
   split_training = n_dev > 1 && nq < (int64_t) n_dev * kMinQueriesPerDevice;
   n_states_per_query = split_training ? n_dev : 1;
-#ifdef KDE_CUDA_BENCH
-  kde_cuda_bench_kernel_ms = 0;
-  kde_cuda_bench_steps = 0;
-  kde_cuda_bench_batches = 0;
-  kde_cuda_bench_launches = 0;
-  kde_cuda_bench_max_splits = 0;
-  kde_cuda_bench_mode = split_training;
-#endif
+  if (stats != NULL) stats->split_training = split_training;
 
   KDE_HOST_ALLOC(jobs, n_dev, "the device jobs");
   if (split_training) {
@@ -535,11 +527,11 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     if (prepare_job<T>(model, job, status) != 0) goto cleanup;
     if (reserve_scratch<T>(model, job, status) != 0) goto cleanup;
     if (sync_whitening(model, query, job->rep, status) != 0) goto cleanup;
-#ifdef KDE_CUDA_BENCH
-    job->timed = 1;
-    KDE_CUDA_TRY(cudaEventCreate(&job->ev_start));
-    KDE_CUDA_TRY(cudaEventCreate(&job->ev_stop));
-#endif
+    if (stats != NULL) {
+      job->stats = stats;
+      KDE_CUDA_TRY(cudaEventCreate(&job->ev_start));
+      KDE_CUDA_TRY(cudaEventCreate(&job->ev_stop));
+    }
   }
 
   /* Round-robin: one step on every device that has work, the next batches'
@@ -564,14 +556,12 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
       if (job->q_next >= job->q_hi) continue;
       KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
       KDE_CUDA_TRY(cudaStreamSynchronize(job->rep->stream));
-#ifdef KDE_CUDA_BENCH
-      {
+      if (job->stats != NULL) {
         float ms = 0;
         KDE_CUDA_TRY(cudaEventElapsedTime(&ms, job->ev_start, job->ev_stop));
-        kde_cuda_bench_kernel_ms += ms;
-        kde_cuda_bench_steps++;
+        job->stats->kernel_ms += ms;
+        job->stats->steps++;
       }
-#endif
       done_pairs += (double) job->n_batch * (double) job->step_units;
       if (collect_batch(job, query_offset, status) != 0) goto cleanup;
     }
@@ -618,7 +608,17 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
                                      kde_interrupt_probe interrupted,
                                      double *out, kde_status *status)
 {
+  kde_cuda_log_density_stats(model, query, interrupted, out, NULL, status);
+}
+
+extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
+                                           const kde_query_set *query,
+                                           kde_interrupt_probe interrupted,
+                                           double *out, kde_cuda_eval_stats *stats,
+                                           kde_status *status)
+{
   kde_status_clear(status);
+  if (stats != NULL) memset(stats, 0, sizeof *stats);
   if (model == NULL || query == NULL || out == NULL ||
       (query->n_query > 0 && query->query == NULL) || query->n_query < 0) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
@@ -641,7 +641,7 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
   }
   if (query->n_query == 0) return;
   if (model->precision == KDE_PRECISION_SINGLE)
-    log_density_impl<float>(model, query, interrupted, out, status);
+    log_density_impl<float>(model, query, interrupted, out, stats, status);
   else
-    log_density_impl<double>(model, query, interrupted, out, status);
+    log_density_impl<double>(model, query, interrupted, out, stats, status);
 }

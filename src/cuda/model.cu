@@ -19,21 +19,9 @@
 #include "layout.cuh"
 #include "model.cuh"
 #include "tuning.cuh"
+#include "tuning_hooks.h"
 
 using namespace kdegpu;
-
-#ifdef KDE_CUDA_BENCH
-/* Harness-only counters of the last evaluation (not part of the API). */
-extern "C" {
-double kde_cuda_bench_kernel_ms = 0; /* event time of main + merge kernels */
-int64_t kde_cuda_bench_steps = 0;
-int64_t kde_cuda_bench_batches = 0;
-int64_t kde_cuda_bench_launches = 0;
-int kde_cuda_bench_max_splits = 0;
-int kde_cuda_bench_mode = 0; /* 0: queries split over devices, 1: training */
-int kde_cuda_bench_no_mma = 0; /* models made while set use FMA kernels */
-}
-#endif
 
 extern "C" int kde_cuda_compiled(void) { return 1; }
 
@@ -171,6 +159,18 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
                                                  double memory_budget,
                                                  kde_status *status)
 {
+  return kde_cuda_model_create_tuned(train, precision, devices, n_devices, memory_budget,
+                                     NULL, status);
+}
+
+extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *train,
+                                                       int precision,
+                                                       const int *devices,
+                                                       int n_devices,
+                                                       double memory_budget,
+                                                       const kde_cuda_tuning *tuning,
+                                                       kde_status *status)
+{
   kde_cuda_model *model = NULL;
   int count = 0, prev = -1, ok = 0, mma_ok = 1, gaussian_single;
   size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0;
@@ -280,9 +280,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
    * an H100, where even at one block per SM it is 2.8x the FMA kernel at d =
    * 208), else 32-point tiles of (d + 1) rows. */
   gaussian_single = precision == KDE_PRECISION_SINGLE && train->kernel == KDE_GAUSSIAN;
-#ifdef KDE_CUDA_BENCH
-  if (kde_cuda_bench_no_mma) mma_ok = 0;
-#endif
+  if (tuning != NULL && tuning->no_mma) mma_ok = 0;
   model->layout = KDE_LAYOUT_PLAIN;
   if (gaussian_single && mma_ok && model->dim == kTcSmallDim)
     model->layout = KDE_LAYOUT_TC_SMALL;

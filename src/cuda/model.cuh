@@ -61,19 +61,6 @@ struct kde_cuda_model {
   kde_replica *rep;
 };
 
-#ifdef KDE_CUDA_BENCH
-/* Harness-only counters of the last evaluation (not part of the API). */
-extern "C" {
-extern double kde_cuda_bench_kernel_ms;
-extern int64_t kde_cuda_bench_steps;
-extern int64_t kde_cuda_bench_batches;
-extern int64_t kde_cuda_bench_launches;
-extern int kde_cuda_bench_max_splits;
-extern int kde_cuda_bench_mode;
-extern int kde_cuda_bench_no_mma;
-}
-#endif
-
 namespace kdegpu {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
