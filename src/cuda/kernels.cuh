@@ -1,16 +1,51 @@
 /*
- * kde_cuda.cu: the CUDA backend (interface in kde_cuda.h).
+ * kernels.cuh: what the host code and the kernels share: the kernels'
+ * argument structs and pointer types, and the selector that each kernel
+ * family's translation unit exports. Below, the CUDA backend as a whole.
  *
- * What one evaluation computes, per query q_i (see kde_backend.h):
+ * The CUDA backend (its C interface: ../kde_cuda.h). What one evaluation
+ * computes, per query q_i (see kde_backend.h):
  *   out_i = log_const + log sum_j w_j k(|q_i - x_j|^2).
+ *
+ * Where things are (src/cuda/)
+ * ----------------------------
+ * Four kernel families, one translation unit each; each exports a selector
+ * (declared here) that hands out its instantiation for a runtime (kernel,
+ * d), and evaluate.cu's select_kernel() is the one place that picks:
+ *   kernel_small.cu     kde_small_kernel: FMA, d = 1..4, any kernel, float
+ *                       or double; queries in registers
+ *   kernel_wide.cu      kde_wide_kernel: FMA, d >= 5, any kernel, float or
+ *                       double; 4-query x 8-point register blocks
+ *   kernel_tc_small.cu  kde_tc_small_kernel: tensor cores (bfloat16), the
+ *                       single-precision Gaussian at d = 3
+ *   kernel_tc_wide.cu   kde_tc_wide_kernel: tensor cores (3xFP16), the
+ *                       single-precision Gaussian at d >= 16
+ * Their device helpers, header-inline (no relocatable device code):
+ *   tuning.cuh          the tuning constants, each with its reason
+ *   numeric.cuh         bit casts, fp16/bfloat16 splits, exp2s, tree sums
+ *   kernel_facts.cuh    whether a kernel sums logs; its coordinate scale
+ *   layout.cuh          how points and queries are stored on the device
+ *   tile_copy.cuh       cp.async tile copies, vector loads
+ *   accumulate.cuh      lazy-max sums, the per-block partial states
+ * The rest:
+ *   pack.cu             the query packing kernel; the host training packers
+ *   merge.cu            merging the splits' partial states; finishing
+ *   model.cu, .cuh      the model: devices, replicas, buffers, lifetime
+ *   evaluate.cu         an evaluation: kernel choice, launch shape, batches
+ *                       and shards, the multi-GPU loop, the host merge
+ *   sample.cu           draws from the estimate (its own kernel)
+ *   kde_cuda_common.h   the memory budget; error reporting (KDE_CUDA_TRY)
+ *   tuning_hooks.h      what the harness (bench/cuda) sets and reads
  *
  * Design
  * ------
- * * One fused kernel family. Training points stream through shared memory in
- *   tiles; every thread keeps 4 queries in registers (or, for d >= 5, a 4 x 8
- *   block of query-train dot products), so one shared-memory load serves many
- *   pairs. Each query carries an online log-sum-exp state (max, sum); nothing
- *   of size n_query x n_train is ever stored.
+ * * Training points stream through shared memory in tiles, and each query
+ *   carries an online log-sum-exp state (max, sum): nothing of size n_query
+ *   x n_train is ever stored. The families differ in how a tile's pairs are
+ *   computed. FMA kernels: every thread keeps 4 queries in registers (d <=
+ *   4) or a 4 x 8 block of query-point products (d >= 5), so one
+ *   shared-memory load serves many pairs. Tensor-core kernels: mma.sync
+ *   computes the products of a warp's 32 queries with each point.
  * * Exponents are kept in log2 units: coordinates are scaled once on upload so
  *   that one exp2 per pair remains (MUFU.EX2 in single precision), and
  *   log(2) converts back on the host.
@@ -30,7 +65,9 @@
  *   the tensor cores as 3xFP16 (each operand split into an fp16 "big" and
  *   "small" part, three mma.sync per product), which keeps about 22 bits of
  *   each operand, then the same exp2 epilogue. At d = 3 one bfloat16 MMA
- *   gives a pair's whole exponent (kde_tc_small_kernel).
+ *   gives a pair's whole exponent (kde_tc_small_kernel). Devices before
+ *   sm_80 take the FMA kernels, and so, at d >= 16, do training points
+ *   beyond fp16's range and blocks beyond the device's shared memory.
  * * Few queries and many training points: the training range is split across
  *   blockIdx.y; every block writes a partial (max, sum) per query and a second
  *   kernel merges them with kde_lse_merge_2 (kernels.h). The same merge
@@ -68,6 +105,8 @@
 
 namespace kdegpu {
 
+/* The arguments of a main kernel launch: a query batch against a range of
+ * the training set (the same struct for all four families). */
 template <typename T>
 struct kde_args {
   const T *train;        /* tiled layout, first point of this range */
