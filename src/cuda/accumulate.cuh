@@ -19,25 +19,9 @@
 
 namespace kdegpu {
 
-/*
- * One group of U training points against the thread's Q queries, all in
- * registers: value[i][p] is log2 of the term (LSE kernels) or the term itself
- * (compact kernels). The sums are two-level: the group into ts (the tile's
- * sum), ts into s by the caller.
- *
- * LSE kernels: every term is added as exp2(value - m), m the running max. If
- * the group's sum passes kLazyLimit (or is inf), some term lies far above m:
- * then, and only then, m becomes the group's maximum, the earlier sums are
- * rescaled by exp2(old m - new m), and the group is summed again. This
- * happens for the first group of a split and for rare large jumps, so the
- * branch is almost never taken and costs one compare per query per group.
- *
- * m starts at lowest() (finite), not -inf, so value - m is never
- * (-inf) - (-inf): zero-weight and padding points (value -inf) add 0.
- */
 /* Lazy-max pieces, for LSE kernels. group_exps: g[i] = sum_p exp2(value[i][p]
  * - m[i]), the last POLY of each thread's Q x U terms by poly_exp2; returns
- * whether some query's group sum passed kLazyLimit. group_fix: for those
+ * whether some query's group sum passed kLazyLimit. group_fix_one: for those
  * queries only, m[i] becomes the group's maximum, the earlier sums s and ts
  * are rescaled, and g[i] is summed again. */
 template <int POLY, typename T, int Q, int U>
