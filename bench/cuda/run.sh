@@ -25,9 +25,9 @@ ARCH=${ARCH:-sm_90}
 bin=$here/build/harness
 flags="-O3 -std=c++17 -arch=$ARCH -I$root/inst/include -I$root/src"
 
-# The backend's sources (src/cuda/*.cu; src/*.cu too while any are left)
-# and their objects in build/, one per source.
-sources() { ls "$root"/src/*.cu "$root"/src/cuda/*.cu 2>/dev/null; }
+# The backend's sources (src/cuda/*.cu) and their objects in build/, one per
+# source.
+sources() { ls "$root"/src/cuda/*.cu 2>/dev/null; }
 objects() { for f in $(sources); do printf '%s\n' "$here/build/$(basename "${f%.cu}").o"; done; }
 
 build() {
