@@ -5,7 +5,6 @@
  */
 #include <cuda_runtime.h>
 
-#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -15,7 +14,6 @@
 #include "accumulate.cuh"
 #include "kernel_facts.cuh"
 #include "kernels.cuh"
-#include "layout.cuh"
 #include "numeric.cuh"
 #include "tile_copy.cuh"
 #include "tuning.cuh"

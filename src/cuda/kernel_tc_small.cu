@@ -9,11 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <type_traits>
-
-#include "kdegpu/kernels.h"
 #include "accumulate.cuh"
-#include "kernel_facts.cuh"
 #include "kernels.cuh"
 #include "layout.cuh"
 #include "numeric.cuh"
@@ -50,7 +46,8 @@ namespace kdegpu {
  * its pieces at j = 0, 1, 2 times a query entry of 1. Everything else is 0
  * (and -inf, aux0 of a null point, meets a 1). Storage is the B fragments
  * as they are: per n8 tile and lane (g, t), point g's 8 entries of lane t as
- * 4 packed pairs, one 16-byte shared load.
+ * 4 packed pairs, one 16-byte shared load. The entries and the storage are
+ * in layout.cuh (tc_query_entry, tc_point_entry, kTcPointWords).
  *
  * Each warp owns 32 queries (two m16 tiles) and takes every point of the
  * block's 256-point shared tile, in groups of kTcGroupTiles n8 tiles: per

@@ -9,14 +9,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <type_traits>
-
-#include "kdegpu/kernels.h"
 #include "accumulate.cuh"
-#include "kernel_facts.cuh"
 #include "kernels.cuh"
 #include "layout.cuh"
-#include "numeric.cuh"
 #include "tile_copy.cuh"
 #include "tuning.cuh"
 

@@ -6,18 +6,13 @@
  */
 #include <cuda_runtime.h>
 
-#include <float.h>
 #include <math.h>
 #include <stdint.h>
-
-#include <type_traits>
 
 #include "kdegpu/kernels.h"
 #include "accumulate.cuh"
 #include "kernel_facts.cuh"
 #include "kernels.cuh"
-#include "layout.cuh"
-#include "numeric.cuh"
 #include "tile_copy.cuh"
 #include "tuning.cuh"
 
