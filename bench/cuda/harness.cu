@@ -14,8 +14,10 @@
  * using the kernels.h functions on the original coordinates, computed on the
  * CPU for a subsample of the queries.
  *
- * Built with -DKDE_CUDA_BENCH, which makes kde_cuda.cu record the event time
- * of its kernels in the last evaluation (kde_cuda_bench_kernel_ms).
+ * Through the backend's tuning hooks (src/cuda/tuning_hooks.h): models are
+ * made with `tuning` (tuning.no_mma: the FMA kernels only), and every
+ * evaluation fills `stats` (event time of its kernels, batches, launches,
+ * splits, whether the devices split the training set).
  */
 #include <cuda_runtime.h>
 
@@ -31,16 +33,11 @@
 
 #include "kdegpu/kernels.h"
 #include "kde_cuda.h"
+#include "cuda/tuning_hooks.h"
 
-extern "C" {
-extern double kde_cuda_bench_kernel_ms;
-extern int64_t kde_cuda_bench_steps;
-extern int64_t kde_cuda_bench_batches;
-extern int64_t kde_cuda_bench_launches;
-extern int kde_cuda_bench_max_splits;
-extern int kde_cuda_bench_mode;
-extern int kde_cuda_bench_no_mma;
-}
+/* How the next models are made, and what the last evaluation did. */
+static kde_cuda_tuning tuning;
+static kde_cuda_eval_stats stats;
 
 static const char *kernel_names[KDE_N_KERNELS] = {
     "gaussian", "epanechnikov", "rectangular", "triangular",
@@ -235,8 +232,8 @@ static int evaluate(const dataset &t, const dataset &q, int kernel, int precisio
                     kde_interrupt_probe probe = NULL)
 {
   kde_training_set ts = training_set(t, kernel);
-  kde_cuda_model *model = kde_cuda_model_create(&ts, precision, devices.data(),
-                                                (int) devices.size(), budget, st);
+  kde_cuda_model *model = kde_cuda_model_create_tuned(
+      &ts, precision, devices.data(), (int) devices.size(), budget, &tuning, st);
   if (model == NULL) return -1;
   kde_query_set qs;
   qs.center = qs.transform = NULL; /* already whitened */
@@ -245,7 +242,7 @@ static int evaluate(const dataset &t, const dataset &q, int kernel, int precisio
   qs.log_const = log_const;
   qs.leave_one_out = loo;
   out.assign(q.n, NAN);
-  kde_cuda_log_density(model, &qs, probe, out.data(), st);
+  kde_cuda_log_density_stats(model, &qs, probe, out.data(), &stats, st);
   kde_cuda_model_free(model);
   return st->code == KDE_OK ? 0 : -1;
 }
@@ -326,8 +323,8 @@ static void correctness(bool quick)
                        ok ? "ok  " : "FAIL", kernel_names[kernel], d, weights, loo,
                        tiny, precision ? "single" : "double",
                        rc == 0 ? "" : "error", c.max_err, c.n_inf, c.mismatched_inf,
-                       c.nan, (long long) kde_cuda_bench_batches,
-                       (long long) kde_cuda_bench_launches, rc ? " :: " : "",
+                       c.nan, (long long) stats.batches,
+                       (long long) stats.launches, rc ? " :: " : "",
                        rc ? st.message : "");
               }
             }
@@ -371,8 +368,8 @@ static void multi_device()
         printf("%s %s m=%lld tiny=%d %s: mode=%s max_err=%.2e batches=%lld %s\n",
                ok ? "ok  " : "FAIL", kernel_names[kernel], (long long) q.n, tiny,
                precision ? "single" : "double",
-               kde_cuda_bench_mode ? "split-training" : "split-queries",
-               c.max_err, (long long) kde_cuda_bench_batches, rc ? st.message : "");
+               stats.split_training ? "split-training" : "split-queries",
+               c.max_err, (long long) stats.batches, rc ? st.message : "");
       }
 }
 
@@ -398,9 +395,9 @@ static void tensor_core_case(int d, int loo, int tiny, int far)
   kde_status st, st2;
   const double budget = tiny ? tiny_budget(d, 1) * 2 : 0;
   int rc = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, budget, loo, lc, tc, &st);
-  kde_cuda_bench_no_mma = 1;
+  tuning.no_mma = 1;
   int rc2 = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, budget, loo, lc, fma, &st2);
-  kde_cuda_bench_no_mma = 0;
+  tuning.no_mma = 0;
   compare_result c, c2;
   double vs = 0;
   bool ok = rc == 0 && rc2 == 0;
@@ -544,7 +541,7 @@ static timing time_eval(kde_cuda_model *model, const dataset &q, int reps,
   kde_status st;
   for (int r = 0; r < reps + 1; r++) {
     auto t0 = std::chrono::steady_clock::now();
-    kde_cuda_log_density(model, &qs, NULL, out.data(), &st);
+    kde_cuda_log_density_stats(model, &qs, NULL, out.data(), &stats, &st);
     auto t1 = std::chrono::steady_clock::now();
     if (st.code != KDE_OK) {
       printf("FAIL evaluation: %s\n", st.message);
@@ -552,7 +549,7 @@ static timing time_eval(kde_cuda_model *model, const dataset &q, int reps,
       return {NAN, NAN};
     }
     if (r == 0) continue; /* warm-up */
-    ks.push_back(kde_cuda_bench_kernel_ms * 1e-3);
+    ks.push_back(stats.kernel_ms * 1e-3);
     ws.push_back(std::chrono::duration<double>(t1 - t0).count());
   }
   std::sort(ks.begin(), ks.end());
@@ -564,7 +561,7 @@ static double expected_rate(int kernel, int d, int precision)
 {
   double r = precision ? 3e12 : 3e11;
   if (d > 4) r /= d / 4.0;
-  if (precision && kernel == KDE_GAUSSIAN && d >= 16 && !kde_cuda_bench_no_mma)
+  if (precision && kernel == KDE_GAUSSIAN && d >= 16 && !tuning.no_mma)
     r = d <= 16 ? 2e12 : 8e11;
   if (kernel != KDE_GAUSSIAN) r /= 2;
   return r;
@@ -589,7 +586,8 @@ static void bench_one(int kernel, int d, int64_t n, int64_t m_full, int precisio
   kde_training_set ts = training_set(t, kernel);
   int dev = 0;
   kde_status st;
-  kde_cuda_model *model = kde_cuda_model_create(&ts, precision, &dev, 1, 0, &st);
+  kde_cuda_model *model =
+      kde_cuda_model_create_tuned(&ts, precision, &dev, 1, 0, &tuning, &st);
   if (model == NULL) {
     printf("FAIL model: %s\n", st.message);
     failures++;
@@ -612,7 +610,7 @@ static void bench_one(int kernel, int d, int64_t n, int64_t m_full, int precisio
          "  (wall %8.3f ms, %8.3e/s) splits=%d%s\n",
          label, kernel_names[kernel], d, (long long) n, (long long) m,
          precision ? "single" : "double", tm.kernel_s * 1e3, pairs / tm.kernel_s,
-         tm.wall_s * 1e3, pairs / tm.wall_s, kde_cuda_bench_max_splits, acc);
+         tm.wall_s * 1e3, pairs / tm.wall_s, stats.max_splits, acc);
   fflush(stdout);
   if (keep) *keep = out;
   if (keep_q) *keep_q = q;
@@ -633,12 +631,12 @@ static void bench()
   for (int precision = 1; precision >= 0; precision--)
     for (int d : {3, 16})
       bench_one(KDE_GAUSSIAN, d, 10000000, 100, precision, "100x1e7");
-  kde_cuda_bench_no_mma = 1; /* the FMA kernel at the tensor-core sizes */
+  tuning.no_mma = 1; /* the FMA kernel at the tensor-core sizes */
   for (int d : {16, 64}) {
     bench_one(KDE_GAUSSIAN, d, 1000000, 1000000, 1, "fma-only");
     bench_one(KDE_GAUSSIAN, d, 10000000, 100, 1, "fma-only");
   }
-  kde_cuda_bench_no_mma = 0;
+  tuning.no_mma = 0;
   bench_one(KDE_GAUSSIAN, 64, 10000000, 100, 1, "100x1e7");
 
   /* accuracy at n = 1e6: single vs double vs the CPU reference */
@@ -721,9 +719,9 @@ int main(int argc, char **argv)
     /* large d: the wide tensor-core kernel against the FMA kernel */
     for (int d : {96, 128, 160, 208, 256}) {
       bench_one(KDE_GAUSSIAN, d, 1000000, 100000, 1, "tc");
-      kde_cuda_bench_no_mma = 1;
+      tuning.no_mma = 1;
       bench_one(KDE_GAUSSIAN, d, 1000000, 100000, 1, "fma");
-      kde_cuda_bench_no_mma = 0;
+      tuning.no_mma = 0;
     }
   } else if (mode == "tcacc") {
     /* the tensor-core kernels (d = 3: bfloat16; d >= 16: 3xFP16) against
@@ -732,9 +730,9 @@ int main(int argc, char **argv)
       std::vector<double> tc, fma_, dd;
       dataset q, t;
       bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 1, "tc", &tc, &q, &t);
-      kde_cuda_bench_no_mma = 1;
+      tuning.no_mma = 1;
       bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 1, "fma", &fma_);
-      kde_cuda_bench_no_mma = 0;
+      tuning.no_mma = 0;
       bench_one(KDE_GAUSSIAN, d, 1000000, 50000, 0, "double", &dd);
       double w_tc = 0, w_fma = 0, mean_tc = 0, mean_fma = 0;
       for (size_t i = 0; i < dd.size(); i++) {
@@ -761,9 +759,9 @@ int main(int argc, char **argv)
       std::vector<double> tc, fma_, dd;
       kde_status st;
       int rc = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, 0, 0, lc, tc, &st);
-      kde_cuda_bench_no_mma = 1;
+      tuning.no_mma = 1;
       rc |= evaluate(t, q, KDE_GAUSSIAN, 1, {0}, 0, 0, lc, fma_, &st);
-      kde_cuda_bench_no_mma = 0;
+      tuning.no_mma = 0;
       rc |= evaluate(t, q, KDE_GAUSSIAN, 0, {0}, 0, 0, lc, dd, &st);
       double w_tc = 0, w_fma = 0;
       for (int64_t i = 0; rc == 0 && i < q.n; i++) {
@@ -786,7 +784,7 @@ int main(int argc, char **argv)
       kde_status st;
       int rc = evaluate(t, q, KDE_GAUSSIAN, 1, {0}, 0, 0, 0, got, &st);
       printf("profile d=%d n=%lld m=%lld rc=%d splits=%d %s\n", sh.d, (long long) sh.n,
-             (long long) sh.m, rc, kde_cuda_bench_max_splits, st.message);
+             (long long) sh.m, rc, stats.max_splits, st.message);
     }
   } else {
     if (mode == "all" || mode == "test") {

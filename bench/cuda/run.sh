@@ -23,12 +23,20 @@ NVCC=${NVCC:-nvcc}
 command -v "$NVCC" >/dev/null 2>&1 || NVCC=/usr/local/cuda/bin/nvcc
 ARCH=${ARCH:-sm_90}
 bin=$here/build/harness
-flags="-O3 -std=c++17 -arch=$ARCH -DKDE_CUDA_BENCH -I$root/inst/include -I$root/src"
+flags="-O3 -std=c++17 -arch=$ARCH -I$root/inst/include -I$root/src"
+
+# The backend's sources (src/cuda/*.cu) and their objects in build/, one per
+# source.
+sources() { ls "$root"/src/cuda/*.cu 2>/dev/null; }
+objects() { for f in $(sources); do printf '%s\n' "$here/build/$(basename "${f%.cu}").o"; done; }
 
 build() {
-  "$NVCC" $flags -Xptxas -v -c "$root/src/kde_cuda.cu" -o "$here/build/kde_cuda.o" \
-    2> "$here/build/ptxas.txt" || { cat "$here/build/ptxas.txt"; return 1; }
-  "$NVCC" $flags "$here/harness.cu" "$here/build/kde_cuda.o" -o "$bin"
+  : > "$here/build/ptxas.txt"
+  for f in $(sources); do
+    "$NVCC" $flags -Xptxas -v -c "$f" -o "$here/build/$(basename "${f%.cu}").o" \
+      2>> "$here/build/ptxas.txt" || { cat "$here/build/ptxas.txt"; return 1; }
+  done
+  "$NVCC" $flags "$here/harness.cu" $(objects) -o "$bin"
 }
 
 if [ "${1:-}" = build ]; then build; exit $?; fi
@@ -60,7 +68,7 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "racecheck rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tr '\n' ' ')"
 fi
 if command -v cuobjdump >/dev/null; then
-  cuobjdump -sass "$here/build/kde_cuda.o" > "$out/sass_all.txt" 2>&1
+  for o in $(objects); do cuobjdump -sass "$o"; done > "$out/sass_all.txt" 2>&1
   # the single-precision Gaussian d = 3 kernel: its instruction mix
   awk '/Function : .*kde_small_kernelILi0EfLi3E/{p=1} /Function : /&&!/kde_small_kernelILi0EfLi3E/{p=0} p' \
     "$out/sass_all.txt" > "$out/sass_gauss_f3.txt"

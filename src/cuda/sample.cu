@@ -1,5 +1,5 @@
 /*
- * kde_cuda_sample.cu: draws from a kernel density estimate on the GPU
+ * sample.cu: draws from a kernel density estimate on the GPU
  * (interface in kde_cuda.h). One thread per draw:
  *
  *   1. pick training point j with probability w_j: a binary search of a

@@ -1,0 +1,186 @@
+/*
+ * accumulate.cuh: how the kernels sum: lazy-max accumulation of a group of
+ * terms in registers (an online log-sum-exp), the block's share of the
+ * training range, the value of a pair, and the end of a block, which writes
+ * one partial (max, sum) per query (FMA and tensor-core kernels).
+ */
+#ifndef KDEGPU_CUDA_ACCUMULATE_CUH
+#define KDEGPU_CUDA_ACCUMULATE_CUH
+
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kdegpu/kernels.h"
+#include "kernels.cuh"
+#include "numeric.cuh"
+#include "tuning.cuh"
+
+namespace kdegpu {
+
+/* Lazy-max pieces, for LSE kernels. group_exps: g[i] = sum_p exp2(value[i][p]
+ * - m[i]), the last POLY of each thread's Q x U terms by poly_exp2; returns
+ * whether some query's group sum passed kLazyLimit. group_fix_one: for those
+ * queries only, m[i] becomes the group's maximum, the earlier sums s and ts
+ * are rescaled, and g[i] is summed again. */
+template <int POLY, typename T, int Q, int U>
+__device__ __forceinline__ bool group_exps(const T (&value)[Q][U], const T (&m)[Q],
+                                           T (&g)[Q])
+{
+  bool far = false;
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    T e[U];
+#pragma unroll
+    for (int p = 0; p < U; p++)
+      e[p] = i * U + p >= Q * U - POLY ? poly_exp2(value[i][p] - m[i])
+                                       : fast_exp2(value[i][p] - m[i]);
+    g[i] = tree_sum(e);
+    far |= !(g[i] <= (T) kLazyLimit);
+  }
+  return far;
+}
+
+template <typename T, int U>
+__device__ __forceinline__ void group_fix_one(const T (&value)[U], T &m, T &s,
+                                              T &ts, T &g)
+{
+  T group_max = value[0];
+#pragma unroll
+  for (int p = 1; p < U; p++) group_max = fmax(group_max, value[p]);
+  const T f = fast_exp2(m - group_max); /* 0 from lowest() */
+  s *= f;
+  ts *= f;
+  m = group_max;
+  T e[U];
+#pragma unroll
+  for (int p = 0; p < U; p++) e[p] = fast_exp2(value[p] - m);
+  g = tree_sum(e);
+}
+
+/*
+ * One group of U training points against the thread's Q queries, all in
+ * registers: value[i][p] is log2 of the term (LSE kernels) or the term itself
+ * (compact kernels). The sums are two-level: the group into ts (the tile's
+ * sum), ts into s by the caller.
+ *
+ * LSE kernels: every term is added as exp2(value - m), m the running max. If
+ * the group's sum passes kLazyLimit (or is inf), some term lies far above m:
+ * then, and only then, m becomes the group's maximum, the earlier sums are
+ * rescaled by exp2(old m - new m), and the group is summed again. This
+ * happens for the first group of a split and for rare large jumps, so the
+ * branch is almost never taken and costs one compare per query per group.
+ *
+ * m starts at lowest() (finite), not -inf, so value - m is never
+ * (-inf) - (-inf): zero-weight and padding points (value -inf) add 0.
+ */
+template <bool LSE, int POLY = 0, typename T, int Q, int U>
+__device__ __forceinline__ void accumulate_group(T (&value)[Q][U], T (&m)[Q],
+                                                 T (&s)[Q], T (&ts)[Q])
+{
+  if (!LSE) {
+#pragma unroll
+    for (int i = 0; i < Q; i++) ts[i] += tree_sum(value[i]);
+    return;
+  }
+  T g[Q];
+  if (__builtin_expect(group_exps<POLY>(value, m, g), 0)) {
+#pragma unroll
+    for (int i = 0; i < Q; i++)
+      if (!(g[i] <= (T) kLazyLimit)) group_fix_one(value[i], m[i], s[i], ts[i], g[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < Q; i++) ts[i] += g[i];
+}
+
+/* The training points of this block: the blockIdx.y-th split of the
+ * launch's range, [first, first + count), count a multiple of kUnit. */
+template <typename T>
+__device__ __forceinline__ int64_t block_split(const kde_args<T> &a, int64_t &count)
+{
+  const int64_t first = (int64_t) blockIdx.y * a.split_points;
+  count = a.n_points - first < a.split_points ? a.n_points - first : a.split_points;
+  return first;
+}
+
+/* The value of one pair for the difference form, from s^2 and aux. */
+template <int K, bool LSE, typename T>
+__device__ __forceinline__ T pair_value(T s2, T aux)
+{
+  /* LSE: aux = log2 w, coordinates pre-scaled so that log_profile(s2) is
+   * already log2 k. Compact: aux = w, coordinates unscaled. */
+  return LSE ? aux + log_profile<K>(s2) : aux * profile<K>(s2);
+}
+
+template <bool LSE, typename T> __device__ __forceinline__ T excluded_value()
+{
+  return LSE ? (T) -INFINITY : (T) 0;
+}
+
+/* Per-block end: merge the 4 warps' states per query in shared memory and
+ * write one partial (max, sum) per query for this split. slot[i] is the
+ * block-local query index of the thread's i-th query. */
+template <typename T, int Q>
+__device__ __forceinline__ void write_partials(const kde_args<T> &a, T *smem,
+                                               const T (&m)[Q],
+                                               const T (&s)[Q],
+                                               const int (&slot)[Q])
+{
+  const int warp = threadIdx.x / 32;
+  T *sm = smem;
+  T *ss = smem + kWarps * kBlockQueries;
+  __syncthreads(); /* everyone is done with the tiles this aliases */
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    sm[warp * kBlockQueries + slot[i]] = m[i];
+    ss[warp * kBlockQueries + slot[i]] = s[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < kBlockQueries) {
+    const int r = threadIdx.x;
+    const int64_t row = (int64_t) blockIdx.x * kBlockQueries + r;
+    auto st = lse_make(sm[r], ss[r]);
+#pragma unroll
+    for (int w = 1; w < kWarps; w++)
+      st = lse_merge(st, lse_make(sm[w * kBlockQueries + r],
+                                  ss[w * kBlockQueries + r]));
+    if (st.sum == 0) st.max = (T) -INFINITY; /* canonical empty state */
+    if (row < a.n_query) {
+      const int64_t at = (int64_t) blockIdx.y * a.ldq + row;
+      a.part_max[at] = st.max;
+      a.part_sum[at] = st.sum;
+    }
+  }
+}
+
+/* End of the tensor-core kernels: a warp's 32 query rows (from row q0 of
+ * the batch; thread row r = 2 i + h is q0 + 16 i + g + 8 h) are each spread
+ * over the 4 lanes of a quad; merge them and write this split's partials. */
+__device__ __forceinline__ void write_quad_partials(const kde_args<float> &a, int64_t q0,
+                                                    const float (&m)[4],
+                                                    const float (&s)[4])
+{
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    kde_lse_f2 st = kde_lse_make_f2(m[r], s[r]);
+#pragma unroll
+    for (int offset = 1; offset < 4; offset *= 2) {
+      const float om = __shfl_xor_sync(0xffffffffu, st.max, offset);
+      const float os = __shfl_xor_sync(0xffffffffu, st.sum, offset);
+      st = kde_lse_merge_f2(st, kde_lse_make_f2(om, os));
+    }
+    if (st.sum == 0) st.max = -INFINITY;
+    const int64_t row = q0 + 16 * (r / 2) + g + 8 * (r % 2);
+    if (t == 0 && row < a.n_query) {
+      const int64_t at = (int64_t) blockIdx.y * a.ldq + row;
+      a.part_max[at] = st.max;
+      a.part_sum[at] = st.sum;
+    }
+  }
+}
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_ACCUMULATE_CUH */

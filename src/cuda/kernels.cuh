@@ -1,0 +1,213 @@
+/*
+ * kernels.cuh: what the host code and the kernels share: the kernels'
+ * argument structs and pointer types, and the selector that each kernel
+ * family's translation unit exports. Below, the CUDA backend as a whole.
+ *
+ * The CUDA backend (its C interface: ../kde_cuda.h). What one evaluation
+ * computes, per query q_i (see kde_backend.h):
+ *   out_i = log_const + log sum_j w_j k(|q_i - x_j|^2).
+ *
+ * Where things are (src/cuda/)
+ * ----------------------------
+ * Four kernel families, one translation unit each; each exports a selector
+ * (declared here) that hands out its instantiation for a runtime (kernel,
+ * d), and evaluate.cu's select_kernel() is the one place that picks:
+ *   kernel_small.cu     kde_small_kernel: FMA, d = 1..4, any kernel, float
+ *                       or double; queries in registers
+ *   kernel_wide.cu      kde_wide_kernel: FMA, d >= 5, any kernel, float or
+ *                       double; 4-query x 8-point register blocks
+ *   kernel_tc_small.cu  kde_tc_small_kernel: tensor cores (bfloat16), the
+ *                       single-precision Gaussian at d = 3
+ *   kernel_tc_wide.cu   kde_tc_wide_kernel: tensor cores (3xFP16), the
+ *                       single-precision Gaussian at d >= 16
+ * Their device helpers, header-inline (no relocatable device code):
+ *   tuning.cuh          the tuning constants, each with its reason
+ *   numeric.cuh         bit casts, fp16/bfloat16 splits, exp2s, tree sums
+ *   kernel_facts.cuh    whether a kernel sums logs; its coordinate scale
+ *   layout.cuh          how points and queries are stored on the device
+ *   tile_copy.cuh       cp.async tile copies, vector loads
+ *   accumulate.cuh      lazy-max sums, the per-block partial states
+ * The rest:
+ *   pack.cu             the query packing kernel; the host training packers
+ *   merge.cu            merging the splits' partial states; finishing
+ *   model.cu, .cuh      the model: devices, replicas, buffers, lifetime
+ *   evaluate.cu         an evaluation: kernel choice, launch shape, batches
+ *                       and shards, the multi-GPU loop, the host merge
+ *   sample.cu           draws from the estimate (its own kernel)
+ *   kde_cuda_common.h   the memory budget; error reporting (KDE_CUDA_TRY)
+ *   tuning_hooks.h      what the harness (bench/cuda) sets and reads
+ *
+ * Design
+ * ------
+ * * Training points stream through shared memory in tiles, and each query
+ *   carries an online log-sum-exp state (max, sum): nothing of size n_query
+ *   x n_train is ever stored. The families differ in how a tile's pairs are
+ *   computed. FMA kernels: every thread keeps 4 queries in registers (d <=
+ *   4) or a 4 x 8 block of query-point products (d >= 5), so one
+ *   shared-memory load serves many pairs. Tensor-core kernels: mma.sync
+ *   computes the products of a warp's 32 queries with each point.
+ * * Exponents are kept in log2 units: coordinates are scaled once on upload so
+ *   that one exp2 per pair remains (MUFU.EX2 in single precision), and
+ *   log(2) converts back on the host.
+ * * Gaussian, d >= 3: |q - x|^2 = |q|^2 + |x|^2 - 2 q.x, so a pair costs d
+ *   FMAs. Both sets are centred on the training mean first, which keeps the
+ *   magnitudes, and so the cancellation, small. Every other kernel, and the
+ *   Gaussian for d <= 2, uses the difference form.
+ * * The running max is lazy: each term is added as exp2(value - max) and a
+ *   group of 8 (4 in double) training points is checked once per query; only
+ *   when the group's sum passes 2^60 (a term far above the reference, or the
+ *   first group) is the max raised to the group's maximum and the group
+ *   summed again. No per-pair branch, no per-pair max. For d <= 4 the check
+ *   of a group is resolved after the next group's FMAs are issued, so the
+ *   exp2s drain while the FMA pipe works (software pipelining by one group).
+ * * Double precision uses its own branch-free exp2 (fast_exp2(double)).
+ * * Gaussian in single precision with d >= 16: the dot products q.x run on
+ *   the tensor cores as 3xFP16 (each operand split into an fp16 "big" and
+ *   "small" part, three mma.sync per product), which keeps about 22 bits of
+ *   each operand, then the same exp2 epilogue. At d = 3 one bfloat16 MMA
+ *   gives a pair's whole exponent (kde_tc_small_kernel). Devices before
+ *   sm_80 take the FMA kernels, and so, at d >= 16, do training points
+ *   beyond fp16's range and blocks beyond the device's shared memory.
+ * * Few queries and many training points: the training range is split across
+ *   blockIdx.y; every block writes a partial (max, sum) per query and a second
+ *   kernel merges them with kde_lse_merge_2 (kernels.h). The same merge
+ *   combines training shards (a model whose training set does not fit the
+ *   memory budget streams it from a host copy), query batches and devices.
+ * * Queries travel as R holds them (double, column-major) and a packing
+ *   kernel whitens, centres, scales and lays them out on the device, so the
+ *   host does no per-query work; the next batch's upload overlaps the
+ *   current batch's kernels. Scratch buffers stay allocated between calls
+ *   when small (a short evaluation allocates nothing).
+ * * Memory: queries are processed in batches sized from the per-device budget.
+ * * Several devices: each holds a replica; queries are split across devices,
+ *   or, when there are few queries, the training range is, and the host merges
+ *   the per-device states. One host thread drives all devices: it enqueues one
+ *   step (a query batch against one training shard) on each device, then
+ *   waits for each, then polls for an interrupt.
+ * * Errors: every runtime call and launch goes through KDE_CUDA_TRY, which
+ *   records the call, the error and file:line into kde_status and jumps to the
+ *   function's single cleanup label. Nothing prints, exits or throws.
+ */
+
+#ifndef KDEGPU_CUDA_KERNELS_CUH
+#define KDEGPU_CUDA_KERNELS_CUH
+
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "kdegpu/kernels.h"
+#include "numeric.cuh"
+#include "tuning.cuh"
+
+namespace kdegpu {
+
+/* The arguments of a main kernel launch: a query batch against a range of
+ * the training set (the same struct for all four families). */
+template <typename T>
+struct kde_args {
+  const T *train;        /* tiled layout, first point of this range */
+  int64_t n_points;      /* points in the range, a multiple of kUnit */
+  int64_t split_points;  /* points per blockIdx.y, a multiple of kUnit */
+  const T *query;        /* packed: column-major, ldq rows (zero padded), or
+                            a tensor-core layout */
+  int64_t ldq;           /* a multiple of kBlockQueries */
+  int64_t n_query;       /* valid rows */
+  T *part_max;           /* [gridDim.y][ldq] */
+  T *part_sum;
+  int dim;
+  int chunk_dims;        /* wide kernel: dimensions per shared chunk */
+  int n_chunks;
+  int leave_one_out;
+  int64_t query_base;    /* global index of query row 0 (leave one out) */
+  int64_t train_base;    /* global index of training point 0 */
+  int64_t tile_elems;    /* values per 32-point storage tile */
+  int k16;               /* wide tensor-core kernel: dimensions / 16, rounded up */
+};
+
+template <typename T> using kde_kernel_fn = void (*)(kde_args<T>);
+
+/* The query packing kernel's arguments: a batch of raw queries (double,
+ * column-major [dim][ldr], as R holds them) becomes the main kernels'
+ * layout, whitened on the way when `transform` is given. */
+template <typename T>
+struct kde_pack_args {
+  const double *raw;
+  int64_t ldr;
+  int64_t rows;             /* valid rows; rows up to ldq are zero padding */
+  int64_t ldq;
+  int dim;
+  int k16;                  /* wide tensor-core layout: dimensions / 16, rounded up */
+  const double *center;     /* whitening: z = (raw - center) transform */
+  const double *transform;  /* dim x dim, column-major; NULL: raw is z */
+  const double *model_center;
+  double scale;             /* packed value = (z - model_center) scale */
+  T *dst;
+  double *offset;           /* [rows]: |packed row|^2 / 2 (expanded form) */
+};
+
+template <typename T> using kde_pack_fn = void (*)(kde_pack_args<T>);
+/* The parameters of kde_merge_kernel and kde_finish_kernel (merge.cu). */
+template <typename T>
+using kde_merge_fn = void (*)(const T *, const T *, int64_t, int, int64_t, double *,
+                              double *, int, int);
+using kde_finish_fn = void (*)(const double *, const double *, double *, int64_t, double,
+                               int);
+
+/* The end of an evaluation on the device, as the host does it when devices
+ * split the training set: out = log_const + log(2) (log2 sum - |q|^2 / 2).
+ * The kernel writes over `offset`. */
+__host__ __device__ inline double finish_log_density(kde_lse_2 state, double offset,
+                                                     int expanded, double log_const)
+{
+  double log2_sum = kde_lse_log_2(state);
+  if (expanded) log2_sum -= offset; /* -inf stays -inf */
+  return log_const + kLn2 * log2_sum;
+}
+
+/* Shared memory of kde_tc_wide_kernel: the block's query fragments and two
+ * storage tiles. */
+inline size_t tc_wide_smem_bytes(int64_t k16)
+{
+  return (size_t) (kWarps * 2 * k16 * 256 + 2 * (k16 * 512 + kTileWidth)) * sizeof(float);
+}
+
+/* f(std::integral_constant<int, kernel>()): a runtime kernel code as the
+ * compile-time constant that the kernel templates take. */
+template <typename F> auto dispatch_kernel(int kernel, F &&f)
+{
+  switch (kernel) {
+  case KDE_EPANECHNIKOV: return f(std::integral_constant<int, KDE_EPANECHNIKOV>());
+  case KDE_RECTANGULAR:  return f(std::integral_constant<int, KDE_RECTANGULAR>());
+  case KDE_TRIANGULAR:   return f(std::integral_constant<int, KDE_TRIANGULAR>());
+  case KDE_BIWEIGHT:     return f(std::integral_constant<int, KDE_BIWEIGHT>());
+  case KDE_COSINE:       return f(std::integral_constant<int, KDE_COSINE>());
+  case KDE_OPTCOSINE:    return f(std::integral_constant<int, KDE_OPTCOSINE>());
+  case KDE_EXPONENTIAL:  return f(std::integral_constant<int, KDE_EXPONENTIAL>());
+  default:               return f(std::integral_constant<int, KDE_GAUSSIAN>());
+  }
+}
+
+/* The selectors: each kernel family's translation unit instantiates its
+ * kernels and hands out the one for a runtime (kernel, d), so that no other
+ * file instantiates a kernel template. */
+/* kde_small_kernel (kernel_small.cu) for d = dim in 1..4; NULL otherwise. */
+template <typename T> kde_kernel_fn<T> select_small_kernel(int kernel, int dim);
+/* kde_wide_kernel (kernel_wide.cu), any d. */
+template <typename T> kde_kernel_fn<T> select_wide_kernel(int kernel);
+/* kde_tc_small_kernel (kernel_tc_small.cu): the Gaussian at d = kTcSmallDim. */
+kde_kernel_fn<float> select_tc_small_kernel();
+/* kde_tc_wide_kernel (kernel_tc_wide.cu): the Gaussian at d >= kTcWideMinDim. */
+kde_kernel_fn<float> select_tc_wide_kernel();
+/* kde_pack_kernel (pack.cu) for a storage layout (enum kde_layout). */
+template <typename T> kde_pack_fn<T> select_pack_kernel(int layout);
+/* kde_merge_kernel and kde_finish_kernel (merge.cu). */
+template <typename T> kde_merge_fn<T> select_merge_kernel();
+kde_finish_fn select_finish_kernel();
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_KERNELS_CUH */

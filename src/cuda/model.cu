@@ -1,0 +1,358 @@
+/*
+ * model.cu: the model's lifetime: device count and info, the training set
+ * packed and copied to every device (or kept on the host to stream), the
+ * device buffers that evaluations reuse, and freeing it all.
+ */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kdegpu/kernels.h"
+#include "kde_cuda.h"
+#include "kde_cuda_common.h"
+#include "kernel_facts.cuh"
+#include "kernels.cuh"
+#include "layout.cuh"
+#include "model.cuh"
+#include "tuning.cuh"
+#include "tuning_hooks.h"
+
+using namespace kdegpu;
+
+extern "C" int kde_cuda_compiled(void) { return 1; }
+
+extern "C" int kde_cuda_device_count(kde_status *status)
+{
+  int count = 0;
+  cudaError_t err;
+  kde_status_clear(status);
+  err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void) cudaGetLastError();
+    kde_status_set(status, KDE_ERR_UNAVAILABLE,
+                   "no usable CUDA device: cudaGetDeviceCount failed with %s"
+                   " (%s); check that an NVIDIA GPU and its driver are"
+                   " installed and visible (CUDA_VISIBLE_DEVICES)",
+                   cudaGetErrorName(err), cudaGetErrorString(err));
+    return 0;
+  }
+  if (count <= 0) {
+    kde_status_set(status, KDE_ERR_UNAVAILABLE,
+                   "no usable CUDA device: the driver reports 0 devices");
+    return 0;
+  }
+  return count;
+}
+
+extern "C" void kde_cuda_get_device_info(int device, kde_cuda_device_info *info,
+                                         kde_status *status)
+{
+  cudaDeviceProp prop;
+  size_t free_b = 0, total_b = 0;
+  int count, prev = -1;
+  kde_status_clear(status);
+  if (info == NULL) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "`info` must not be NULL");
+    return;
+  }
+  memset(info, 0, sizeof *info);
+  count = kde_cuda_device_count(status);
+  if (count == 0) return;
+  if (device < 0 || device >= count) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "`device` must be in 0..%d, not %d", count - 1, device);
+    return;
+  }
+  KDE_CUDA_TRY(cudaGetDevice(&prev));
+  KDE_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+  KDE_CUDA_TRY(cudaSetDevice(device));
+  KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  snprintf(info->name, sizeof info->name, "%s", prop.name);
+  info->total_memory = (double) total_b;
+  info->free_memory = (double) free_b;
+  info->compute_major = prop.major;
+  info->compute_minor = prop.minor;
+  info->multiprocessors = prop.multiProcessorCount;
+cleanup:
+  if (prev >= 0) (void) cudaSetDevice(prev);
+}
+
+namespace kdegpu {
+
+void buffer_release(kde_buffer *buffer)
+{
+  if (buffer->ptr != NULL) (void) cudaFree(buffer->ptr);
+  buffer->ptr = NULL;
+  buffer->bytes = 0;
+}
+
+/* Makes `buffer` (on the current device) hold at least `bytes`. */
+int buffer_reserve(kde_buffer *buffer, size_t bytes, kde_status *status)
+{
+  if (buffer->ptr != NULL && buffer->bytes >= bytes) return 0;
+  buffer_release(buffer);
+  KDE_CUDA_TRY(cudaMalloc(&buffer->ptr, bytes > 0 ? bytes : 1));
+  buffer->bytes = bytes;
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* The evaluation scratch of a replica (its device is current). */
+size_t scratch_bytes(const kde_replica *rep)
+{
+  return rep->raw.bytes + rep->query.bytes + rep->part.bytes + rep->acc.bytes +
+         rep->shard.bytes;
+}
+void scratch_release(kde_replica *rep)
+{
+  buffer_release(&rep->raw);
+  buffer_release(&rep->query);
+  buffer_release(&rep->part);
+  buffer_release(&rep->acc);
+  buffer_release(&rep->shard);
+}
+
+} // namespace kdegpu
+
+extern "C" void kde_cuda_model_free(kde_cuda_model *model)
+{
+  int prev = -1;
+  if (model == NULL) return;
+  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+  if (model->rep != NULL) {
+    for (int r = 0; r < model->n_devices; r++) {
+      kde_replica *rep = &model->rep[r];
+      if (rep->stream == NULL) continue; /* never set up: nothing on it */
+      if (cudaSetDevice(rep->device) != cudaSuccess) continue;
+      (void) cudaStreamSynchronize(rep->stream);
+      if (rep->upload != NULL) {
+        (void) cudaStreamSynchronize(rep->upload);
+        (void) cudaStreamDestroy(rep->upload);
+      }
+      (void) cudaStreamDestroy(rep->stream);
+      if (rep->raw_ready != NULL) (void) cudaEventDestroy(rep->raw_ready);
+      if (rep->raw_free != NULL) (void) cudaEventDestroy(rep->raw_free);
+      if (rep->train != NULL) (void) cudaFree(rep->train);
+      if (rep->model_center != NULL) (void) cudaFree(rep->model_center);
+      if (rep->whitening != NULL) (void) cudaFree(rep->whitening);
+      scratch_release(rep);
+    }
+  }
+  (void) cudaGetLastError();
+  free(model->rep);
+  free(model->host_train);
+  free(model->center);
+  free(model->whitening);
+  free(model);
+  if (prev >= 0) (void) cudaSetDevice(prev);
+}
+
+extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
+                                                 int precision,
+                                                 const int *devices,
+                                                 int n_devices,
+                                                 double memory_budget,
+                                                 kde_status *status)
+{
+  return kde_cuda_model_create_tuned(train, precision, devices, n_devices, memory_budget,
+                                     NULL, status);
+}
+
+extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *train,
+                                                       int precision,
+                                                       const int *devices,
+                                                       int n_devices,
+                                                       double memory_budget,
+                                                       const kde_cuda_tuning *tuning,
+                                                       kde_status *status)
+{
+  kde_cuda_model *model = NULL;
+  int count = 0, prev = -1, ok = 0, mma_ok = 1, gaussian_single;
+  size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0;
+  double min_budget = 0;
+
+  kde_status_clear(status);
+  if (train == NULL || train->train == NULL || train->weight == NULL ||
+      train->log_weight == NULL || train->n_train < 1 || train->dim < 1) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "the training set must have n_train >= 1, dim >= 1 and"
+                   " non-NULL coordinates and weights");
+    return NULL;
+  }
+  if (train->kernel < 0 || train->kernel >= KDE_N_KERNELS) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "unknown kernel code %d",
+                   train->kernel);
+    return NULL;
+  }
+  if (kernel_sums_logs(train->kernel) == (bool) kde_kernel_is_compact(train->kernel)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "internal: kernel %d is not known to the CUDA backend"
+                   " (kernel_sums_logs disagrees with kde_kernel_is_compact)",
+                   train->kernel);
+    return NULL;
+  }
+  if (precision != KDE_PRECISION_DOUBLE && precision != KDE_PRECISION_SINGLE) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "unknown precision code %d",
+                   precision);
+    return NULL;
+  }
+  if (train->dim > (1 << 20)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "dim = %lld is beyond the CUDA backend's limit of 2^20",
+                   (long long) train->dim);
+    return NULL;
+  }
+  if (devices == NULL || n_devices < 1) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "at least one device is needed");
+    return NULL;
+  }
+  count = kde_cuda_device_count(status);
+  if (count == 0) return NULL;
+  for (int r = 0; r < n_devices; r++) {
+    if (devices[r] < 0 || devices[r] >= count) {
+      kde_status_set(status, KDE_ERR_ARGUMENT,
+                     "device %d does not exist: this machine has %d CUDA"
+                     " device%s (0..%d)",
+                     devices[r], count, count == 1 ? "" : "s", count - 1);
+      return NULL;
+    }
+  }
+
+  KDE_CUDA_TRY(cudaGetDevice(&prev));
+  KDE_HOST_ALLOC(model, 1, "the model");
+  model->kernel = train->kernel;
+  model->precision = precision;
+  model->n_train = train->n_train;
+  model->dim = train->dim;
+  model->n_points = (train->n_train + kUnit - 1) / kUnit * kUnit;
+  model->elem = precision == KDE_PRECISION_SINGLE ? sizeof(float) : sizeof(double);
+  model->scale = coordinate_scale(train->kernel);
+  model->expanded = train->kernel == KDE_GAUSSIAN && train->dim >= 3;
+  model->n_devices = n_devices;
+  KDE_HOST_ALLOC(model->rep, n_devices, "the device list");
+  KDE_HOST_ALLOC(model->center, model->dim, "the training mean");
+
+  for (int64_t k = 0; k < model->dim; k++) {
+    const double *col = train->train + k * train->n_train;
+    double sum = 0;
+    for (int64_t j = 0; j < train->n_train; j++) sum += col[j];
+    model->center[k] = sum / (double) train->n_train;
+  }
+
+  min_budget = -1;
+  mma_ok = 1;
+  for (int r = 0; r < n_devices; r++) {
+    kde_replica *rep = &model->rep[r];
+    size_t free_b = 0, total_b = 0;
+    int value = 0;
+    rep->device = devices[r];
+    KDE_CUDA_TRY(cudaSetDevice(rep->device));
+    KDE_CUDA_TRY(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount,
+                                        rep->device));
+    rep->multiprocessors = value;
+    KDE_CUDA_TRY(cudaDeviceGetAttribute(
+        &value, cudaDevAttrMaxSharedMemoryPerBlockOptin, rep->device));
+    rep->smem_optin = (size_t) value;
+    KDE_CUDA_TRY(cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
+                                        rep->device));
+    if (value < 8) mma_ok = 0; /* mma.sync m16n8k16 (f16, bf16) needs sm_80 */
+    KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    rep->budget = budget_bytes(memory_budget, free_b);
+    KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->stream, cudaStreamNonBlocking));
+    KDE_CUDA_TRY(cudaStreamCreateWithFlags(&rep->upload, cudaStreamNonBlocking));
+    KDE_CUDA_TRY(cudaEventCreateWithFlags(&rep->raw_ready, cudaEventDisableTiming));
+    KDE_CUDA_TRY(cudaEventCreateWithFlags(&rep->raw_free, cudaEventDisableTiming));
+    KDE_CUDA_TRY(cudaMalloc((void **) &rep->model_center, model->dim * sizeof(double)));
+    KDE_CUDA_TRY(cudaMemcpy(rep->model_center, model->center, model->dim * sizeof(double),
+                            cudaMemcpyHostToDevice));
+    if (min_budget < 0 || rep->budget < min_budget) min_budget = rep->budget;
+    if (r == 0 || rep->smem_optin < min_smem_optin) min_smem_optin = rep->smem_optin;
+  }
+
+  /* Storage layout: a tensor-core one for the single-precision Gaussian at
+   * d = kTcSmallDim and d >= kTcWideMinDim (training points within fp16's
+   * range, and the block's shared memory within the device's: d <= 288 on
+   * an H100, where even at one block per SM it is 2.8x the FMA kernel at d =
+   * 208), else 32-point tiles of (d + 1) rows. */
+  gaussian_single = precision == KDE_PRECISION_SINGLE && train->kernel == KDE_GAUSSIAN;
+  if (tuning != NULL && tuning->no_mma) mma_ok = 0;
+  model->layout = KDE_LAYOUT_PLAIN;
+  if (gaussian_single && mma_ok && model->dim == kTcSmallDim)
+    model->layout = KDE_LAYOUT_TC_SMALL;
+  if (gaussian_single && mma_ok && model->dim >= kTcWideMinDim &&
+      tc_wide_smem_bytes(ceil_div(model->dim, 16)) <= min_smem_optin &&
+      train_fits_f16(train, model))
+    model->layout = KDE_LAYOUT_TC_WIDE;
+  model->query_elems = model->dim;
+  if (model->layout == KDE_LAYOUT_TC_WIDE) {
+    model->k16 = (int) ceil_div(model->dim, 16);
+    model->tile_elems = (int64_t) model->k16 * 512 + kTileWidth;
+    model->query_elems = (int64_t) model->k16 * 16 + 1; /* + the row scale */
+  } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
+    model->tile_elems = (int64_t) kTileWidth * kTcPointWords;
+  } else {
+    model->tile_elems = (model->dim + 1) * kTileWidth;
+  }
+
+  unit_bytes = kUnit * point_bytes(model);
+  train_bytes = (size_t) model->n_points * point_bytes(model);
+  {
+    size_t n_elems = (size_t) (model->n_points / kTileWidth) * model->tile_elems;
+    model->host_train = malloc(n_elems * model->elem);
+    if (model->host_train == NULL) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "out of host memory allocating %.0f bytes for the"
+                     " training set", (double) n_elems * model->elem);
+      goto cleanup;
+    }
+  }
+  if (model->layout == KDE_LAYOUT_TC_SMALL) {
+    pack_train_tc_small(train, model, (uint32_t *) model->host_train);
+  } else if (model->layout == KDE_LAYOUT_TC_WIDE) {
+    if (pack_train_tc_wide(train, model, (uint32_t *) model->host_train) != 0) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "out of host memory packing the training set");
+      goto cleanup;
+    }
+  } else if (precision == KDE_PRECISION_SINGLE)
+    pack_train<float>(train, model, (float *) model->host_train);
+  else
+    pack_train<double>(train, model, (double *) model->host_train);
+
+  /* Resident when the training set takes at most half the budget; otherwise
+   * stream shards of at most half the budget from the host copy. */
+  model->resident = (double) train_bytes <= 0.5 * min_budget;
+  if (!model->resident && 0.5 * min_budget < (double) unit_bytes) {
+    kde_status_set(status, KDE_ERR_ALLOC,
+                   "the GPU memory budget (%.0f bytes) is too small: streaming"
+                   " the training set needs more than %.0f bytes per device;"
+                   " raise options(kdegpu.gpu_memory = ...)",
+                   min_budget, 2.0 * unit_bytes);
+    goto cleanup;
+  }
+  if (model->resident) {
+    for (int r = 0; r < n_devices; r++) {
+      kde_replica *rep = &model->rep[r];
+      KDE_CUDA_TRY(cudaSetDevice(rep->device));
+      KDE_CUDA_TRY(cudaMalloc(&rep->train, train_bytes));
+      KDE_CUDA_TRY(cudaMemcpy(rep->train, model->host_train, train_bytes,
+                              cudaMemcpyHostToDevice));
+    }
+    free(model->host_train);
+    model->host_train = NULL;
+  }
+  ok = 1;
+
+cleanup:
+  if (prev >= 0) (void) cudaSetDevice(prev);
+  if (!ok) {
+    kde_cuda_model_free(model);
+    return NULL;
+  }
+  return model;
+}

@@ -1,0 +1,91 @@
+/*
+ * model.cuh: the model on the host and its replicas on the devices
+ * (storage layout, device buffers, streams), shared by model.cu (its
+ * lifetime), pack.cu (the training packers) and evaluate.cu.
+ */
+#ifndef KDEGPU_CUDA_MODEL_CUH
+#define KDEGPU_CUDA_MODEL_CUH
+
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kde_cuda.h"
+#include "tuning.cuh"
+
+/* A device allocation that evaluations reuse while it is large enough. */
+typedef struct {
+  void *ptr;
+  size_t bytes;
+} kde_buffer;
+
+typedef struct {
+  int device;
+  int multiprocessors;
+  size_t smem_optin;      /* max dynamic shared memory per block */
+  double budget;          /* bytes this model and its evaluations may use */
+  void *train;            /* resident replica (NULL when streaming) */
+  cudaStream_t stream;    /* packing and kernels */
+  cudaStream_t upload;    /* raw query uploads, ahead of the kernels */
+  cudaEvent_t raw_ready;  /* upload -> stream: the raw batch has arrived */
+  cudaEvent_t raw_free;   /* stream -> upload: the raw batch is packed */
+  double *model_center;   /* dim: the model's centre, on this device */
+  double *whitening;      /* dim + dim x dim: center, transform (lazily) */
+  int whitening_serial;   /* model->whitening_serial uploaded here */
+  /* Scratch of evaluations: raw query batch, packed queries, partial
+   * states of the splits, accumulated states (max, sum, |q|^2 / 2), and a
+   * training shard when streaming. */
+  kde_buffer raw, query, part, acc, shard;
+} kde_replica;
+
+struct kde_cuda_model {
+  int kernel;
+  int precision;
+  int64_t n_train;
+  int64_t dim;
+  int64_t n_points;     /* n_train padded to a multiple of kUnit */
+  size_t elem;          /* sizeof(T) */
+  double *center;       /* dim: training mean, subtracted from both sets */
+  double scale;         /* then coordinates are multiplied by this */
+  int expanded;         /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 */
+  int layout;           /* enum kde_layout */
+  int k16;              /* KDE_LAYOUT_TC_WIDE: ceil(dim / 16) */
+  int64_t tile_elems;   /* values per 32-point storage tile */
+  int64_t query_elems;  /* values per query row on the device */
+  int resident;         /* whole training set on every device */
+  void *host_train;     /* packed copy, kept when streaming */
+  double *whitening;    /* host copy of the last queries' whitening */
+  int whitening_serial; /* bumped when it changes; 0: none yet */
+  int n_devices;
+  kde_replica *rep;
+};
+
+namespace kdegpu {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Device bytes per training point (a 32-point storage tile / 32). */
+inline size_t point_bytes(const kde_cuda_model *model)
+{
+  return (size_t) model->tile_elems * model->elem / kTileWidth;
+}
+
+/* Device buffers (model.cu). */
+void buffer_release(kde_buffer *buffer);
+int buffer_reserve(kde_buffer *buffer, size_t bytes, kde_status *status);
+size_t scratch_bytes(const kde_replica *rep);
+void scratch_release(kde_replica *rep);
+
+/* The training set in each storage layout (pack.cu). */
+int train_fits_f16(const kde_training_set *train, const kde_cuda_model *model);
+int pack_train_tc_wide(const kde_training_set *train, const kde_cuda_model *model,
+                       uint32_t *dst);
+void pack_train_tc_small(const kde_training_set *train, const kde_cuda_model *model,
+                         uint32_t *dst);
+template <typename T>
+void pack_train(const kde_training_set *train, const kde_cuda_model *model, T *dst);
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_MODEL_CUH */

@@ -1,0 +1,260 @@
+/*
+ * pack.cu: putting points where the kernels read them: the query packing
+ * kernel (a raw query batch whitened, centred, scaled and laid out on the
+ * device) and the host packers of the training set, one per storage
+ * layout. Exports select_pack_kernel and the packers (model.cuh).
+ */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "kdegpu/kernels.h"
+#include "kde_cuda.h"
+#include "kernel_facts.cuh"
+#include "kernels.cuh"
+#include "layout.cuh"
+#include "model.cuh"
+#include "numeric.cuh"
+#include "tuning.cuh"
+
+namespace kdegpu {
+
+/* Columns c0 .. c0 + 7 of a packed row (zero past dim and for padding
+ * rows). Whitening is done in double, as kde_whiten() does on the CPU, and
+ * the coordinates are then centred and scaled as the training points were. */
+constexpr int kPackColumns = 8;
+template <typename T>
+__device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t row,
+                                             int c0, T (&v)[kPackColumns])
+{
+  constexpr int C = kPackColumns;
+  double z[C];
+#pragma unroll
+  for (int u = 0; u < C; u++) z[u] = 0;
+  if (c0 >= a.dim) {
+    /* padding dimensions of the tensor-core layout: zeros */
+  } else if (row < a.rows && a.transform != NULL) {
+    for (int k = 0; k < a.dim; k++) {
+      const double xk = a.raw[k * a.ldr + row] - a.center[k];
+      const double *t = a.transform + k;
+#pragma unroll
+      for (int u = 0; u < C; u++)
+        if (c0 + u < a.dim) z[u] = fma(xk, t[(int64_t) (c0 + u) * a.dim], z[u]);
+    }
+  } else if (row < a.rows) {
+#pragma unroll
+    for (int u = 0; u < C; u++)
+      if (c0 + u < a.dim) z[u] = a.raw[(int64_t) (c0 + u) * a.ldr + row];
+  }
+#pragma unroll
+  for (int u = 0; u < C; u++)
+    v[u] = row < a.rows && c0 + u < a.dim
+               ? (T) ((z[u] - a.model_center[c0 + u]) * a.scale) : (T) 0;
+}
+
+/* Packs a row, 8 columns at a time in registers, its values multiplied by
+ * shrink in the wide tensor-core layout (TC_WIDE). Returns |row|^2 of the
+ * unshrunk values; most: their largest magnitude. */
+template <typename T, bool TC_WIDE>
+__device__ __forceinline__ double pack_row(const kde_pack_args<T> &a, int64_t row,
+                                           float shrink, float &most)
+{
+  constexpr int C = kPackColumns;
+  const int out_dims = TC_WIDE ? 16 * a.k16 : a.dim;
+  double norm2 = 0;
+  most = 0.0f;
+  for (int c0 = 0; c0 < out_dims; c0 += C) {
+    T v[C];
+    pack_columns(a, row, c0, v);
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+      norm2 += (double) v[u] * (double) v[u];
+      most = fmaxf(most, fabsf((float) v[u]));
+    }
+    if (TC_WIDE) {
+      uint32_t *tile = reinterpret_cast<uint32_t *>(a.dst) + (row / 16) * a.k16 * 256;
+#pragma unroll
+      for (int u = 0; u < C; u += 2) {
+        uint32_t big[2], small[2];
+        f16_split2((float) v[u] * shrink, big[0], small[0]);
+        f16_split2((float) v[u + 1] * shrink, big[1], small[1]);
+        uint32_t *at = tile + tc_wide_query_word(row % 16, c0 + u);
+        at[0] = big[0] | big[1] << 16;
+        at[128] = small[0] | small[1] << 16;
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < C; u++)
+        if (c0 + u < out_dims) a.dst[(int64_t) (c0 + u) * a.ldq + row] = v[u];
+    }
+  }
+  return norm2;
+}
+
+/* One thread per row. In the wide tensor-core layout a row beyond
+ * kF16Limit (rare: thousands of bandwidths out) is packed again, scaled
+ * down by a power of two, and its scale goes after the fragments. */
+template <typename T, bool TC_WIDE>
+__global__ void kde_pack_kernel(const kde_pack_args<T> a)
+{
+  const int64_t row = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= a.ldq) return;
+  float most;
+  const double norm2 = pack_row<T, TC_WIDE>(a, row, 1.0f, most);
+  if (TC_WIDE) {
+    float row_scale = 1.0f;
+    if (!(most < kF16Limit)) {
+      int e = 0;
+      (void) frexpf(most, &e); /* most < 2^e */
+      row_scale = ldexpf(1.0f, e - kF16LimitLog2);
+      (void) pack_row<T, TC_WIDE>(a, row, 1.0f / row_scale, most);
+    }
+    reinterpret_cast<float *>(a.dst)[tc_wide_scale_offset(a.ldq, a.k16) + row] = row_scale;
+  }
+  if (row < a.rows) a.offset[row] = 0.5 * norm2;
+}
+
+template <typename T> kde_pack_fn<T> select_pack_kernel(int layout)
+{
+  if constexpr (std::is_same<T, float>::value) {
+    if (layout == KDE_LAYOUT_TC_WIDE) return kde_pack_kernel<T, true>;
+  }
+  return kde_pack_kernel<T, false>;
+}
+template kde_pack_fn<float> select_pack_kernel<float>(int);
+template kde_pack_fn<double> select_pack_kernel<double>(int);
+
+/* Coordinate k of training point j as every layout stores it: centred on
+ * the training mean and scaled (the packing kernel does the same to the
+ * queries). */
+static double train_coordinate(const kde_training_set *train,
+                               const kde_cuda_model *model, int64_t j, int64_t k)
+{
+  return (train->train[k * train->n_train + j] - model->center[k]) * model->scale;
+}
+
+/* aux of the tensor-core layouts: log2 w - |x|^2 / 2, with norm2 = |x|^2 of
+ * the stored float coordinates; -inf for a padding point. */
+static float expanded_aux(const kde_training_set *train, int64_t j, double norm2)
+{
+  return j < train->n_train ? (float) (train->log_weight[j] * kLog2e - 0.5 * norm2)
+                            : -INFINITY;
+}
+
+/* Whether every training coordinate lies within kF16Limit, as the wide
+ * tensor-core layout needs (queries are scaled per row; points are not). */
+int train_fits_f16(const kde_training_set *train, const kde_cuda_model *model)
+{
+  for (int64_t k = 0; k < model->dim; k++)
+    for (int64_t j = 0; j < train->n_train; j++)
+      if (!(fabsf((float) train_coordinate(train, model, j, k)) < kF16Limit)) return 0;
+  return 1;
+}
+
+/* Wide tensor-core storage tiles: big and small fp16 parts of the
+ * coordinates in B fragment order, then aux = log2 w - |x|^2 / 2 of the
+ * float coordinates. Padding (dimensions up to 16 k16, null points) is
+ * zero, aux -inf. Reads the column-major input one column at a time. */
+int pack_train_tc_wide(const kde_training_set *train,
+                              const kde_cuda_model *model, uint32_t *dst)
+{
+  const int64_t n = train->n_train, d = model->dim;
+  const int64_t n_tiles = model->n_points / kTileWidth;
+  double *norm2 = (double *) calloc((size_t) n, sizeof(double));
+  if (norm2 == NULL) return -1;
+  memset(dst, 0, (size_t) n_tiles * model->tile_elems * sizeof(uint32_t));
+  for (int64_t k = 0; k < d; k++) {
+    for (int64_t j = 0; j < n; j++) {
+      const float v = (float) train_coordinate(train, model, j, k);
+      uint32_t big, small;
+      f16_split2(v, big, small);
+      uint32_t *at = dst + (j / kTileWidth) * model->tile_elems +
+                     tc_wide_train_word(j % kTileWidth, k);
+      at[0] |= big << (16 * (k % 2));
+      at[2] |= small << (16 * (k % 2));
+      norm2[j] += (double) v * v;
+    }
+  }
+  for (int64_t j = 0; j < model->n_points; j++) {
+    uint32_t *aux = dst + (j / kTileWidth) * model->tile_elems + (int64_t) model->k16 * 512;
+    aux[j % kTileWidth] = float_bits(expanded_aux(train, j, j < n ? norm2[j] : 0.0));
+  }
+  free(norm2);
+  return 0;
+}
+
+/* Small-d tensor-core storage (see kde_tc_small_kernel): per n8 tile and
+ * lane (g, t), point g's 8 bfloat16 entries of lane t, packed in pairs (low
+ * half first). aux = log2 w - |x|^2 / 2 of the float coordinates; a null
+ * or zero-weight point has aux pieces (-inf, 0, 0), so its pairs are -inf. */
+void pack_train_tc_small(const kde_training_set *train,
+                                const kde_cuda_model *model, uint32_t *dst)
+{
+  const int64_t n = train->n_train, d = model->dim;
+  memset(dst, 0, (size_t) model->n_points * kTcPointWords * sizeof(uint32_t));
+  for (int64_t j = 0; j < model->n_points; j++) {
+    uint32_t piece[4][3] = {{0}}; /* coordinates 0..d-1, aux in 3 */
+    double norm2 = 0;
+    for (int64_t k = 0; k < d && j < n; k++) {
+      const float v = (float) train_coordinate(train, model, j, k);
+      bf16_split3(v, piece[k]);
+      norm2 += (double) v * v;
+    }
+    bf16_split3(expanded_aux(train, j, norm2), piece[3]);
+    /* point j: n8 tile j / 8, column g = j % 8, lanes 4 g + t */
+    uint32_t *lanes = dst + (j / 8) * 8 * kTcPointWords + (j % 8) * kTcPointWords;
+    for (int t = 0; t < 4; t++) {
+      if (t < 3 && t >= d) continue;
+      for (int r = 0; r < 4; r++)
+        lanes[4 * t + r] = tc_point_entry(piece[t], t, 2 * r) |
+                           tc_point_entry(piece[t], t, 2 * r + 1) << 16;
+    }
+  }
+}
+
+/* Pack the training set: storage tiles of 32 points, dimension-major, then
+ * the aux row; null points (coordinates 0, weight 0) pad to n_points. */
+template <typename T>
+void pack_train(const kde_training_set *train, const kde_cuda_model *model,
+                       T *dst)
+{
+  const int64_t n = train->n_train, d = model->dim, rows = d + 1;
+  const int lse = kernel_sums_logs(model->kernel);
+  for (int64_t k = 0; k < d; k++) {
+    for (int64_t j = 0; j < model->n_points; j++) {
+      T *at = dst + (j / kTileWidth) * rows * kTileWidth + k * kTileWidth +
+              j % kTileWidth;
+      *at = j < n ? (T) train_coordinate(train, model, j, k) : (T) 0;
+    }
+  }
+  for (int64_t j = 0; j < model->n_points; j++) {
+    T *tile = dst + (j / kTileWidth) * rows * kTileWidth + j % kTileWidth;
+    double aux;
+    if (j >= n) {
+      aux = lse ? -INFINITY : 0.0;
+    } else if (!lse) {
+      aux = train->weight[j];
+    } else {
+      aux = train->log_weight[j] * kLog2e;
+      if (model->expanded) {
+        double norm2 = 0;
+        for (int64_t k = 0; k < d; k++) {
+          const double v = (double) tile[k * kTileWidth];
+          norm2 += v * v;
+        }
+        aux -= 0.5 * norm2; /* -inf stays -inf */
+      }
+    }
+    tile[d * kTileWidth] = (T) aux;
+  }
+}
+
+template void pack_train<float>(const kde_training_set *, const kde_cuda_model *, float *);
+template void pack_train<double>(const kde_training_set *, const kde_cuda_model *, double *);
+
+} // namespace kdegpu

@@ -1,0 +1,69 @@
+/*
+ * tile_copy.cuh: moving tiles into shared memory: asynchronous global ->
+ * shared copies by the whole block (cp.async; a plain copy before sm_80)
+ * and vector loads of consecutive shared values.
+ */
+#ifndef KDEGPU_CUDA_TILE_COPY_CUH
+#define KDEGPU_CUDA_TILE_COPY_CUH
+
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+
+#include "tuning.cuh"
+
+namespace kdegpu {
+
+template <typename T, int N>
+__device__ __forceinline__ void load_vec(const T *p, T (&v)[N])
+{
+  static_assert((N * sizeof(T)) % 16 == 0, "whole 16-byte loads");
+#pragma unroll
+  for (int c = 0; c < N * (int) sizeof(T) / 16; c++) {
+    const float4 w = reinterpret_cast<const float4 *>(p)[c];
+    const T *wt = reinterpret_cast<const T *>(&w);
+#pragma unroll
+    for (int e = 0; e < 16 / (int) sizeof(T); e++)
+      v[c * (16 / sizeof(T)) + e] = wt[e];
+  }
+}
+
+/* Asynchronous global -> shared copies (cp.async, sm_80+), with a plain copy
+ * for older devices. */
+__device__ __forceinline__ void copy16_async(void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned s = (unsigned) __cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s),
+               "l"(gmem));
+#else
+  *reinterpret_cast<float4 *>(smem) = *reinterpret_cast<const float4 *>(gmem);
+#endif
+}
+__device__ __forceinline__ void async_commit()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+/* Wait until at most one committed group (the newest) is still in flight. */
+__device__ __forceinline__ void async_wait_all_but_newest()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 1;\n" ::);
+#endif
+}
+
+/* The block copies `bytes` (a multiple of 16) from global to shared. */
+__device__ __forceinline__ void block_copy_async(void *smem, const void *gmem,
+                                                 size_t bytes)
+{
+  char *s = static_cast<char *>(smem);
+  const char *g = static_cast<const char *>(gmem);
+  for (size_t o = 16 * (size_t) threadIdx.x; o < bytes; o += 16 * kThreads)
+    copy16_async(s + o, g + o);
+}
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_TILE_COPY_CUH */

@@ -1,0 +1,94 @@
+/*
+ * tuning.cuh: the CUDA backend's tuning constants (block shape, tiles,
+ * splits, batch and step sizes, the polynomial share of the exp2s) and the
+ * per-precision traits of the kernels, each with why it has its value.
+ */
+#ifndef KDEGPU_CUDA_TUNING_CUH
+#define KDEGPU_CUDA_TUNING_CUH
+
+#include <float.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace kdegpu {
+
+/* 4 warps: enough to share one tile load, small enough that several blocks
+ * fit an SM and hide each other's tile loads and barriers. */
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+/* Queries per thread (register blocking) and per block (32 lanes x 4). Each
+ * block's 4 warps take the same 128 queries and a quarter of each tile, so a
+ * block serves as few as 128 queries at full width (the few-queries shape). */
+constexpr int kQueriesPerThread = 4;
+constexpr int kBlockQueries = 32 * kQueriesPerThread;
+/* Storage tile: 32 points stored dimension-major, (d + 1) rows of 32 values,
+ * the last row being the per-point constant ("aux"). Four consecutive points
+ * of one row are one 16-byte load. */
+constexpr int kTileWidth = 32;
+/* Unit of padding, splitting and sharding: the training set is padded with
+ * null points (weight 0) to a multiple of kUnit, and every split, shard and
+ * device range is whole units. Also the small-d shared tile. */
+constexpr int kUnit = 256;
+constexpr int kSmallPointsPerWarp = kUnit / kWarps;
+/* Wide kernel (d >= 5): each thread computes a 4-query x 8-point block. */
+constexpr int kWidePoints = 8;
+/* A split gets at least this many units, so that its first groups (which set
+ * the running max) and the partial write stay a small part of its work. */
+constexpr int64_t kMinUnitsPerSplit = 8;
+/* A group whose sum (relative to the running max) passes this is summed
+ * again against its own maximum: terms up to about 2^57 above the reference
+ * are summed as they are (float holds sums up to 2^128). */
+constexpr double kLazyLimit = 1152921504606846976.0; /* 2^60 */
+/* Tensor-core paths for the single-precision Gaussian: kde_tc_wide_kernel
+ * at d >= kTcWideMinDim, kde_tc_small_kernel at d = kTcSmallDim. (At d = 1, 2 the
+ * FMA kernel's difference form is 100x more accurate than any expanded
+ * form: |q - x|^2 without the cancellation of |q|^2 + |x|^2 - 2 q.x.) */
+constexpr int64_t kTcWideMinDim = 16;
+constexpr int64_t kTcSmallDim = 3;
+/* Wide kernel shared memory cap: leaves room for 2+ blocks per SM. */
+constexpr size_t kWideSmemCap = 100 * 1024;
+/* Below this many queries per device, split the training set, not the
+ * queries, across devices. */
+constexpr int64_t kMinQueriesPerDevice = 16384;
+/* Largest query batch (rows). */
+constexpr int64_t kMaxBatchRows = (int64_t) 1 << 22;
+/* Work per step (one batch against one shard), in pairs x the cost per pair
+ * of pair_cost(): about a second on an H100 whatever the path, so
+ * that the interrupt probe and the progress bar run that often. */
+constexpr double kMaxWorkPerStep = 2e13;
+/* Scratch buffers up to this size stay allocated between evaluations (no
+ * allocation, nor the synchronisation of cudaFree, in a short call); larger
+ * ones are freed at the end of the evaluation that needed them. */
+constexpr size_t kKeepScratchBytes = (size_t) 256 << 20;
+/* Threads per block of the query packing kernel. */
+constexpr int kPackThreads = 128;
+
+/* Single-precision Gaussian: of the 32 exp2s a thread computes per group,
+ * this many run as a polynomial on the FMA pipe (poly_exp2) rather than on
+ * the MUFU, which is the busier pipe. Measured on an H100 at d = 3:
+ * 0: 2.71e12, 2: 2.79e12, 4: 2.83e12, 8: 2.54e12 evaluations/s. */
+constexpr int kPolyExps = 4;
+/* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
+ * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12
+ * to 3.11e12, 2: 3.11e12, 4: 3.10e12, 8: 2.76e12, 12: 2.49e12. */
+constexpr int kTcPolyExps = 4;
+
+template <typename T> struct real_traits;
+/* group: training points per lazy-max check. min_blocks: blocks per SM the
+ * register allocation must allow: 4 x 4 warps in float; double needs more
+ * registers per thread (its exp2 is a 14-term polynomial) and has the ILP
+ * to run at 2 x 4 warps (16 independent exp2 chains per warp and group). */
+template <> struct real_traits<float> {
+  static constexpr int group = 8;
+  static constexpr int min_blocks = 4;
+  static __device__ __forceinline__ float lowest() { return -FLT_MAX; }
+};
+template <> struct real_traits<double> {
+  static constexpr int group = 4;
+  static constexpr int min_blocks = 2;
+  static __device__ __forceinline__ double lowest() { return -DBL_MAX; }
+};
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_TUNING_CUH */

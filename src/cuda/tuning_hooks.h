@@ -1,0 +1,52 @@
+/*
+ * tuning_hooks.h: what the benchmark harness (bench/cuda/harness.cu) may
+ * set in the CUDA backend and read back from it, so that no harness hook
+ * lives in production code: a model made with a tuning, and an evaluation
+ * that reports its counters and kernel time. The functions of kde_cuda.h
+ * are these with the defaults (NULL). Internal to the package: not part of
+ * its C interface, and R never calls them.
+ */
+#ifndef KDEGPU_CUDA_TUNING_HOOKS_H
+#define KDEGPU_CUDA_TUNING_HOOKS_H
+
+#include <stdint.h>
+
+#include "kde_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How a model is built; NULL, or all zero, is the default. */
+typedef struct {
+  int no_mma; /* 1: the FMA kernels, even where a tensor-core kernel serves */
+} kde_cuda_tuning;
+
+/* What one evaluation did (all devices together). */
+typedef struct {
+  double kernel_ms;   /* event time of each step's kernels, summed */
+  int64_t steps;      /* steps (a query batch against a training shard) */
+  int64_t batches;    /* query batches finished */
+  int64_t launches;   /* main kernel launches */
+  int max_splits;     /* most splits of the training range in one launch */
+  int split_training; /* 1: the devices split the training set; 0: the queries */
+} kde_cuda_eval_stats;
+
+/* kde_cuda_model_create() with a tuning (NULL: the default). */
+kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *train,
+                                            int precision, const int *devices,
+                                            int n_devices, double memory_budget,
+                                            const kde_cuda_tuning *tuning,
+                                            kde_status *status);
+
+/* kde_cuda_log_density() that fills `stats` (NULL: none, and no kernel
+ * timing). */
+void kde_cuda_log_density_stats(kde_cuda_model *model, const kde_query_set *query,
+                                kde_interrupt_probe interrupted, double *out,
+                                kde_cuda_eval_stats *stats, kde_status *status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KDEGPU_CUDA_TUNING_HOOKS_H */
