@@ -22,8 +22,11 @@
 #   SKIP_DEPS=1       do not check or install system packages (e.g. on the GPU
 #                     machine, whose R comes from .gpu/rbundle.tar.xz, not apt)
 #   KDEGPU_TEST_COUNTS=FILE  test runs append "passed failed skipped" to FILE
+#   JOBS=N            parallel compile jobs of the package's sources (default:
+#                     the cores); the CUDA kernel families compile side by side
 
 R ?= R
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RSCRIPT ?= Rscript
 PKG := kdegpu
 
@@ -76,7 +79,7 @@ deps:
 install: deps
 	@lib="$(INSTALL_LIB)"; mkdir -p "$$lib" && \
 	echo "$(R) CMD INSTALL -l $$lib $(INSTALL_ARGS) ." && \
-	$(R) CMD INSTALL -l "$$lib" $(INSTALL_ARGS) .
+	MAKEFLAGS=-j$(JOBS) $(R) CMD INSTALL -l "$$lib" $(INSTALL_ARGS) .
 
 demo: install
 	R_LIBS="$(INSTALL_LIB)$${R_LIBS:+:$$R_LIBS}" $(RSCRIPT) $(DEMO)
@@ -104,10 +107,10 @@ document: deps
 # file timestamps") are off unless the environment turns them on.
 check: deps
 	rm -rf $(PKG).Rcheck $(PKG)_$(VERSION).tar.gz
-	$(R) CMD build .
+	MAKEFLAGS=-j$(JOBS) $(R) CMD build .
 	_R_CHECK_CRAN_INCOMING_REMOTE_=$${_R_CHECK_CRAN_INCOMING_REMOTE_:-false} \
 	_R_CHECK_SYSTEM_CLOCK_=$${_R_CHECK_SYSTEM_CLOCK_:-false} \
-	  $(R) CMD check --as-cran --no-manual $(PKG)_$(VERSION).tar.gz
+	  MAKEFLAGS=-j$(JOBS) $(R) CMD check --as-cran --no-manual $(PKG)_$(VERSION).tar.gz
 	@status=$$(grep '^Status:' $(PKG).Rcheck/00check.log | tail -n 1); echo "R CMD check: $$status"; \
 	case "$$status" in *ERROR*|*WARNING*) echo "R CMD check: errors or warnings (see above)"; exit 1 ;; esac
 

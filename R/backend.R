@@ -133,7 +133,8 @@ cuda_model <- function(object) {
       !identical(cache$config, config)) {
     if (!is.null(cache$handle)) .Call(C_kdegpu_cuda_model_release, cache$handle)
     cache$handle <- .Call(
-      C_kdegpu_cuda_model_create, object$z, object$weights, kernel_index(object$kernel),
+      C_kdegpu_cuda_model_create, object$z, object$tile_weights, spatial_tile_size,
+      kernel_index(object$kernel),
       if (object$precision == "single") 1L else 0L, config$devices, config$budget,
       cpu_threads()
     )
@@ -149,23 +150,68 @@ release_device_copy <- function(object) {
   invisible()
 }
 
+# Points per spatial tile of a fit's training points (KDE_TILE_POINTS in
+# src/kde_backend.h): the order that kdegpu_spatial_order() gives.
+spatial_tile_size <- 256L
+
 # log f at the rows of `query`, in the fit's coordinates; the backend
 # whitens them (on the GPU for the CUDA backend), unless `whitened` says
-# they are already. With leave_one_out = TRUE the queries are the training
-# points and each excludes its own term: the result is
-# log sum_{j != i} w_j K(x_i - x_j).
+# they are already. With leave_one_out = TRUE the queries are the fit's
+# training points in its spatial order (object$z) and each excludes its own
+# term: the result is log sum_{j != i} w_j K(x_i - x_j), in that order (see
+# log_density_at_training_points() for the user's order). Within relative
+# `tolerance` of the full sum (see predict()).
 evaluate_log_density <- function(object, query, leave_one_out = FALSE,
-                                 whitened = leave_one_out) {
+                                 whitened = leave_one_out, tolerance = NULL) {
   center <- if (whitened) NULL else as.double(object$center)
   transform <- if (whitened) NULL else object$transform
+  tolerance <- resolve_tolerance(tolerance, object)
   if (object$backend == "cuda") {
     .Call(C_kdegpu_log_density_cuda, cuda_model(object), query, center, transform,
-          object$log_const, leave_one_out, cpu_threads(), progress_delay())
+          object$log_const, leave_one_out, tolerance, cpu_threads(), progress_delay())
   } else {
-    .Call(C_kdegpu_log_density_cpu, object$z, object$weights, query, center, transform,
-          kernel_index(object$kernel), object$log_const, leave_one_out,
-          cpu_threads(), progress_delay())
+    .Call(C_kdegpu_log_density_cpu, object$z, object$tile_weights, spatial_tile_size,
+          query, center, transform, kernel_index(object$kernel), object$log_const,
+          leave_one_out, tolerance, cpu_threads(), progress_delay())
   }
+}
+
+# log f (or, leaving one out, log f_{-i} before renormalising) at every
+# training point, in the order of the user's data.
+log_density_at_training_points <- function(object, leave_one_out, tolerance = NULL) {
+  in_spatial_order <- evaluate_log_density(object, object$z, leave_one_out = leave_one_out,
+                                           whitened = TRUE, tolerance = tolerance)
+  out <- numeric(length(in_spatial_order))
+  out[object$order] <- in_spatial_order
+  out
+}
+
+# The relative tolerance of an evaluation: the user's, else
+# options(kdegpu.tolerance), else the default of the precision the backend
+# computes in (the CPU always computes in double).
+resolve_tolerance <- function(tolerance, object) {
+  if (is.null(tolerance)) tolerance <- getOption("kdegpu.tolerance")
+  if (is.null(tolerance)) {
+    single <- object$backend == "cuda" && object$precision == "single"
+    return(if (single) default_tolerance[["single"]] else default_tolerance[["double"]])
+  }
+  check_tolerance(tolerance)
+}
+
+#' @rdname predict.kde_gpu
+#' @format `default_tolerance`: the tolerance used when neither the
+#'   `tolerance` argument nor `options(kdegpu.tolerance)` gives one, by the
+#'   precision the backend computes in.
+#' @export
+default_tolerance <- c(double = 1e-14, single = 1e-7)
+
+check_tolerance <- function(tolerance, arg = "tolerance") {
+  if (!is.numeric(tolerance) || length(tolerance) != 1L || is.na(tolerance) ||
+      tolerance < 0 || tolerance >= 1) {
+    stop_arg(arg, "must be one number in [0, 1): the relative error allowed ",
+             "(0: the full sum).")
+  }
+  as.double(tolerance)
 }
 
 # The progress bar of evaluations and GPU draws, as the seconds after which

@@ -37,6 +37,9 @@
 #' @param tol Relative tolerance of the local optimiser.
 #' @param kernel The kernel (`bw_mlcv()`); `bw_lscv()` supports `"gaussian"`.
 #' @param backend,precision As for [kde_gpu()].
+#' @param tolerance The relative error allowed in each kernel sum, as in
+#'   [predict()][predict.kde_gpu] (default: `options(kdegpu.tolerance)`,
+#'   else [default_tolerance] for the precision).
 #' @param cluster `NULL`, a `parallel` cluster or `"future"`: spread each
 #'   criterion evaluation over the workers, sharding the training points as
 #'   [predict()][predict.kde_gpu] does (each worker receives its shard once
@@ -61,7 +64,8 @@ NULL
 bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
                     range = c(0.1, 2), grid = 25L, tol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
-                    precision = c("double", "single"), cluster = NULL) {
+                    precision = c("double", "single"), cluster = NULL,
+                    tolerance = NULL) {
   kernel <- resolve_kernel(kernel)
   if (kernel != "gaussian") {
     stop_arg("kernel", sprintf(paste0(
@@ -70,7 +74,7 @@ bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
       kernel))
   }
   select_bandwidth(x, "lscv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
-                   weights, range, grid, tol, kernel, backend, precision, cluster)
+                   weights, range, grid, tol, kernel, backend, precision, cluster, tolerance)
 }
 
 #' @rdname bandwidth_cv
@@ -78,14 +82,16 @@ bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
 bw_mlcv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
                     range = c(0.1, 2), grid = 25L, tol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
-                    precision = c("double", "single"), cluster = NULL) {
+                    precision = c("double", "single"), cluster = NULL,
+                    tolerance = NULL) {
   select_bandwidth(x, "mlcv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
                    weights, range, grid, tol, resolve_kernel(kernel), backend, precision,
-                   cluster)
+                   cluster, tolerance)
 }
 
 select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kernel,
-                             backend, precision, cluster = NULL) {
+                             backend, precision, cluster = NULL, tolerance = NULL) {
+  if (!is.null(tolerance)) tolerance <- check_tolerance(tolerance)
   x <- as_point_matrix(x, "x")
   n <- nrow(x)
   d <- ncol(x)
@@ -107,7 +113,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   data <- if (is.null(engine)) NULL else cluster_data(x, weights, new_data_id(), new.env())
   evaluate <- function(H) {
     cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data,
-                 requested_backend)
+                 requested_backend, tolerance)
   }
 
   # Normal reference: Silverman's rule with the full weighted covariance.
@@ -207,18 +213,19 @@ print.kdegpu_bandwidth <- function(x, ...) {
 # LSCV(H) or the leave-one-out log-likelihood at H, exactly; here, or over
 # the cluster `engine` holding `data`.
 cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
-                         engine = NULL, data = NULL, requested_backend = backend) {
+                         engine = NULL, data = NULL, requested_backend = backend,
+                         tolerance = NULL) {
   # log sum_j w_j K_B(x_i - x_j) at every training point, for bandwidth B.
   log_sums <- function(B, leave_one_out) {
     if (!is.null(engine)) {
       return(cluster_log_sum(engine, data, x, B, kernel, precision,
                              requested_backend, "training",
-                             leave_one_out))
+                             leave_one_out, tolerance))
     }
     fit <- new_kde_gpu(x, weights, list(H = B, type = "full", method = "given"),
                        kernel, backend, precision, NULL, "x")
     on.exit(release_device_copy(fit))
-    evaluate_log_density(fit, fit$z, leave_one_out = leave_one_out, whitened = TRUE)
+    log_density_at_training_points(fit, leave_one_out, tolerance)
   }
   loo <- renormalise_leave_one_out(log_sums(H, TRUE), weights)
   if (criterion == "mlcv") {

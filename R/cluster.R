@@ -102,8 +102,10 @@ worker_evaluate <- function(shard, task) {
   fit <- new_kde_gpu(shard$x, shard$weights, list(H = task$H, type = "full", method = "given"),
                      task$kernel, backend, task$precision, NULL, "shard")
   on.exit(release_device_copy(fit))
-  out <- evaluate_log_density(fit, task$points)
-  if (task$leave_one_out) out[shard$index] <- evaluate_log_density(fit, fit$z, leave_one_out = TRUE)
+  out <- evaluate_log_density(fit, task$points, tolerance = task$tolerance)
+  if (task$leave_one_out) {
+    out[shard$index] <- log_density_at_training_points(fit, TRUE, task$tolerance)
+  }
   out + shard$log_share
 }
 
@@ -169,9 +171,12 @@ run_parallel <- function(cl, data, key, shards, tasks) {
 # points and a chunk of the queries. leave_one_out: points are the training
 # points and each leaves out its own term (training split only).
 cluster_log_sum <- function(engine, data, points, H, kernel, precision, backend,
-                            split = "training", leave_one_out = FALSE) {
+                            split = "training", leave_one_out = FALSE, tolerance = NULL) {
+  # The options of this process decide, not the workers' (NULL: each
+  # worker's backend default).
+  if (is.null(tolerance)) tolerance <- getOption("kdegpu.tolerance")
   base <- list(H = H, kernel = kernel, precision = precision, backend = backend,
-               leave_one_out = leave_one_out)
+               leave_one_out = leave_one_out, tolerance = tolerance)
   if (split == "queries") {
     chunks <- split_indices(nrow(points), engine$size)
     shard <- make_shards(data, 1L)

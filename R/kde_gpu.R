@@ -131,17 +131,25 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     precision = precision,
     call = call,
     data.name = data_name,
-    # Evaluation state: whitened, centred training points and the constant
-    # that turns a kernel sum into a log-density.
+    # Evaluation state: the whitened, centred training points in a spatial
+    # (k-d) order whose tiles of 256 points are compact (z; its row i is
+    # point order[i] of x, its weight tile_weights[i]), so that evaluations
+    # skip what provably cannot matter, and the constant that turns a
+    # kernel sum into a log-density.
     center = center,
     transform = white$transform,
     chol_H = white$R,
     log_const = white$log_const,
     z = NULL,
+    order = NULL,
+    tile_weights = NULL,
     id = new_data_id(), # names the data on cluster workers
     device = new.env(parent = emptyenv())
   ), class = "kde_gpu")
-  object$z <- whiten(object, x)
+  z <- whiten(object, x)
+  object$order <- .Call(C_kdegpu_spatial_order, z, cpu_threads())
+  object$z <- z[object$order, , drop = FALSE]
+  object$tile_weights <- weights[object$order]
   if (backend == "cuda") cuda_model(object)
   object
 }

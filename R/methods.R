@@ -165,6 +165,8 @@ density_grid <- function(x, i, j, n) {
 #' @param object A [kde_gpu()] fit with at least two points of positive weight.
 #' @param cluster As in [predict()][predict.kde_gpu]: `NULL`, a `parallel`
 #'   cluster or `"future"`; the training points are sharded across workers.
+#' @param tolerance The relative error allowed in each leave-one-out
+#'   density, as in [predict()][predict.kde_gpu].
 #' @param ... Not used: an argument given here is an error that names it.
 #' @return An object of class `"logLik"` with attributes `df` (the number of
 #'   free bandwidth parameters: 1 for a scalar, d for a diagonal, d(d+1)/2
@@ -175,13 +177,15 @@ density_grid <- function(x, i, j, n) {
 #' logLik(kde_gpu(faithful$eruptions, bw = 0.2, backend = "cpu"))
 #' @importFrom stats logLik
 #' @export
-logLik.kde_gpu <- function(object, cluster = NULL, ...) {
-  check_dots_empty("logLik()", c("object", "cluster"), list(), ...)
+logLik.kde_gpu <- function(object, cluster = NULL, tolerance = getOption("kdegpu.tolerance"),
+                           ...) {
+  check_dots_empty("logLik()", c("object", "cluster", "tolerance"), list(), ...)
+  if (!is.null(tolerance)) tolerance <- check_tolerance(tolerance)
   check_fit(object)
   if (sum(object$weights > 0) < 2L) {
     stop("logLik() needs at least two points of positive weight.", call. = FALSE)
   }
-  loo <- leave_one_out_log_density(object, cluster_engine(cluster))
+  loo <- leave_one_out_log_density(object, cluster_engine(cluster), tolerance)
   w <- object$weights * object$n
   value <- sum(ifelse(w > 0, w * loo, 0))
   d <- object$d

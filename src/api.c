@@ -19,6 +19,7 @@
 #include "kde_backend.h"
 #include "kde_cuda.h"
 #include "finite.h"
+#include "spatial.h"
 #include "threads.h"
 #include "whiten.h"
 #include <kdegpu/kernels.h>
@@ -121,10 +122,15 @@ static void arg_weights(SEXP weight, int64_t n, kde_training_set *train)
 
 /* The training set from (train, weight, kernel); memory owned by R. */
 static kde_training_set arg_training_set(SEXP train, SEXP weight,
-                                         SEXP kernel, int threads)
+                                         SEXP kernel, SEXP tile_size,
+                                         int threads)
 {
   kde_training_set t;
   t.kernel = arg_kernel(kernel);
+  t.tile_size = arg_int_scalar(tile_size, "tile_size");
+  if (t.tile_size != 0 && t.tile_size != KDE_TILE_POINTS)
+    Rf_error("`tile_size` must be 0 (points in no spatial order) or %d",
+             KDE_TILE_POINTS);
   t.train = arg_matrix(train, "train", threads, &t.n_train, &t.dim);
   if (t.n_train < 1 || t.dim < 1)
     Rf_error("`train` must have at least one row and one column");
@@ -136,7 +142,8 @@ static kde_training_set arg_training_set(SEXP train, SEXP weight,
  * they are whitened already). */
 static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
                                    SEXP log_const, SEXP leave_one_out,
-                                   int64_t dim, int64_t n_train, int threads)
+                                   SEXP tolerance, int64_t dim,
+                                   int64_t n_train, int threads)
 {
   kde_query_set q;
   int64_t query_dim;
@@ -157,6 +164,9 @@ static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
   }
   q.log_const = arg_double_scalar(log_const, "log_const");
   q.leave_one_out = arg_flag(leave_one_out, "leave_one_out");
+  q.tolerance = arg_double_scalar(tolerance, "tolerance");
+  if (!(q.tolerance >= 0 && q.tolerance < 1))
+    Rf_error("`tolerance` must be in [0, 1), not %g", q.tolerance);
   if (q.leave_one_out && q.n_query != n_train)
     Rf_error("`leave_one_out` needs the queries to be the training points");
   return q;
@@ -266,14 +276,17 @@ static void raise_status(const kde_status *status)
 
 /* ---- CPU ---------------------------------------------------------------- */
 
-SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
-                            SEXP transform, SEXP kernel, SEXP log_const,
-                            SEXP leave_one_out, SEXP threads, SEXP progress_delay)
+SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
+                            SEXP query, SEXP center, SEXP transform,
+                            SEXP kernel, SEXP log_const, SEXP leave_one_out,
+                            SEXP tolerance, SEXP threads, SEXP progress_delay)
 {
   int n_threads = arg_threads(threads);
-  kde_training_set t = arg_training_set(train, weight, kernel, n_threads);
+  kde_training_set t = arg_training_set(train, weight, kernel, tile_size,
+                                        n_threads);
   kde_query_set q = arg_query_set(query, center, transform, log_const,
-                                  leave_one_out, t.dim, t.n_train, n_threads);
+                                  leave_one_out, tolerance, t.dim, t.n_train,
+                                  n_threads);
 
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   kde_status status;
@@ -331,6 +344,23 @@ SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads)
   int n_threads = arg_threads(threads);
   return Rf_ScalarReal(
       (double) kde_first_nonfinite(REAL(x), (int64_t) XLENGTH(x), n_threads) + 1);
+}
+
+/* The spatial order of a fit's whitened points (kde_kd_order: tiles of
+ * KDE_TILE_POINTS, each in blocks of KDE_QUERY_BLOCK, so that
+ * leave-one-out's queries, the training points themselves, come in compact
+ * blocks too), 1-based for R. */
+SEXP kdegpu_spatial_order(SEXP x, SEXP threads)
+{
+  int64_t n, d;
+  int n_threads = arg_threads(threads);
+  const double *data = arg_matrix(x, "x", n_threads, &n, &d);
+  int64_t *order = (int64_t *) R_alloc((size_t) (n > 0 ? n : 1), sizeof(int64_t));
+  kde_kd_order(data, n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, n_threads, order);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) n));
+  for (int64_t i = 0; i < n; i++) REAL(out)[i] = (double) order[i] + 1;
+  UNPROTECT(1);
+  return out;
 }
 
 /* z = (x - center) T, the whitening every evaluation's queries go through. */
@@ -467,12 +497,13 @@ static void cuda_model_finalizer(SEXP handle)
 
 /* Uploads the training set; returns an external pointer whose finalizer
  * frees the device memory when the fit is garbage-collected. */
-SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
-                              SEXP precision, SEXP devices,
+SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP tile_size,
+                              SEXP kernel, SEXP precision, SEXP devices,
                               SEXP memory_budget, SEXP threads)
 {
   int n_threads = arg_threads(threads);
-  kde_training_set t = arg_training_set(train, weight, kernel, n_threads);
+  kde_training_set t = arg_training_set(train, weight, kernel, tile_size,
+                                        n_threads);
   int prec = arg_int_scalar(precision, "precision");
   if (prec != KDE_PRECISION_DOUBLE && prec != KDE_PRECISION_SINGLE)
     Rf_error("`precision` must be 0 (double) or 1 (single)");
@@ -538,7 +569,7 @@ SEXP kdegpu_cuda_model_release(SEXP handle)
 
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
-                             SEXP leave_one_out, SEXP threads,
+                             SEXP leave_one_out, SEXP tolerance, SEXP threads,
                              SEXP progress_delay)
 {
   int64_t n_train, dim;
@@ -547,7 +578,7 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
   if (!cuda_allowed(&status)) raise_status(&status);
   kde_cuda_model *model = arg_cuda_model(handle, &n_train, &dim);
   kde_query_set q = arg_query_set(query, center, transform, log_const,
-                                  leave_one_out, dim, n_train,
+                                  leave_one_out, tolerance, dim, n_train,
                                   arg_threads(threads));
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   progress_begin(progress_delay);

@@ -7,9 +7,11 @@
 
 #include <Rinternals.h>
 
-SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP query, SEXP center,
-                            SEXP transform, SEXP kernel, SEXP log_const,
-                            SEXP leave_one_out, SEXP threads, SEXP progress_delay);
+SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
+                            SEXP query, SEXP center, SEXP transform,
+                            SEXP kernel, SEXP log_const, SEXP leave_one_out,
+                            SEXP tolerance, SEXP threads, SEXP progress_delay);
+SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
@@ -17,14 +19,14 @@ SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_cuda_info(void);
 SEXP kdegpu_cuda_device_count(void);
-SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP kernel,
-                              SEXP precision, SEXP devices,
+SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP tile_size,
+                              SEXP kernel, SEXP precision, SEXP devices,
                               SEXP memory_budget, SEXP threads);
 SEXP kdegpu_cuda_model_valid(SEXP handle);
 SEXP kdegpu_cuda_model_release(SEXP handle);
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
-                             SEXP leave_one_out, SEXP threads,
+                             SEXP leave_one_out, SEXP tolerance, SEXP threads,
                              SEXP progress_delay);
 SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
                         SEXP size, SEXP seed, SEXP device, SEXP memory_budget,

@@ -13,7 +13,8 @@
 #define CALLDEF(name, n) {#name, (DL_FUNC) (void (*)(void)) &name, n}
 
 static const R_CallMethodDef call_methods[] = {
-  CALLDEF(kdegpu_log_density_cpu, 10),
+  CALLDEF(kdegpu_log_density_cpu, 12),
+  CALLDEF(kdegpu_spatial_order, 2),
   CALLDEF(kdegpu_cpu_info, 1),
   CALLDEF(kdegpu_kernel_constants, 2),
   CALLDEF(kdegpu_lse_rows, 1),
@@ -21,10 +22,10 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_whiten, 4),
   CALLDEF(kdegpu_cuda_info, 0),
   CALLDEF(kdegpu_cuda_device_count, 0),
-  CALLDEF(kdegpu_cuda_model_create, 7),
+  CALLDEF(kdegpu_cuda_model_create, 8),
   CALLDEF(kdegpu_cuda_model_valid, 1),
   CALLDEF(kdegpu_cuda_model_release, 1),
-  CALLDEF(kdegpu_log_density_cuda, 8),
+  CALLDEF(kdegpu_log_density_cuda, 9),
   CALLDEF(kdegpu_sample_cuda, 10),
   {NULL, NULL, 0}
 };

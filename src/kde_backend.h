@@ -1,6 +1,6 @@
 /*
  * The C interface between the .Call glue (api.c) and the backends
- * (kde_cpu.c, kde_cuda.cu). Backends see plain C arrays, never a SEXP, and
+ * (kde_cpu.c, src/cuda/). Backends see plain C arrays, never a SEXP, and
  * report failure through kde_status; only api.c turns a status into an R
  * error.
  */

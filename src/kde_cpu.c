@@ -35,12 +35,12 @@
  * tiles it visits. */
 #define QUERY_BLOCK KDE_QUERY_BLOCK
 
-/* A tile of training points should fit in L1 with its distances:
- * tile * (dim + 2) doubles of about 32 KiB, at least 64 points so the
- * vector loops stay long. */
-#define TILE_BYTES (32 * 1024)
-#define TILE_MIN 64
-#define TILE_MAX 1024
+/* A chunk of training points read in one pass should fit in L1 with its
+ * distances: chunk * (dim + 2) doubles of about 32 KiB, at least 64 points
+ * so the vector loops stay long. */
+#define CHUNK_BYTES (32 * 1024)
+#define CHUNK_MIN 64
+#define CHUNK_MAX 1024
 
 /* Pairs evaluated between two interrupt polls: about 0.1-0.5 s of work on
  * one core, so Ctrl-C answers promptly without a poll per tile. */
@@ -171,9 +171,11 @@ static ALWAYS_INLINE kde_lse tile_state(int kernel, const double *s2,
 
 /* The queries of one block, at most QUERY_BLOCK of them, against the
  * training tiles listed in `visit` (tile t holds points [t * tile,
- * (t + 1) * tile)). `query_rows` are the block's rows of the query matrix;
- * `self_rows` (leave one out) the training point each query is, else NULL.
- * Writes each query's state to state[]. */
+ * (t + 1) * tile)). Consecutive listed tiles are one range of points, read
+ * in chunks of `chunk` points that stay in L1 with their distances.
+ * `query_rows` are the block's rows of the query matrix (leaving one out,
+ * also the training point each query is). Writes each query's state to
+ * state[]. */
 static ALWAYS_INLINE void evaluate_query_block(int kernel,
                                                const kde_training_set *t,
                                                const kde_query_set *qs,
@@ -181,33 +183,41 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
                                                int64_t block_len,
                                                const int64_t *visit,
                                                int64_t n_visit, int64_t tile,
-                                               double *scratch, kde_lse *state)
+                                               int64_t chunk, double *scratch,
+                                               kde_lse *state)
 {
   const int64_t dim = t->dim, n = t->n_train, m = qs->n_query;
-  double *s2 = scratch;                       /* tile */
-  double *exponent = scratch + tile;          /* tile */
-  double *points = scratch + 2 * tile;        /* QUERY_BLOCK x dim, by row */
+  double *s2 = scratch;                       /* chunk */
+  double *exponent = scratch + chunk;         /* chunk */
+  double *points = scratch + 2 * chunk;       /* QUERY_BLOCK x dim, by row */
 
   for (int64_t b = 0; b < block_len; b++) {
     state[b] = kde_lse_empty();
     for (int64_t k = 0; k < dim; k++)
       points[b * dim + k] = qs->query[query_rows[b] + k * m];
   }
-  for (int64_t v = 0; v < n_visit; v++) {
-    const int64_t tile_begin = visit[v] * tile;
-    const int64_t tile_len = n - tile_begin < tile ? n - tile_begin : tile;
-    for (int64_t b = 0; b < block_len; b++) {
-      int64_t self = -1;
-      if (qs->leave_one_out) {
-        int64_t own = query_rows[b] - tile_begin;
-        if (own >= 0 && own < tile_len) self = own;
+  for (int64_t v = 0; v < n_visit;) {
+    int64_t last = visit[v];
+    const int64_t first = last;
+    while (++v < n_visit && visit[v] == last + 1) last++;
+    const int64_t range_end = (last + 1) * tile < n ? (last + 1) * tile : n;
+    for (int64_t chunk_begin = first * tile; chunk_begin < range_end;
+         chunk_begin += chunk) {
+      const int64_t chunk_len =
+          range_end - chunk_begin < chunk ? range_end - chunk_begin : chunk;
+      for (int64_t b = 0; b < block_len; b++) {
+        int64_t self = -1;
+        if (qs->leave_one_out) {
+          int64_t own = query_rows[b] - chunk_begin;
+          if (own >= 0 && own < chunk_len) self = own;
+        }
+        tile_squared_distances(t->train, n, dim, chunk_begin, chunk_len,
+                               points + b * dim, s2);
+        kde_lse part = tile_state(kernel, s2, t->weight + chunk_begin,
+                                  t->log_weight + chunk_begin, chunk_len, self,
+                                  exponent);
+        state[b] = kde_lse_merge(state[b], part);
       }
-      tile_squared_distances(t->train, n, dim, tile_begin, tile_len,
-                             points + b * dim, s2);
-      kde_lse part = tile_state(kernel, s2, t->weight + tile_begin,
-                                t->log_weight + tile_begin, tile_len, self,
-                                exponent);
-      state[b] = kde_lse_merge(state[b], part);
     }
   }
 }
@@ -219,12 +229,13 @@ static void evaluate_block_dispatch(int kernel, const kde_training_set *t,
                                     const kde_query_set *qs,
                                     const int64_t *query_rows, int64_t block_len,
                                     const int64_t *visit, int64_t n_visit,
-                                    int64_t tile, double *scratch, kde_lse *state)
+                                    int64_t tile, int64_t chunk, double *scratch,
+                                    kde_lse *state)
 {
 #define KDE_CASE(K)                                                         \
   case K:                                                                   \
     evaluate_query_block(K, t, qs, query_rows, block_len, visit, n_visit,   \
-                         tile, scratch, state);                             \
+                         tile, chunk, scratch, state);                      \
     break;
   switch (kernel) {
     KDE_CASE(KDE_GAUSSIAN)
@@ -241,14 +252,13 @@ static void evaluate_block_dispatch(int kernel, const kde_training_set *t,
 #undef KDE_CASE
 }
 
-/* Tile size for a training set in no spatial order: a tile and its
- * distances stay in L1. */
-static int64_t choose_tile(int64_t dim)
+/* Training points read per pass: they and their distances stay in L1. */
+static int64_t choose_chunk(int64_t dim)
 {
-  int64_t tile = TILE_BYTES / (int64_t) ((dim + 2) * sizeof(double));
-  if (tile < TILE_MIN) tile = TILE_MIN;
-  if (tile > TILE_MAX) tile = TILE_MAX;
-  return tile - tile % 8;
+  int64_t chunk = CHUNK_BYTES / (int64_t) ((dim + 2) * sizeof(double));
+  if (chunk < CHUNK_MIN) chunk = CHUNK_MIN;
+  if (chunk > CHUNK_MAX) chunk = CHUNK_MAX;
+  return chunk - chunk % 8;
 }
 
 /* What the evaluation allocates, freed together on every path. */
@@ -309,7 +319,8 @@ void kde_cpu_log_density(const kde_training_set *train,
   const int n_threads = kde_thread_count(threads);
   const int64_t m = query->n_query, dim = train->dim;
   const int spatial = train->tile_size > 0;
-  const int64_t tile = spatial ? train->tile_size : choose_tile(dim);
+  const int64_t chunk = choose_chunk(dim);
+  const int64_t tile = spatial ? train->tile_size : chunk;
   const int64_t n_tiles = (train->n_train + tile - 1) / tile;
   cpu_buffers buf = {0};
   kde_query_set whitened_query;
@@ -338,7 +349,7 @@ void kde_cpu_log_density(const kde_training_set *train,
    * leaving one out, in the training set's (already spatial) order. */
   CPU_ALLOC(buf.query_order, m);
   if (spatial && !query->leave_one_out) {
-    kde_kd_order(query->query, m, dim, KDE_QUERY_BLOCK, n_threads, buf.query_order);
+    kde_kd_order(query->query, m, dim, KDE_QUERY_BLOCK, 0, n_threads, buf.query_order);
   } else {
     for (int64_t i = 0; i < m; i++) buf.query_order[i] = i;
   }
@@ -366,18 +377,18 @@ void kde_cpu_log_density(const kde_training_set *train,
   /* per thread: distances and exponents of a tile, the block's points and
    * box, the pruning scratch; and the list of tiles to visit */
   const int64_t scratch_per_thread =
-      2 * tile + QUERY_BLOCK * dim + 2 * dim + 2 * n_tiles;
+      2 * chunk + QUERY_BLOCK * dim + 2 * dim + 2 * n_tiles;
   CPU_ALLOC(buf.scratch, (int64_t) n_threads * scratch_per_thread);
   CPU_ALLOC(buf.visit, (int64_t) n_threads * n_tiles);
 
   /* Chunks of queries between interrupt polls, a whole number of blocks. */
   double pairs_per_query = (double) train->n_train * (double) dim;
-  int64_t chunk = (int64_t) (PAIRS_PER_POLL * n_threads / pairs_per_query);
-  chunk = (chunk / QUERY_BLOCK + 1) * QUERY_BLOCK;
+  int64_t poll_rows = (int64_t) (PAIRS_PER_POLL * n_threads / pairs_per_query);
+  poll_rows = (poll_rows / QUERY_BLOCK + 1) * QUERY_BLOCK;
 
-  for (int64_t chunk_begin = 0; chunk_begin < m; chunk_begin += chunk) {
-    int64_t chunk_end = chunk_begin + chunk < m ? chunk_begin + chunk : m;
-    int64_t n_blocks = (chunk_end - chunk_begin + QUERY_BLOCK - 1) / QUERY_BLOCK;
+  for (int64_t poll_begin = 0; poll_begin < m; poll_begin += poll_rows) {
+    int64_t poll_end = poll_begin + poll_rows < m ? poll_begin + poll_rows : m;
+    int64_t n_blocks = (poll_end - poll_begin + QUERY_BLOCK - 1) / QUERY_BLOCK;
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic)
     for (int64_t block = 0; block < n_blocks; block++) {
 #ifdef _OPENMP
@@ -387,13 +398,13 @@ void kde_cpu_log_density(const kde_training_set *train,
 #endif
       double *scratch = buf.scratch + thread * scratch_per_thread;
       int64_t *visit = buf.visit + thread * n_tiles;
-      const int64_t first = chunk_begin + block * QUERY_BLOCK;
-      const int64_t block_len = first + QUERY_BLOCK < chunk_end ? QUERY_BLOCK
-                                                                : chunk_end - first;
+      const int64_t first = poll_begin + block * QUERY_BLOCK;
+      const int64_t block_len = first + QUERY_BLOCK < poll_end ? QUERY_BLOCK
+                                                               : poll_end - first;
       const int64_t *rows = buf.query_order + first;
       int64_t n_visit = n_tiles;
       if (spatial) {
-        double *q_lo = scratch + 2 * tile + QUERY_BLOCK * dim;
+        double *q_lo = scratch + 2 * chunk + QUERY_BLOCK * dim;
         double *q_hi = q_lo + dim;
         for (int64_t k = 0; k < dim; k++) {
           const double *col = query->query + k * m;
@@ -411,12 +422,12 @@ void kde_cpu_log_density(const kde_training_set *train,
       }
       kde_lse state[QUERY_BLOCK];
       evaluate_block_dispatch(train->kernel, train, query, rows, block_len,
-                              visit, n_visit, tile, scratch, state);
+                              visit, n_visit, tile, chunk, scratch, state);
       for (int64_t b = 0; b < block_len; b++)
         out[rows[b]] = kde_lse_log(state[b]) + query->log_const;
     }
-    if (chunk_end < m && interrupted != NULL &&
-        interrupted((double) chunk_end / (double) m)) {
+    if (poll_end < m && interrupted != NULL &&
+        interrupted((double) poll_end / (double) m)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       goto cleanup;
     }

@@ -13,9 +13,6 @@
  * extra) with pivots from a fixed-seed generator, so the order is the same
  * on every run and for every thread count.
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "spatial.h"
 #include "threads.h"
 
@@ -83,8 +80,11 @@ static int64_t widest_axis(const double *x, int64_t n, int64_t d,
   return best;
 }
 
+/* Orders idx[0..len) into leaves of `leaf` rows; each leaf then into
+ * sub-leaves of `sub_leaf` rows (0: none), so that runs of `leaf` rows and
+ * runs of `sub_leaf` rows are both compact. */
 static void kd_split(const double *x, int64_t n, int64_t d, int64_t leaf,
-                     int64_t *idx, int64_t len, uint64_t seed)
+                     int64_t sub_leaf, int64_t *idx, int64_t len, uint64_t seed)
 {
   while (len > leaf) {
     int64_t axis = widest_axis(x, n, d, idx, len);
@@ -98,28 +98,29 @@ static void kd_split(const double *x, int64_t n, int64_t d, int64_t leaf,
     uint64_t left_seed = seed * 2 + 1, right_seed = seed * 2 + 2;
     if (mid >= TASK_MIN_ROWS) {
 #pragma omp task firstprivate(idx, mid, left_seed)
-      kd_split(x, n, d, leaf, idx, mid, left_seed);
+      kd_split(x, n, d, leaf, sub_leaf, idx, mid, left_seed);
     } else {
-      kd_split(x, n, d, leaf, idx, mid, left_seed);
+      kd_split(x, n, d, leaf, sub_leaf, idx, mid, left_seed);
     }
     idx = right;
     len = right_len;
     seed = right_seed;
   }
+  if (sub_leaf > 0 && sub_leaf < leaf && len > sub_leaf)
+    kd_split(x, n, d, sub_leaf, 0, idx, len, seed);
 }
 
-int kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
-                 int threads, int64_t *order)
+void kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
+                  int64_t sub_leaf, int threads, int64_t *order)
 {
   for (int64_t i = 0; i < n; i++) order[i] = i;
-  if (n <= leaf || leaf < 1) return 0;
+  if (leaf < 1) return;
   const int n_threads = kde_thread_count(threads);
 #pragma omp parallel num_threads(n_threads)
   {
 #pragma omp single
-    kd_split(x, n, d, leaf, order, n, 1);
+    kd_split(x, n, d, leaf, sub_leaf, order, n, 1);
   }
-  return 0;
 }
 
 void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,

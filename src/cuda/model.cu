@@ -189,13 +189,6 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                    train->kernel);
     return NULL;
   }
-  if (kernel_sums_logs(train->kernel) == (bool) kde_kernel_is_compact(train->kernel)) {
-    kde_status_set(status, KDE_ERR_ARGUMENT,
-                   "internal: kernel %d is not known to the CUDA backend"
-                   " (kernel_sums_logs disagrees with kde_kernel_is_compact)",
-                   train->kernel);
-    return NULL;
-  }
   if (precision != KDE_PRECISION_DOUBLE && precision != KDE_PRECISION_SINGLE) {
     kde_status_set(status, KDE_ERR_ARGUMENT, "unknown precision code %d",
                    precision);
@@ -231,7 +224,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   model->dim = train->dim;
   model->n_points = (train->n_train + kUnit - 1) / kUnit * kUnit;
   model->elem = precision == KDE_PRECISION_SINGLE ? sizeof(float) : sizeof(double);
-  model->scale = coordinate_scale(train->kernel);
+  model->scale = kde_log2_coordinate_scale(train->kernel);
   model->expanded = train->kernel == KDE_GAUSSIAN && train->dim >= 3;
   model->n_devices = n_devices;
   KDE_HOST_ALLOC(model->rep, n_devices, "the device list");

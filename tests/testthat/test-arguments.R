@@ -6,7 +6,7 @@ test_that("predict() rejects arguments it does not know, and points `x =` to `ne
   expect_error(predict(fit, x = faithful[1:2, ]), "unknown argument `x`.*`newdata`")
   expect_error(predict(fit, faithful[1:2, ], lgo = TRUE), "unknown argument `lgo`.*Did you mean `log`")
   expect_error(predict(fit, type = "cdf"), "unknown argument `type`")
-  expect_error(predict(fit, faithful[1:2, ], TRUE, FALSE, NULL, "queries", 7),
+  expect_error(predict(fit, faithful[1:2, ], TRUE, FALSE, NULL, "queries", 0, 7),
                "1 unnamed argument too many")
   expect_length(predict(fit, newdata = faithful[1:2, ]), 2L)
 })
@@ -63,9 +63,9 @@ test_that("a matrix whose dim does not match its length is an error, in R and in
   expect_error(.Call(kdegpu:::C_kdegpu_whiten, y, c(0, 0), diag(2), 1L), "`x` is damaged")
   expect_error(.Call(kdegpu:::C_kdegpu_whiten, fit$x, c(0, 0), y, 1L), "`transform` is damaged")
   entry <- kdegpu:::C_kdegpu_log_density_cpu
-  args <- list(fit$z, fit$weights, fit$z[1:2, ], NULL, NULL, 0L, 0, FALSE, 1L, -1)
+  args <- list(fit$z, fit$weights, 0L, fit$z[1:2, ], NULL, NULL, 0L, 0, FALSE, 0, 1L, -1)
   expect_error(do.call(.Call, c(list(entry, y), args[-1])), "`train` is damaged")
-  expect_error(do.call(.Call, c(list(entry), args[1:2], list(y), args[-(1:3)])),
+  expect_error(do.call(.Call, c(list(entry), args[1:3], list(y), args[-(1:4)])),
                "`query` is damaged")
 })
 
@@ -93,6 +93,6 @@ test_that("the CUDA glue accepts only pointers it made", {
                "`model` must be a CUDA model made by kdegpu")
   expect_null(.Call(kdegpu:::C_kdegpu_cuda_model_release, NULL))
   expect_error(.Call(kdegpu:::C_kdegpu_log_density_cuda, foreign, matrix(0, 1, 1), NULL, NULL,
-                     0, FALSE, 1L, -1),
+                     0, FALSE, 0, 1L, -1),
                "`model` must be a CUDA model made by kdegpu")
 })

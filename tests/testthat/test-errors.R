@@ -111,9 +111,10 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
                  weight = get("weight", parent.frame()),
                  query = get("query", parent.frame()), center = NULL,
                  transform = NULL, kernel = 0L, log_const = 0,
-                 leave_one_out = FALSE, threads = 1L, progress = -1) {
-    .Call(entry, train, weight, query, center, transform, kernel, log_const,
-          leave_one_out, threads, progress)
+                 leave_one_out = FALSE, threads = 1L, progress = -1,
+                 tile_size = 0L, tolerance = 0) {
+    .Call(entry, train, weight, tile_size, query, center, transform, kernel, log_const,
+          leave_one_out, tolerance, threads, progress)
   }
   # The valid call works (so the errors below are about the junk): the
   # coordinates are taken as already whitened and scaled, so the result is
@@ -172,6 +173,14 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
   expect_error(ok(leave_one_out = NULL), "`leave_one_out`")
   expect_error(ok(leave_one_out = NA), "`leave_one_out`")
   expect_error(ok(leave_one_out = c(TRUE, FALSE)), "`leave_one_out`")
+  expect_error(ok(tile_size = 7L), "`tile_size` must be 0 .* or 256")
+  expect_error(ok(tile_size = NA_integer_), "`tile_size`")
+  expect_error(ok(tolerance = -1), "`tolerance` must be in \\[0, 1\\)")
+  expect_error(ok(tolerance = 1), "`tolerance` must be in \\[0, 1\\)")
+  expect_error(ok(tolerance = NA_real_), "`tolerance`")
+  expect_error(ok(tolerance = "a"), "`tolerance`")
+  # a tolerance changes nothing for points in no spatial order (tile_size 0)
+  expect_equal(ok(tolerance = 0.5), ok(), tolerance = 1e-15)
   # Leave-one-out needs the training points as the queries.
   expect_error(ok(leave_one_out = TRUE), "`leave_one_out` needs the queries")
   expect_error(ok(threads = "a"), "`threads`")
@@ -180,6 +189,6 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
   expect_error(ok(threads = 1:2), "`threads`")
   # R itself refuses a call with the wrong number of arguments.
   expect_error(.Call(entry, train, weight, query, NULL, NULL, 0L, 0, FALSE),
-               "expecting 10")
-  expect_error(.Call(entry), "expecting 10")
+               "expecting 12")
+  expect_error(.Call(entry), "expecting 12")
 })

@@ -8,7 +8,7 @@
 # are read from the C source when the tests run from a checkout; the values
 # below are those in src/kde_cpu.c, for an installed package's tests.
 cpu_chunk_constants <- function() {
-  consts <- c(PAIRS_PER_POLL = 2.0e8, QUERY_BLOCK = 16)
+  consts <- c(PAIRS_PER_POLL = 2.0e8, KDE_QUERY_BLOCK = 16)
   src <- list.files(test_path("..", "..", "src"), pattern = "\\.(c|h)$",
                     full.names = TRUE, recursive = TRUE)
   for (name in names(consts)) {
@@ -26,7 +26,7 @@ cpu_chunk_constants <- function() {
 cpu_progress_percentages <- function(n, d, m, threads) {
   consts <- cpu_chunk_constants()
   chunk <- floor(consts[["PAIRS_PER_POLL"]] * threads / (n * d))
-  chunk <- (chunk %/% consts[["QUERY_BLOCK"]] + 1) * consts[["QUERY_BLOCK"]]
+  chunk <- (chunk %/% consts[["KDE_QUERY_BLOCK"]] + 1) * consts[["KDE_QUERY_BLOCK"]]
   ends <- seq(chunk, by = chunk, length.out = ceiling(m / chunk))
   ends <- ends[ends < m]
   trimws(sprintf("%3.0f%%", 100 * ends / m))

@@ -2,7 +2,7 @@
  * kdegpu/kernels.h: the kernel math, written once for both backends.
  *
  * Valid C99 and CUDA C++. Under nvcc every function is __host__ __device__,
- * so the CPU backend (src/kde_cpu.c), the CUDA kernels (src/kde_cuda.cu) and
+ * so the CPU backend (src/kde_cpu.c), the CUDA kernels (src/cuda/) and
  * the host code that computes normalising constants share one definition.
  *
  * Conventions

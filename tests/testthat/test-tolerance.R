@@ -1,0 +1,140 @@
+# Skipping what provably cannot matter (src/prune.c): every density within
+# relative `tolerance` of the full sum and never above it; compact kernels
+# skip only exact zeros; results in the user's order.
+
+# log f(full) - log f(pruned) must lie in [0, -log(1 - tolerance)], up to
+# the rounding of the two sums (a few ulps of the log-density).
+expect_within_tolerance <- function(pruned, full, tolerance, label) {
+  finite <- is.finite(full)
+  expect_identical(is.finite(pruned), finite, label = label)
+  gap <- full[finite] - pruned[finite]
+  slack <- 1e-13 * pmax(1, abs(full[finite]))
+  expect_true(all(gap >= -slack), label = paste(label, "never above the full sum"))
+  expect_true(all(gap <= -log1p(-tolerance) + slack),
+              label = paste(label, "within the tolerance"))
+}
+
+clustered_data <- function(n, d, seed) {
+  set.seed(seed)
+  centres <- matrix(rnorm(5 * d, sd = 20), 5, d)
+  x <- centres[sample.int(5, n, replace = TRUE), , drop = FALSE] + matrix(rnorm(n * d), n, d)
+  x[1:3, ] <- x[1:3, ] + 1e3 # far outliers
+  x
+}
+
+test_that("Gaussian and exponential results stay within the tolerance of the full sum", {
+  for (be in eval_backends()) {
+    for (d in c(1L, 2L, 3L, 5L)) {
+      x <- clustered_data(3000, d, seed = 10 + d)
+      q <- rbind(clustered_data(700, d, seed = 20 + d), matrix(1e4, 1, d))
+      w <- runif(nrow(x))
+      for (kernel in c("gaussian", "exponential")) {
+        fit <- kde_on(be, x, kernel = kernel, weights = w)
+        full <- predict(fit, q, log = TRUE, tolerance = 0)
+        for (tol in c(1e-2, 1e-6)) {
+          label <- be_label(be, kernel, "d =", d, "tolerance", tol)
+          expect_within_tolerance(predict(fit, q, log = TRUE, tolerance = tol), full, tol, label)
+          loo_full <- predict(fit, leave_one_out = TRUE, log = TRUE, tolerance = 0)
+          expect_within_tolerance(predict(fit, leave_one_out = TRUE, log = TRUE, tolerance = tol),
+                                  loo_full, tol, paste(label, "leave-one-out"))
+        }
+      }
+    }
+  }
+})
+
+test_that("a large tolerance does skip tiles, and only as far as the bound allows", {
+  x <- clustered_data(5000, 2, seed = 3)
+  fit <- kde_gpu(x, backend = "cpu")
+  q <- clustered_data(500, 2, seed = 4)
+  full <- predict(fit, q, log = TRUE, tolerance = 0)
+  loose <- predict(fit, q, log = TRUE, tolerance = 0.5)
+  expect_gt(max(full - loose), 1e-6) # something was skipped
+  expect_within_tolerance(loose, full, 0.5, "tolerance 0.5")
+})
+
+test_that("the default tolerance agrees with the plain-R reference at working precision", {
+  x <- clustered_data(1500, 3, seed = 5)
+  q <- clustered_data(300, 3, seed = 6)
+  H <- kde_gpu(x, backend = "cpu")$H
+  for (be in eval_backends()) {
+    for (kernel in c("gaussian", "exponential", "epanechnikov", "biweight")) {
+      fit <- kde_on(be, x, kernel = kernel, H = H)
+      ref <- ref_log_density(x, q, H, kernel)
+      expect_log_density_equal(predict(fit, q, log = TRUE), ref, be$tol,
+                               label = be_label(be, kernel, "default tolerance"))
+    }
+  }
+})
+
+test_that("compact kernels skip only tiles that add exactly 0, at any tolerance", {
+  x <- clustered_data(4000, 2, seed = 7)
+  q <- rbind(clustered_data(600, 2, seed = 8), c(1e3, 1e3))
+  for (kernel in c("epanechnikov", "rectangular", "triangular", "biweight", "cosine",
+                   "optcosine")) {
+    fit <- kde_gpu(x, kernel = kernel, backend = "cpu")
+    ref <- ref_log_density(x, q, fit$H, kernel)
+    for (tol in c(0, 1e-3)) {
+      out <- predict(fit, q, log = TRUE, tolerance = tol)
+      expect_identical(is.finite(out), is.finite(ref), label = paste(kernel, tol))
+      expect_equal(out[is.finite(ref)], ref[is.finite(ref)], tolerance = 1e-12,
+                   label = paste(kernel, tol))
+    }
+  }
+})
+
+test_that("hard shapes keep the guarantee: ties, offsets, tiny and ragged sizes", {
+  set.seed(9)
+  shapes <- list(
+    ties = cbind(rep(1:4, 300), rep(c(0, 0, 0, 5), 300)) + 0,
+    offset = matrix(rnorm(2000), ncol = 2) + 1e4,
+    tiny = matrix(rnorm(30), ncol = 3),
+    ragged = matrix(rnorm(3 * 1031), ncol = 3),
+    line = cbind(seq(0, 100, length.out = 1500), 0.001 * rnorm(1500))
+  )
+  for (name in names(shapes)) {
+    x <- shapes[[name]]
+    fit <- kde_gpu(x, bw = 0.3, backend = "cpu")
+    q <- x[seq(1, nrow(x), by = 7), , drop = FALSE] + 0.05
+    ref <- ref_log_density(x, q, fit$H, "gaussian")
+    expect_equal(predict(fit, q, log = TRUE), ref, tolerance = 1e-12, label = name)
+    full <- predict(fit, q, log = TRUE, tolerance = 0)
+    expect_within_tolerance(predict(fit, q, log = TRUE, tolerance = 1e-3), full, 1e-3, name)
+  }
+})
+
+test_that("the spatial order is a permutation, the same for any thread count", {
+  set.seed(12)
+  z <- matrix(rnorm(3 * 5000), ncol = 3)
+  one <- .Call(kdegpu:::C_kdegpu_spatial_order, z, 1L)
+  two <- .Call(kdegpu:::C_kdegpu_spatial_order, z, 2L)
+  expect_identical(one, two)
+  expect_identical(sort(one), as.double(seq_len(5000)))
+  # its tiles of 256 points are compact: much smaller boxes than the data's
+  tiles <- split(seq_len(5000), (seq_len(5000) - 1) %/% 256)
+  extent <- vapply(tiles, function(rows) {
+    prod(apply(z[one[rows], , drop = FALSE], 2, function(v) diff(range(v))))
+  }, 0)
+  expect_lt(max(extent[-length(extent)]), prod(apply(z, 2, function(v) diff(range(v)))) / 4)
+  expect_error(.Call(kdegpu:::C_kdegpu_spatial_order, z, -1L), "`threads`")
+})
+
+test_that("tolerance is checked, taken from the option, and honoured by logLik and CV", {
+  fit <- kde_gpu(faithful, backend = "cpu")
+  expect_error(predict(fit, faithful[1:3, ], tolerance = 1), "`tolerance` must be one number in \\[0, 1\\)")
+  expect_error(predict(fit, faithful[1:3, ], tolerance = -0.1), "`tolerance`")
+  expect_error(predict(fit, faithful[1:3, ], tolerance = "a"), "`tolerance`")
+  expect_error(logLik(fit, tolerance = NA), "`tolerance`")
+  expect_error(bw_mlcv(faithful$eruptions, backend = "cpu", tolerance = 2), "`tolerance`")
+  old <- options(kdegpu.tolerance = 0.4)
+  on.exit(options(old))
+  loose <- predict(fit, faithful[1:50, ], log = TRUE)
+  options(kdegpu.tolerance = NULL)
+  full <- predict(fit, faithful[1:50, ], log = TRUE, tolerance = 0)
+  expect_within_tolerance(loose, full, 0.4, "from the option")
+  expect_equal(as.numeric(logLik(fit, tolerance = 0)), as.numeric(logLik(fit)), tolerance = 1e-13)
+  x <- faithful$eruptions
+  expect_equal(as.numeric(bw_mlcv(x, backend = "cpu", tolerance = 0)),
+               as.numeric(bw_mlcv(x, backend = "cpu")), tolerance = 1e-8)
+  expect_identical(default_tolerance[["double"]], 1e-14)
+})
