@@ -223,6 +223,7 @@ static kde_training_set training_set(const dataset &t, int kernel)
   ts.train = t.x.data();
   ts.weight = t.w.data();
   ts.log_weight = t.lw.data();
+  ts.tile_size = 0; /* points in no spatial order */
   return ts;
 }
 
@@ -241,6 +242,7 @@ static int evaluate(const dataset &t, const dataset &q, int kernel, int precisio
   qs.query = q.x.data();
   qs.log_const = log_const;
   qs.leave_one_out = loo;
+  qs.tolerance = 0; /* the full sum */
   out.assign(q.n, NAN);
   kde_cuda_log_density_stats(model, &qs, probe, out.data(), &stats, st);
   kde_cuda_model_free(model);
@@ -536,6 +538,7 @@ static timing time_eval(kde_cuda_model *model, const dataset &q, int reps,
   qs.query = q.x.data();
   qs.log_const = 0;
   qs.leave_one_out = 0;
+  qs.tolerance = 0; /* the full sum */
   out.assign(q.n, NAN);
   std::vector<double> ks, ws;
   kde_status st;
