@@ -39,6 +39,12 @@ test_that("mclapply() children evaluate after the parent ran parallel work", {
 
 test_that("a fork cluster evaluates a fit through predict(cluster = )", {
   skip_if(parallel::detectCores() < 2L, "needs 2 cores for OpenMP's thread pool")
+  # a fork cluster talks over sockets: R's internet module must be there
+  sockets <- tryCatch({
+    close(socketConnection(port = 1L, timeout = 1)); TRUE
+  }, error = function(e) !grepl("internet routines", conditionMessage(e)),
+     warning = function(w) !grepl("internet", conditionMessage(w)))
+  skip_if_not(sockets, "R's internet module (sockets) is not available")
   res <- run_forking_script(c(
     "set.seed(2)",
     "fit <- kde_gpu(matrix(rnorm(6000), ncol = 2), backend = 'cpu')",
