@@ -142,12 +142,17 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     log_const = white$log_const,
     z = NULL,
     order = NULL,
+    tile_size = NULL,
     tile_weights = NULL,
     id = new_data_id(), # names the data on cluster workers
     device = new.env(parent = emptyenv())
   ), class = "kde_gpu")
   z <- whiten(object, x)
-  object$order <- .Call(C_kdegpu_spatial_order, z, cpu_threads())
+  # options(kdegpu.spatial = FALSE): no spatial order, every evaluation
+  # visits every tile (the baseline that bench/prune.R measures against)
+  spatial <- !isFALSE(getOption("kdegpu.spatial", TRUE))
+  object$tile_size <- if (spatial) spatial_tile_size else 0L
+  object$order <- if (spatial) .Call(C_kdegpu_spatial_order, z, cpu_threads()) else seq_len(nrow(z))
   object$z <- z[object$order, , drop = FALSE]
   object$tile_weights <- weights[object$order]
   if (backend == "cuda") cuda_model(object)

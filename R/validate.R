@@ -95,7 +95,7 @@ is_intact_matrix <- function(x, nrow = NULL, ncol = NULL) {
 # instead of giving a wrong answer.
 check_fit <- function(object, arg = "object") {
   parts <- c("x", "weights", "n", "d", "H", "kernel", "backend", "precision",
-             "center", "transform", "log_const", "z")
+             "center", "transform", "log_const", "z", "order", "tile_weights")
   intact <- inherits(object, "kde_gpu") && is.list(object) && all(parts %in% names(object))
   if (intact) {
     n <- object$n
@@ -107,6 +107,8 @@ check_fit <- function(object, arg = "object") {
       is.double(object$H) && is_intact_matrix(object$H, d, d) &&
       is.double(object$transform) && is_intact_matrix(object$transform, d, d) &&
       is.double(object$weights) && length(object$weights) == n &&
+      is.double(object$tile_weights) && length(object$tile_weights) == n &&
+      is.numeric(object$order) && length(object$order) == n &&
       is.double(object$center) && length(object$center) == d &&
       is.double(object$log_const) && length(object$log_const) == 1L &&
       is.character(object$kernel) && length(object$kernel) == 1L &&

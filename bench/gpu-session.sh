@@ -11,7 +11,7 @@
 #
 # Steps: tests (the whole testthat suite, CUDA backend), harness (the CUDA
 # harness's correctness mode), bench (bench/gpu.R, written to
-# $OUT/gpu.csv), sanitize (compute-sanitizer memcheck on a short R workload).
+# $OUT/gpu.csv), prune (bench/prune.R, to $OUT/prune.csv), sanitize (compute-sanitizer memcheck on a short R workload).
 set -uo pipefail
 final=${OUT:-/tmp/kdegpu-out}
 out=$(mktemp -d)
@@ -20,6 +20,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
+  [ -f "$out/prune.csv" ] && cp "$out/prune.csv" "$final/"
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
   cat "$out/summary.txt"
 }
@@ -56,6 +57,8 @@ for s in ${STEPS:-tests harness bench}; do
       step harness env SANITIZE=0 PROFILE=0 MODE=test OUT="$out/harness" bash bench/cuda/run.sh ;;
     bench)
       step bench Rscript bench/gpu.R "$out/gpu.csv" ;;
+    prune)
+      step prune Rscript bench/prune.R "$out/prune.csv" ;;
     sanitize)
       step sanitize compute-sanitizer --tool memcheck --leak-check full Rscript -e '
         library(kdegpu); set.seed(1); x <- matrix(rnorm(3e4), ncol = 3)

@@ -128,6 +128,7 @@ static kde_training_set arg_training_set(SEXP train, SEXP weight,
   kde_training_set t;
   t.kernel = arg_kernel(kernel);
   t.tile_size = arg_int_scalar(tile_size, "tile_size");
+  t.host_threads = threads;
   if (t.tile_size != 0 && t.tile_size != KDE_TILE_POINTS)
     Rf_error("`tile_size` must be 0 (points in no spatial order) or %d",
              KDE_TILE_POINTS);
@@ -165,6 +166,7 @@ static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
   q.log_const = arg_double_scalar(log_const, "log_const");
   q.leave_one_out = arg_flag(leave_one_out, "leave_one_out");
   q.tolerance = arg_double_scalar(tolerance, "tolerance");
+  q.host_threads = threads;
   if (!(q.tolerance >= 0 && q.tolerance < 1))
     Rf_error("`tolerance` must be in [0, 1), not %g", q.tolerance);
   if (q.leave_one_out && q.n_query != n_train)

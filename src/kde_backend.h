@@ -43,6 +43,9 @@ typedef struct {
    * that an evaluation may skip tiles that provably cannot matter; 0 when
    * they are in no particular order (every tile is visited). */
   int64_t tile_size;
+  /* CPU threads the CUDA backend may use for its host work (0: all that
+   * are allowed); the CPU backend takes its threads as an argument. */
+  int host_threads;
 } kde_training_set;
 
 /* Points per spatial tile of the training set: the CPU backend's unit of
@@ -74,6 +77,7 @@ typedef struct {
    * relative `tolerance` of the full sum (prune.c). 0: the full sum. Needs
    * a spatially ordered training set (tile_size > 0). */
   double tolerance;
+  int host_threads;          /* as in kde_training_set */
 } kde_query_set;
 
 /* CPU backend (kde_cpu.c). Writes n_query log-densities to `out`. */

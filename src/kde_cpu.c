@@ -282,24 +282,6 @@ static void free_buffers(cpu_buffers *b)
   free(b->visit);
 }
 
-/* Each tile's log total weight, and log(total - largest) for the
- * leave-one-out lower bound (prune.c). */
-static void tile_weights(const kde_training_set *t, int64_t tile,
-                         int64_t n_tiles, double *log_total, double *log_rest)
-{
-  for (int64_t i = 0; i < n_tiles; i++) {
-    const int64_t begin = i * tile;
-    const int64_t end = begin + tile < t->n_train ? begin + tile : t->n_train;
-    double total = 0.0, largest = 0.0;
-    for (int64_t j = begin; j < end; j++) {
-      total += t->weight[j];
-      largest = t->weight[j] > largest ? t->weight[j] : largest;
-    }
-    log_total[i] = total > 0 ? log(total) : -INFINITY;
-    log_rest[i] = total - largest > 0 ? log(total - largest) : -INFINITY;
-  }
-}
-
 void kde_cpu_log_density(const kde_training_set *train,
                          const kde_query_set *query, int threads,
                          kde_interrupt_probe interrupted, double *out,
@@ -362,7 +344,8 @@ void kde_cpu_log_density(const kde_training_set *train,
     CPU_ALLOC(buf.tile_log_rest, n_tiles);
     kde_tile_boxes(train->train, train->n_train, dim, tile, n_threads,
                    buf.tile_lo, buf.tile_hi);
-    tile_weights(train, tile, n_tiles, buf.tile_log_weight, buf.tile_log_rest);
+    kde_tile_log_weights(train->weight, train->n_train, tile, buf.tile_log_weight,
+                         buf.tile_log_rest);
     plan.kernel = train->kernel;
     plan.dim = dim;
     plan.n_tiles = n_tiles;

@@ -21,9 +21,11 @@
  * the points are.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "prune.h"
 #include "spatial.h"
+#include "threads.h"
 #include <kdegpu/kernels.h>
 
 /* A tile is beyond a compact kernel's support when min2 exceeds 1 by more
@@ -96,4 +98,72 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
     if (b < first_skipped) visit[n_visit++] = t;
   }
   return n_visit;
+}
+
+int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
+                          int64_t n_query, int64_t first, int64_t rows,
+                          int64_t block, int threads, int64_t *offsets,
+                          int32_t *visit)
+{
+  const int64_t n_blocks = (rows + block - 1) / block, d = plan->dim;
+  const int64_t n_tiles = plan->n_tiles;
+  const int n_threads = kde_thread_count(threads);
+  int failed = 0;
+#pragma omp parallel num_threads(n_threads) reduction(| : failed)
+  {
+    /* per thread: the block's box, the decision's scratch, its list */
+    double *box = malloc((size_t) (2 * d + 2 * n_tiles) * sizeof(double));
+    int64_t *tiles = malloc((size_t) (n_tiles > 0 ? n_tiles : 1) * sizeof(int64_t));
+    /* every thread meets the loop (a worksharing construct), allocated or not */
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t b = 0; b < n_blocks; b++) {
+      if (box == NULL || tiles == NULL) {
+        failed = 1;
+        continue;
+      }
+      const int64_t begin = first + b * block;
+      const int64_t end = begin + block < first + rows ? begin + block : first + rows;
+      for (int64_t k = 0; k < d; k++) {
+        const double *col = q + k * n_query;
+        double lo = col[begin], hi = lo;
+        for (int64_t i = begin + 1; i < end; i++) {
+          lo = col[i] < lo ? col[i] : lo;
+          hi = col[i] > hi ? col[i] : hi;
+        }
+        box[k] = lo;
+        box[d + k] = hi;
+      }
+      const int64_t count = kde_tiles_to_visit(plan, box, box + d, box + 2 * d, tiles);
+      if (visit == NULL) {
+        offsets[b + 1] = count;
+      } else {
+        for (int64_t v = 0; v < count; v++) visit[offsets[b] + v] = (int32_t) tiles[v];
+      }
+    }
+    free(box);
+    free(tiles);
+  }
+  if (failed) return -1;
+  if (visit == NULL) {
+    offsets[0] = 0;
+    for (int64_t b = 0; b < n_blocks; b++) offsets[b + 1] += offsets[b];
+  }
+  return 0;
+}
+
+void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,
+                          double *log_total, double *log_rest)
+{
+  const int64_t n_tiles = (n + tile - 1) / tile;
+  for (int64_t i = 0; i < n_tiles; i++) {
+    const int64_t begin = i * tile;
+    const int64_t end = begin + tile < n ? begin + tile : n;
+    double total = 0.0, largest = 0.0;
+    for (int64_t j = begin; j < end; j++) {
+      total += weight[j];
+      largest = weight[j] > largest ? weight[j] : largest;
+    }
+    log_total[i] = total > 0 ? log(total) : -INFINITY;
+    log_rest[i] = total - largest > 0 ? log(total - largest) : -INFINITY;
+  }
 }

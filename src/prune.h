@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* What the decision needs to know of the training tiles. */
 typedef struct {
   int kernel;
@@ -27,5 +31,27 @@ typedef struct {
  * scratch: 2 * n_tiles doubles. */
 int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
                            const double *q_hi, double *scratch, int64_t *visit);
+
+/* Each tile's log total weight, and log(total - largest weight), which
+ * bounds what a tile holds without any one of its points (leave one out),
+ * for tiles of `tile` consecutive weights of n. */
+void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,
+                          double *log_total, double *log_rest);
+
+/* The tiles that each block of `block` consecutive query rows visits, for
+ * the rows [first, first + rows) of the n_query x dim column-major matrix q
+ * (the last block may be shorter), as compressed lists: offsets[0..n_blocks]
+ * (n_blocks = ceil(rows / block)) and, when visit is not NULL, visit[
+ * offsets[b] .. offsets[b + 1]) the tiles of block b, ascending. Call it
+ * with visit = NULL for the offsets, then again with room for
+ * offsets[n_blocks] tiles. Returns 0, or -1 when out of memory. */
+int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
+                          int64_t n_query, int64_t first, int64_t rows,
+                          int64_t block, int threads, int64_t *offsets,
+                          int32_t *visit);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -8,6 +8,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A k-d order of the n rows of the column-major n x d matrix x: split at the
  * median of the widest coordinate, recursively, with every split at a
  * multiple of `leaf` rows, so that each run of `leaf` consecutive rows of
@@ -43,5 +47,9 @@ static inline void kde_box_distances(const double *a_lo, const double *a_hi,
   *min2 = near;
   *max2 = far;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

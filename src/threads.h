@@ -2,6 +2,10 @@
 #ifndef KDEGPU_THREADS_H
 #define KDEGPU_THREADS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Threads for a parallel region: `requested` (the user's
  * options(kdegpu.threads); <= 0 means all that are allowed) capped by the
  * cores, OMP_THREAD_LIMIT and OMP_NUM_THREADS; 1 in a forked child. Every
@@ -24,5 +28,9 @@ void kde_note_cuda_used(void);
 
 /* 1 in a forked child whose parent had used CUDA. */
 int kde_cuda_inherited(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -4,7 +4,15 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void kde_whiten(const double *x, int64_t n, int64_t d, const double *center,
                 const double *transform, int threads, double *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

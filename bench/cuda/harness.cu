@@ -224,6 +224,7 @@ static kde_training_set training_set(const dataset &t, int kernel)
   ts.weight = t.w.data();
   ts.log_weight = t.lw.data();
   ts.tile_size = 0; /* points in no spatial order */
+  ts.host_threads = 0;
   return ts;
 }
 
@@ -243,6 +244,7 @@ static int evaluate(const dataset &t, const dataset &q, int kernel, int precisio
   qs.log_const = log_const;
   qs.leave_one_out = loo;
   qs.tolerance = 0; /* the full sum */
+  qs.host_threads = 0;
   out.assign(q.n, NAN);
   kde_cuda_log_density_stats(model, &qs, probe, out.data(), &stats, st);
   kde_cuda_model_free(model);
@@ -539,6 +541,7 @@ static timing time_eval(kde_cuda_model *model, const dataset &q, int reps,
   qs.log_const = 0;
   qs.leave_one_out = 0;
   qs.tolerance = 0; /* the full sum */
+  qs.host_threads = 0;
   out.assign(q.n, NAN);
   std::vector<double> ks, ws;
   kde_status st;

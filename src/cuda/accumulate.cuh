@@ -104,6 +104,52 @@ __device__ __forceinline__ int64_t block_split(const kde_args<T> &a, int64_t &co
   return first;
 }
 
+/* The units of kUnit points that this block visits in its split (which
+ * starts at point p0 and holds `units` units): all of them, or, with a
+ * pruning plan (a.visit), those of its query block's list that fall in the
+ * split. unit(t) is the t-th, as an index from the split's start. */
+struct visit_units {
+  const int32_t *list; /* NULL: every unit */
+  int64_t first;       /* position in list of the split's first visit */
+  int64_t count;       /* units to visit */
+  int64_t base;        /* global unit index of the split's start */
+  __device__ __forceinline__ int64_t unit(int64_t t) const
+  {
+    return list == nullptr ? t : (int64_t) list[first + t] - base;
+  }
+};
+
+/* First position in list[lo, hi) whose value is >= key (lists ascend). */
+__device__ __forceinline__ int64_t lower_bound_unit(const int32_t *list, int64_t lo,
+                                                    int64_t hi, int64_t key)
+{
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if ((int64_t) list[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+template <typename T>
+__device__ __forceinline__ visit_units block_visits(const kde_args<T> &a, int64_t p0,
+                                                    int64_t units)
+{
+  visit_units v;
+  v.base = (a.train_base + p0) / kUnit;
+  if (a.visit == nullptr) {
+    v.list = nullptr;
+    v.first = 0;
+    v.count = units;
+    return v;
+  }
+  const int64_t lo = a.visit_offset[blockIdx.x], hi = a.visit_offset[blockIdx.x + 1];
+  v.list = a.visit;
+  v.first = lower_bound_unit(a.visit, lo, hi, v.base);
+  v.count = lower_bound_unit(a.visit, v.first, hi, v.base + units) - v.first;
+  return v;
+}
+
 /* The value of one pair for the difference form, from s^2 and aux. */
 template <int K, bool LSE, typename T>
 __device__ __forceinline__ T pair_value(T s2, T aux)

@@ -20,8 +20,11 @@
 #include "kernels.cuh"
 #include "layout.cuh"
 #include "model.cuh"
+#include "prune.h"
+#include "spatial.h"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
+#include "whiten.h"
 
 using namespace kdegpu;
 
@@ -36,6 +39,16 @@ template <typename T> static kde_kernel_fn<T> select_kernel(int kernel, int dim,
   if (dim <= 4) return select_small_kernel<T>(kernel, dim);
   return select_wide_kernel<T>(kernel);
 }
+
+/* What an evaluation that prunes shares with its steps: the decision's
+ * inputs (prune.c) and the queries, whitened and in spatial order, in the
+ * coordinates of the model's unit boxes. */
+typedef struct {
+  kde_prune_plan plan;
+  const double *queries; /* n_query x dim, column-major */
+  int64_t n_query;
+  int threads;
+} prune_context;
 
 /* One device's share of an evaluation. */
 typedef struct {
@@ -64,6 +77,8 @@ typedef struct {
   int64_t raw_rows;
   int batch_started;        /* this step packed a new batch */
   int batch_done;           /* this step finished the batch */
+  const prune_context *prune; /* NULL: every query block visits every unit */
+  int visiting;             /* the current batch has a plan on the device */
   kde_cuda_eval_stats *stats; /* counters, or NULL (then no kernel timing) */
 } kde_device_job;
 
@@ -170,6 +185,53 @@ cleanup:
   return -1;
 }
 
+/* The current batch's pruning plan: which units each of its query blocks
+ * visits (prune.c, on the host), uploaded to the job's device. A plan that
+ * would visit nearly everything is not used (job->visiting = 0). */
+static int plan_batch(kde_device_job *job, kde_status *status)
+{
+  const prune_context *pc = job->prune;
+  kde_replica *rep = job->rep;
+  const int64_t blocks = ceil_div(job->n_batch, kBlockQueries);
+  int64_t *offsets = NULL;
+  int32_t *visit = NULL;
+  int ok = 0;
+  job->visiting = 0;
+  KDE_HOST_ALLOC(offsets, blocks + 1, "the pruning plan");
+  if (kde_plan_query_blocks(&pc->plan, pc->queries, pc->n_query, job->q_next, job->n_batch,
+                            kBlockQueries, pc->threads, offsets, NULL) != 0) {
+    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory planning the evaluation");
+    goto cleanup;
+  }
+  if ((double) offsets[blocks] >= 0.9 * (double) blocks * (double) (job->u_hi - job->u_lo)) {
+    ok = 1; /* visiting almost every unit: the plain sweep costs less */
+    goto cleanup;
+  }
+  KDE_HOST_ALLOC(visit, offsets[blocks], "the pruning plan");
+  if (kde_plan_query_blocks(&pc->plan, pc->queries, pc->n_query, job->q_next, job->n_batch,
+                            kBlockQueries, pc->threads, offsets, visit) != 0) {
+    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory planning the evaluation");
+    goto cleanup;
+  }
+  if (buffer_reserve(&rep->visit, (size_t) (offsets[blocks] > 0 ? offsets[blocks] : 1) *
+                                      sizeof(int32_t), status) != 0 ||
+      buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0)
+    goto cleanup;
+  /* pageable sources: the calls return once the data have left them */
+  if (offsets[blocks] > 0)
+    KDE_CUDA_TRY(cudaMemcpyAsync(rep->visit.ptr, visit, (size_t) offsets[blocks] * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, rep->stream));
+  KDE_CUDA_TRY(cudaMemcpyAsync(rep->visit_offset.ptr, offsets,
+                               (size_t) (blocks + 1) * sizeof(int64_t),
+                               cudaMemcpyHostToDevice, rep->stream));
+  job->visiting = 1;
+  ok = 1;
+cleanup:
+  free(offsets);
+  free(visit);
+  return ok ? 0 : -1;
+}
+
 /* Enqueue one step of `job` (one query batch against one training shard)
  * on its device. Returns 0, or -1 with the status set. */
 template <typename T>
@@ -195,6 +257,7 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
       if (upload_raw(model, query, job, job->q_next, job->n_batch, status) != 0)
         goto cleanup;
     if (pack_batch<T>(model, query, job, status) != 0) goto cleanup;
+    if (job->prune != NULL && plan_batch(job, status) != 0) goto cleanup;
   }
   shard_first = job->u_lo + job->shard * job->shard_units;
   shard_units = job->shard_units;
@@ -231,6 +294,8 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
   args.train_base = shard_first * kUnit;
   args.tile_elems = model->tile_elems;
   args.k16 = model->k16;
+  args.visit = job->visiting ? (const int32_t *) rep->visit.ptr : NULL;
+  args.visit_offset = job->visiting ? (const int64_t *) rep->visit_offset.ptr : NULL;
   grid = dim3((unsigned) blocks_q, (unsigned) splits, 1);
 
   if (job->stats != NULL) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));
@@ -472,6 +537,7 @@ cleanup:
 
 template <typename T>
 static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
+                             const prune_context *prune,
                              kde_interrupt_probe interrupted, double *out,
                              kde_cuda_eval_stats *stats, kde_status *status)
 {
@@ -519,6 +585,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
       job->out = out + job->q_lo; /* each device finishes its own queries */
     }
     job->q_next = job->q_lo;
+    job->prune = prune;
     if (job->q_hi <= job->q_lo || job->u_hi <= job->u_lo) {
       job->q_next = job->q_hi;
       continue;
@@ -640,8 +707,70 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
     return;
   }
   if (query->n_query == 0) return;
-  if (model->precision == KDE_PRECISION_SINGLE)
-    log_density_impl<float>(model, query, interrupted, out, stats, status);
-  else
-    log_density_impl<double>(model, query, interrupted, out, stats, status);
+  if (!(query->tolerance >= 0 && query->tolerance < 1)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "the tolerance must be in [0, 1)");
+    return;
+  }
+  const int prunes = model->unit_lo != NULL &&
+                     (kde_kernel_is_compact(model->kernel) || query->tolerance > 0);
+  if (!prunes) {
+    if (model->precision == KDE_PRECISION_SINGLE)
+      log_density_impl<float>(model, query, NULL, interrupted, out, stats, status);
+    else
+      log_density_impl<double>(model, query, NULL, interrupted, out, stats, status);
+    return;
+  }
+
+  /* Pruning: the queries whitened here and put in a spatial order (blocks
+   * of kBlockQueries nearby queries; leaving one out, the training set's
+   * order already is one), the results put back in the caller's order. */
+  const int64_t m = query->n_query, d = model->dim;
+  double *whitened = NULL, *sorted = NULL, *sorted_out = NULL;
+  int64_t *order = NULL;
+  const double *z = query->query;
+  prune_context pc;
+  kde_query_set sorted_query = *query;
+  if (query->transform != NULL) {
+    KDE_HOST_ALLOC(whitened, m * d, "the whitened queries");
+    kde_whiten(query->query, m, d, query->center, query->transform, query->host_threads,
+               whitened);
+    z = whitened;
+  }
+  if (!query->leave_one_out) {
+    KDE_HOST_ALLOC(order, m, "the queries' order");
+    KDE_HOST_ALLOC(sorted, m * d, "the ordered queries");
+    KDE_HOST_ALLOC(sorted_out, m, "the ordered results");
+    kde_kd_order(z, m, d, kBlockQueries, 0, query->host_threads, order);
+    for (int64_t k = 0; k < d; k++)
+      for (int64_t i = 0; i < m; i++) sorted[i + k * m] = z[order[i] + k * m];
+    z = sorted;
+  }
+  sorted_query.query = z;
+  sorted_query.center = sorted_query.transform = NULL;
+  pc.plan.kernel = model->kernel;
+  pc.plan.dim = d;
+  pc.plan.n_tiles = model->n_points / kUnit;
+  pc.plan.lo = model->unit_lo;
+  pc.plan.hi = model->unit_hi;
+  pc.plan.log_weight = model->unit_log_weight;
+  pc.plan.log_weight_rest = model->unit_log_rest;
+  pc.plan.tolerance = query->tolerance;
+  pc.plan.leave_one_out = query->leave_one_out;
+  pc.queries = z;
+  pc.n_query = m;
+  pc.threads = query->host_threads;
+  {
+    double *result = order != NULL ? sorted_out : out;
+    if (model->precision == KDE_PRECISION_SINGLE)
+      log_density_impl<float>(model, &sorted_query, &pc, interrupted, result, stats, status);
+    else
+      log_density_impl<double>(model, &sorted_query, &pc, interrupted, result, stats, status);
+    if (status->code == KDE_OK && order != NULL)
+      for (int64_t i = 0; i < m; i++) out[order[i]] = sorted_out[i];
+  }
+cleanup:
+  free(whitened);
+  free(sorted);
+  free(sorted_out);
+  free(order);
 }

@@ -150,21 +150,23 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
 
   int64_t split_count;
   const int64_t p0 = block_split(a, split_count);
-  const int64_t n_tiles = split_count / kUnit;
+  const visit_units visits = block_visits(a, p0, split_count / kUnit);
+  const int64_t n_tiles = visits.count;
   const T *src = a.train + p0 * (D + 1);
 
-  block_copy_async(smem, src, tile_elems * sizeof(T));
+  if (n_tiles > 0)
+    block_copy_async(smem, src + visits.unit(0) * tile_elems, tile_elems * sizeof(T));
   async_commit();
   for (int64_t t = 0; t < n_tiles; t++) {
     if (t + 1 < n_tiles)
       block_copy_async(smem + ((t + 1) & 1) * tile_elems,
-                       src + (t + 1) * tile_elems, tile_elems * sizeof(T));
+                       src + visits.unit(t + 1) * tile_elems, tile_elems * sizeof(T));
     async_commit(); /* possibly empty: keeps the group count uniform */
     async_wait_all_but_newest();
     __syncthreads();
     const T *tile = smem + (t & 1) * tile_elems;
     /* global index of the tile's point 0 (leave one out) */
-    const int64_t tile_first = a.train_base + p0 + t * kUnit;
+    const int64_t tile_first = a.train_base + p0 + visits.unit(t) * kUnit;
     const int64_t warp_first = tile_first + warp * kSmallPointsPerWarp;
     T ts[Q];
 #pragma unroll

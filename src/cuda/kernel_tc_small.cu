@@ -214,20 +214,22 @@ __global__ void __launch_bounds__(kThreads, real_traits<float>::min_blocks)
 
   int64_t split_count;
   const int64_t p0 = block_split(a, split_count);
-  const int64_t n_tiles = split_count / kUnit;
+  const visit_units visits = block_visits(a, p0, split_count / kUnit);
+  const int64_t n_tiles = visits.count;
   const float *src = a.train + p0 * kTcPointWords;
 
-  block_copy_async(smem, src, tile_elems * sizeof(float));
+  if (n_tiles > 0)
+    block_copy_async(smem, src + visits.unit(0) * tile_elems, tile_elems * sizeof(float));
   async_commit();
   for (int64_t tile = 0; tile < n_tiles; tile++) {
     if (tile + 1 < n_tiles)
-      block_copy_async(smem + ((tile + 1) & 1) * tile_elems, src + (tile + 1) * tile_elems,
-                       tile_elems * sizeof(float));
+      block_copy_async(smem + ((tile + 1) & 1) * tile_elems,
+                       src + visits.unit(tile + 1) * tile_elems, tile_elems * sizeof(float));
     async_commit();
     async_wait_all_but_newest();
     __syncthreads();
     const float *xs = smem + (tile & 1) * tile_elems;
-    const int64_t first = a.train_base + p0 + tile * kUnit;
+    const int64_t first = a.train_base + p0 + visits.unit(tile) * kUnit;
     float ts[R] = {0.0f, 0.0f, 0.0f, 0.0f};
     /* warp-uniform, for the MMAs: the warp's 32 queries against the tile */
     const bool check = a.leave_one_out && a.query_base + q0 < first + kUnit &&

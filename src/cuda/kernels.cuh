@@ -126,6 +126,11 @@ struct kde_args {
   int64_t train_base;    /* global index of training point 0 */
   int64_t tile_elems;    /* values per 32-point storage tile */
   int k16;               /* wide tensor-core kernel: dimensions / 16, rounded up */
+  /* Pruning (small-d kernels): the training units (global indices,
+   * ascending) that query block blockIdx.x visits are
+   * visit[visit_offset[bx] .. visit_offset[bx + 1]); NULL: every unit. */
+  const int32_t *visit;
+  const int64_t *visit_offset;
 };
 
 template <typename T> using kde_kernel_fn = void (*)(kde_args<T>);

@@ -18,10 +18,15 @@
 #include "kernels.cuh"
 #include "layout.cuh"
 #include "model.cuh"
+#include "prune.h"
+#include "spatial.h"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
 
 using namespace kdegpu;
+
+static_assert(kUnit == KDE_TILE_POINTS,
+              "the CUDA unit is the fit's spatial tile (kde_backend.h)");
 
 extern "C" int kde_cuda_compiled(void) { return 1; }
 
@@ -106,7 +111,7 @@ cleanup:
 size_t scratch_bytes(const kde_replica *rep)
 {
   return rep->raw.bytes + rep->query.bytes + rep->part.bytes + rep->acc.bytes +
-         rep->shard.bytes;
+         rep->shard.bytes + rep->visit.bytes + rep->visit_offset.bytes;
 }
 void scratch_release(kde_replica *rep)
 {
@@ -115,6 +120,8 @@ void scratch_release(kde_replica *rep)
   buffer_release(&rep->part);
   buffer_release(&rep->acc);
   buffer_release(&rep->shard);
+  buffer_release(&rep->visit);
+  buffer_release(&rep->visit_offset);
 }
 
 } // namespace kdegpu
@@ -148,6 +155,10 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   free(model->host_train);
   free(model->center);
   free(model->whitening);
+  free(model->unit_lo);
+  free(model->unit_hi);
+  free(model->unit_log_weight);
+  free(model->unit_log_rest);
   free(model);
   if (prev >= 0) (void) cudaSetDevice(prev);
 }
@@ -338,6 +349,22 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     }
     free(model->host_train);
     model->host_train = NULL;
+  }
+
+  /* Pruning: the FMA kernel for d <= 4 and the d = 3 tensor-core kernel
+   * visit per query block only the units that can matter, when the
+   * training set comes in a spatial order whose tiles are the units. */
+  if (train->tile_size == kUnit && model->dim <= 4 &&
+      (model->layout == KDE_LAYOUT_PLAIN || model->layout == KDE_LAYOUT_TC_SMALL)) {
+    const int64_t n_units = model->n_points / kUnit;
+    KDE_HOST_ALLOC(model->unit_lo, n_units * model->dim, "the units' boxes");
+    KDE_HOST_ALLOC(model->unit_hi, n_units * model->dim, "the units' boxes");
+    KDE_HOST_ALLOC(model->unit_log_weight, n_units, "the units' weights");
+    KDE_HOST_ALLOC(model->unit_log_rest, n_units, "the units' weights");
+    kde_tile_boxes(train->train, train->n_train, model->dim, kUnit, train->host_threads,
+                   model->unit_lo, model->unit_hi);
+    kde_tile_log_weights(train->weight, train->n_train, kUnit, model->unit_log_weight,
+                         model->unit_log_rest);
   }
   ok = 1;
 

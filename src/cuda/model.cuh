@@ -34,9 +34,10 @@ typedef struct {
   double *whitening;      /* dim + dim x dim: center, transform (lazily) */
   int whitening_serial;   /* model->whitening_serial uploaded here */
   /* Scratch of evaluations: raw query batch, packed queries, partial
-   * states of the splits, accumulated states (max, sum, |q|^2 / 2), and a
-   * training shard when streaming. */
-  kde_buffer raw, query, part, acc, shard;
+   * states of the splits, accumulated states (max, sum, |q|^2 / 2), a
+   * training shard when streaming, and a batch's pruning plan (the units
+   * each query block visits, and where each block's list starts). */
+  kde_buffer raw, query, part, acc, shard, visit, visit_offset;
 } kde_replica;
 
 struct kde_cuda_model {
@@ -56,6 +57,12 @@ struct kde_cuda_model {
   int resident;         /* whole training set on every device */
   void *host_train;     /* packed copy, kept when streaming */
   double *whitening;    /* host copy of the last queries' whitening */
+  /* Pruning (the small-d FMA and tensor-core kernels, on a spatially
+   * ordered training set; prune.c): per unit of kUnit points, its box in
+   * the training set's coordinates (unit_lo, unit_hi: n_units x dim,
+   * unit-major) and its log weights (unit_log_weight, unit_log_rest); all
+   * NULL when the model visits every unit. */
+  double *unit_lo, *unit_hi, *unit_log_weight, *unit_log_rest;
   int whitening_serial; /* bumped when it changes; 0: none yet */
   int n_devices;
   kde_replica *rep;
