@@ -4,6 +4,10 @@ bandwidth_label <- function(object, digits = 4L) {
     scott = "Scott's rule", silverman = "Silverman's rule",
     lscv = "least-squares cross-validation", mlcv = "likelihood cross-validation",
     object$bandwidth_method)
+  # A fit made before `adjust` existed has none.
+  if (!is.null(object$adjust) && object$adjust != 1) {
+    method <- sprintf("%s, adjust = %s", method, format(signif(object$adjust, digits)))
+  }
   if (object$bandwidth_type == "full") return(sprintf("full H (%s)", method))
   bw <- signif(object$bw, digits)
   if (object$bandwidth_type == "scalar") bw <- bw[[1L]]
