@@ -102,22 +102,68 @@ margin_density <- function(fit, columns, points) {
   train <- fit$x[keep, columns, drop = FALSE] %*% R_inverse
   weights <- fit$weights[keep]
   query <- points %*% R_inverse
-  reach <- if (is_compact_kernel(fit$kernel)) kernel_constants(fit$kernel, fit$d)$scale else Inf
-  # A plain sum over training points, in chunks that keep the work matrix
-  # near 2^20 values; compact kernels skip chunks out of reach.
+  total <- if (is_compact_kernel(fit$kernel)) {
+    compact_margin_sum(query, train, weights, profile,
+                       kernel_constants(fit$kernel, fit$d)$scale)
+  } else {
+    margin_sum(query, train, weights, profile)
+  }
+  total / prod(diag(R))
+}
+
+# sum_j w_j m(|q_i - x_j|) for every query row, in chunks of training points
+# that keep the work matrix near 2^20 values.
+margin_sum <- function(query, train, weights, profile) {
   chunk <- max(1L, floor(2^20 / max(1L, nrow(query))))
   total <- numeric(nrow(query))
   for (start in seq(1L, nrow(train), by = chunk)) {
     rows <- start:min(nrow(train), start + chunk - 1L)
     squared <- matrix(0, nrow(query), length(rows))
-    for (axis in seq_len(k)) {
+    for (axis in seq_len(ncol(query))) {
       squared <- squared + outer(query[, axis], train[rows, axis], "-")^2
     }
-    distance <- sqrt(squared)
-    if (is.finite(reach) && min(distance) >= reach) next
-    total <- total + matrix(profile(distance), nrow(query)) %*% weights[rows]
+    total <- total + drop(matrix(profile(sqrt(squared)), nrow(query)) %*% weights[rows])
   }
-  drop(total) / prod(diag(R))
+  total
+}
+
+# The same sum for a compact margin (m = 0 beyond radius `reach`): the
+# queries are cut into tiles of about 128 neighbours, and each tile sums
+# only the training points inside its bounding box widened by `reach`
+# (found among the points sorted along the first axis), so the work
+# follows the pairs that can matter, not all of them.
+compact_margin_sum <- function(query, train, weights, profile, reach) {
+  k <- ncol(query)
+  tiles_per_axis <- max(1L, ceiling((nrow(query) / 128)^(1 / k)))
+  tile <- rep(0L, nrow(query))
+  for (axis in seq_len(k)) {
+    edges <- stats::quantile(query[, axis], seq(0, 1, length.out = tiles_per_axis + 1L),
+                             names = FALSE)
+    tile <- tile * tiles_per_axis + findInterval(query[, axis], unique(edges),
+                                                 rightmost.closed = TRUE, all.inside = TRUE)
+  }
+  by_first <- order(train[, 1L])
+  train <- train[by_first, , drop = FALSE]
+  weights <- weights[by_first]
+  total <- numeric(nrow(query))
+  for (members in split(seq_len(nrow(query)), tile)) {
+    lower <- apply(query[members, , drop = FALSE], 2L, min) - reach
+    upper <- apply(query[members, , drop = FALSE], 2L, max) + reach
+    slice <- seq.int(findInterval(lower[1L], train[, 1L]) + 1L,
+                     length.out = max(0L, findInterval(upper[1L], train[, 1L]) -
+                                        findInterval(lower[1L], train[, 1L])))
+    if (k > 1L && length(slice) > 0L) {
+      inside <- rep(TRUE, length(slice))
+      for (axis in 2:k) {
+        inside <- inside & train[slice, axis] > lower[axis] & train[slice, axis] < upper[axis]
+      }
+      slice <- slice[inside]
+    }
+    if (length(slice) == 0L) next
+    total[members] <- margin_sum(query[members, , drop = FALSE], train[slice, , drop = FALSE],
+                                 weights[slice], profile)
+  }
+  total
 }
 
 # A Gaussian fit's margin is the Gaussian fit of those columns with the

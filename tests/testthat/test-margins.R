@@ -96,7 +96,9 @@ test_that("margins equal the fit's density integrated over the other column", {
   for (kernel in c("epanechnikov", "triangular", "cosine", "exponential")) {
     fit <- kde_gpu(x3, H = H3, kernel = kernel, weights = w, backend = "cpu")
     grid <- kde_grid(fit, margin = c(1, 2), lims = c(-1, 1, 0, 1), n = 3)
-    got <- kdegpu:::margin_density(fit, 1:2, queries)
+    # Among 900 other queries, so that the compact kernels' tiles apply.
+    others <- as.matrix(expand.grid(seq(-3, 3, length.out = 30), seq(-2, 4, length.out = 30)))
+    got <- kdegpu:::margin_density(fit, 1:2, rbind(queries, others))[1:3]
     want <- apply(queries, 1, function(u) integrated_margin(fit, 1:2, u))
     expect_equal(got, want, tolerance = 1e-6, label = paste(kernel, "2-D margin of 3-D"))
     # The grid holds the same values.
@@ -133,4 +135,27 @@ test_that("Gaussian margins are the Gaussian fit of the columns with H's block",
   expect_named(grid, c("depth", "lat", "density"))
   want <- ref_density(x[, c(3, 1)], as.matrix(grid[, 1:2]), fit$H[c(3, 1), c(3, 1)], "gaussian")
   expect_equal(grid$density, want, tolerance = 1e-12)
+})
+
+test_that("compact margins summed by tiles equal the plain sum over all pairs", {
+  x <- ref_data(400, 3, seed = 526)
+  fit <- kde_gpu(x, kernel = "epanechnikov", backend = "cpu")
+  R <- chol(fit$H[1:2, 1:2])
+  whiten <- function(p) p %*% backsolve(R, diag(2))
+  query <- whiten(as.matrix(expand.grid(seq(-6, 6, length.out = 40), seq(-5, 7, length.out = 35))))
+  train <- whiten(x[, 1:2])
+  profile <- kdegpu:::margin_profile("epanechnikov", 3, 2)
+  reach <- ref_constants("epanechnikov", 3)$a
+  w <- rep(1 / 400, 400)
+  tiled <- kdegpu:::compact_margin_sum(query, train, w, profile, reach)
+  plain <- kdegpu:::margin_sum(query, train, w, profile)
+  expect_equal(tiled, plain, tolerance = 1e-13)
+  expect_gt(sum(tiled == 0), 0)
+  expect_gt(sum(tiled > 0), 100)
+  # One axis (a 1-D margin), where the tiles are intervals.
+  profile1 <- kdegpu:::margin_profile("epanechnikov", 3, 1)
+  q1 <- matrix(seq(-8, 8, length.out = 700))
+  t1 <- matrix(x[, 1] / sqrt(fit$H[1, 1]))
+  expect_equal(kdegpu:::compact_margin_sum(q1, t1, w, profile1, reach),
+               kdegpu:::margin_sum(q1, t1, w, profile1), tolerance = 1e-13)
 })
