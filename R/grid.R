@@ -14,8 +14,10 @@
 #' d-dimensional kernel is a different function (the 2-D margin of a 3-D
 #' rectangular kernel is not flat), which kdegpu tabulates once per
 #' session by numerical integration (relative error about 1e-9) and sums
-#' over the training points in R, in chunks of bounded memory; that costs
-#' time proportional to the number of grid points times the number of
+#' over the training points in R, in chunks of bounded memory: for the
+#' compact kernels only the pairs within the kernel's reach (tiles of grid
+#' points against the training points near them), for the exponential all
+#' pairs, which costs time proportional to the grid points times the
 #' training points.
 #'
 #' @param fit,x A [kde_gpu()] fit.
@@ -67,7 +69,7 @@ as.data.frame.kde_gpu <- function(x, row.names = NULL, optional = FALSE, n = NUL
   check_dots_empty("as.data.frame()", c("x", "row.names", "optional", "n", "lims", "cut",
                                         "margin"), list(), ...)
   check_fit(x, "x")
-  out <- long_grid(evaluate_grid(x, n, lims, cut, margin))
+  out <- long_grid(evaluate_grid(x, n, lims, cut, margin, fit_arg = "x"))
   if (!is.null(row.names)) {
     if (length(row.names) != nrow(out)) {
       stop_arg("row.names", sprintf("must have one name per grid point (%d), not %d.",
@@ -88,10 +90,10 @@ column_labels <- function(fit) {
 }
 
 # Column numbers from `margin` (names or numbers), NULL meaning all.
-resolve_margin <- function(fit, margin, max_columns = 3L) {
+resolve_margin <- function(fit, margin, max_columns = 3L, arg = "fit") {
   if (is.null(margin)) {
     if (fit$d > max_columns) {
-      stop_arg("fit", sprintf(paste0(
+      stop_arg(arg, sprintf(paste0(
         "has %d dimensions; grids have at most %d: choose up to %d columns with ",
         "`margin` (e.g. margin = c(1, 2)) for their marginal density."),
         fit$d, max_columns, max_columns))
@@ -149,8 +151,8 @@ grid_axes <- function(fit, columns, n, lims, cut) {
 
 # The density (marginal where `margin` leaves columns out) on the grid:
 # list(axes = named list of axis vectors, density = array, columns).
-evaluate_grid <- function(fit, n, lims, cut, margin) {
-  columns <- resolve_margin(fit, margin)
+evaluate_grid <- function(fit, n, lims, cut, margin, fit_arg = "fit") {
+  columns <- resolve_margin(fit, margin, arg = fit_arg)
   axes <- grid_axes(fit, columns, n, lims, cut)
   points <- as.matrix(expand.grid(axes, KEEP.OUT.ATTRS = FALSE))
   density <- margin_density(fit, columns, points)
