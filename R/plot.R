@@ -306,11 +306,15 @@ draw_colour_key <- function(zlim, palette, levels, line_args) {
 # ---- d > 2: the matrix of margins --------------------------------------------
 
 plot_margins <- function(fit, prob, n, image, fill, main, dots) {
+  for (arg in intersect(c("xlim", "ylim"), names(dots))) {
+    stop_arg(arg, "applies to plots of 1-D and 2-D fits; for a margin's limits use ",
+             "kde_grid(fit, margin = , lims = ).")
+  }
   d <- fit$d
   labels <- column_labels(fit)
   palette <- if (is.null(fill)) density_palette() else fill
   line_args <- dots[intersect(names(dots), line_arguments)]
-  axis_args <- dots[setdiff(names(dots), c(line_arguments, "xlim", "ylim"))]
+  axis_args <- dots[setdiff(names(dots), line_arguments)]
   axes <- grid_axes(fit, seq_len(d), n, NULL, 3)
   # Each pair's margin once; the panel across the diagonal is its transpose.
   pairs_grid <- list()

@@ -139,6 +139,7 @@ test_that("plot() rejects bad input, naming the argument", {
     expect_error(plot(fit, ylim = c(1, 1)), "`ylim`")
     expect_error(plot(fit, NULL, 100, TRUE, TRUE, NULL, "m", "x", "y", "extra"), "by name")
     expect_error(plot(kde_gpu(faithful$waiting, backend = "cpu"), xlim = 1), "`xlim`")
+    expect_error(plot(kde_gpu(quakes[1:50, 1:3], backend = "cpu"), ylim = c(1, 2)), "`ylim`")
     expect_error(plot(structure(list(), class = "kde_gpu")), "`x`")
   })
 })
