@@ -32,7 +32,7 @@ PKG := kdegpu
 
 DEB_PACKAGES := r-base-dev r-cran-testthat r-cran-ks r-cran-kernsmooth \
   r-cran-knitr r-cran-rmarkdown r-cran-roxygen2 r-cran-future \
-  r-cran-future.apply r-cran-bench pandoc qpdf devscripts
+  r-cran-future.apply r-cran-bench r-cran-ggplot2 pandoc qpdf devscripts
 
 # Evaluated when a recipe runs (after deps), not when make starts: R may not
 # be installed yet then.

@@ -70,10 +70,10 @@ bandwidth_rule <- function(x, weights, rule) {
   if (nrow(x) < 2L) {
     stop_arg("bw", sprintf("rule \"%s\" needs at least 2 points; give a number instead.", rule))
   }
-  per_column <- function(f) vapply(seq_len(d), function(k) f(x[, k]), 0)
+  per_column <- function(f) vapply(seq_len(d), function(k) f(x[, k], weights), 0)
   H <- switch(rule,
-    nrd0 = diag(per_column(stats::bw.nrd0)^2, d),
-    nrd = diag(per_column(stats::bw.nrd)^2, d),
+    nrd0 = diag(per_column(weighted_bw_nrd0)^2, d),
+    nrd = diag(per_column(weighted_bw_nrd)^2, d),
     scott = , silverman = {
       # Weighted covariance; with equal weights exactly cov(x) and n.
       S <- stats::cov.wt(x, wt = weights)$cov

@@ -63,6 +63,10 @@
 #' @param kernel The kernel's name (see Kernels).
 #' @param weights Optional non-negative weights, one per point, at least one
 #'   positive; normalised to sum to 1. Zero weights contribute nothing.
+#'   Every bandwidth rule honours them: `"nrd0"` and `"nrd"` through the
+#'   weighted standard deviation and quartiles, `"scott"` and `"silverman"`
+#'   through the weighted covariance, all with the effective sample size
+#'   \eqn{1 / \sum w_i^2}; equal weights give the unweighted rules.
 #' @param backend `"auto"`, `"cuda"` or `"cpu"` (see Backends and precision).
 #' @param precision `"double"` or `"single"` (GPU only). Single precision is
 #'   several times faster (the Gaussian runs on the tensor cores at d = 3 and
@@ -71,6 +75,8 @@
 #'   bandwidths near the normal-reference rule. At bandwidths far below the
 #'   data's spread it loses accuracy (about 3e-5 at a 5x narrower one); use
 #'   `"double"` there.
+#' @param adjust A positive factor applied to the selected bandwidth, as in
+#'   [stats::density()]: the fit uses `adjust * bw` (`adjust^2 * H`).
 #' @return An object of class `"kde_gpu"`: a list with the data `x`, the
 #'   normalised `weights`, `n`, `d`, the bandwidth matrix `H` (and `bw`,
 #'   its square root on the diagonal, when `H` is diagonal), `kernel`,
@@ -88,12 +94,13 @@
 #' @export
 kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
                     backend = c("auto", "cuda", "cpu"),
-                    precision = c("double", "single")) {
+                    precision = c("double", "single"), adjust = 1) {
   data_name <- deparse1(substitute(x))
   call <- match.call()
   backend <- match_choice(backend, c("auto", "cuda", "cpu"), "backend")
   precision <- match_choice(precision, c("double", "single"), "precision")
   kernel <- resolve_kernel(kernel)
+  adjust <- check_adjust(adjust)
   x <- as_point_matrix(x, "x")
   weights <- normalise_weights(weights, nrow(x))
   requested_backend <- backend
@@ -105,9 +112,11 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   } else {
     resolve_bandwidth(x, weights, bw, H)
   }
+  bandwidth <- adjust_bandwidth(bandwidth, adjust)
   object <- new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, call, data_name)
   # Cluster workers choose their own backend unless the user asked for one.
   object$requested_backend <- requested_backend
+  object$adjust <- adjust
   object
 }
 

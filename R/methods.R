@@ -4,6 +4,10 @@ bandwidth_label <- function(object, digits = 4L) {
     scott = "Scott's rule", silverman = "Silverman's rule",
     lscv = "least-squares cross-validation", mlcv = "likelihood cross-validation",
     object$bandwidth_method)
+  # A fit made before `adjust` existed has none.
+  if (!is.null(object$adjust) && object$adjust != 1) {
+    method <- sprintf("%s, adjust = %s", method, format(signif(object$adjust, digits)))
+  }
   if (object$bandwidth_type == "full") return(sprintf("full H (%s)", method))
   bw <- signif(object$bw, digits)
   if (object$bandwidth_type == "scalar") bw <- bw[[1L]]
@@ -22,31 +26,21 @@ backend_label <- function(object) {
   }
 }
 
-#' Print, summarise and plot a kernel density estimate
+#' Print and summarise a kernel density estimate
 #'
 #' `print()` shows the data, kernel, bandwidth and backend of a
 #' [kde_gpu()] fit; `summary()` adds the bandwidth matrix, the effective
-#' sample size and a summary of the data. `plot()` draws the density: in
-#' 1-D a curve as [stats::plot.density()] does, in 2-D contours over an
-#' image, in higher dimensions the 2-D margins of every pair of columns
-#' (Gaussian kernel only, whose margins are again Gaussian KDEs).
+#' sample size and a summary of the data. [plot()][plot.kde_gpu] draws it.
 #'
 #' @param x,object A [kde_gpu()] fit (or its summary, for `print`).
-#' @param n Grid points per axis for `plot()`.
 #' @param digits Significant digits of the bandwidths `print()` shows.
-#' @param main,xlab,ylab Plot titles and axis labels, as in
-#'   [stats::plot.density()].
-#' @param ... For `plot()`, passed to the underlying graphics functions;
-#'   for `print()` and `summary()`, not used (an argument given there is an
-#'   error that names it).
-#' @return `print()` and `plot()` return `x` invisibly; `summary()` an
-#'   object of class `"summary.kde_gpu"`.
+#' @param ... Not used: an argument given here is an error that names it.
+#' @return `print()` returns `x` invisibly; `summary()` an object of class
+#'   `"summary.kde_gpu"`.
 #' @examples
 #' fit <- kde_gpu(faithful, backend = "cpu")
 #' fit
 #' summary(fit)
-#' plot(fit)
-#' plot(kde_gpu(faithful$eruptions, backend = "cpu"))
 #' @name kde_gpu-methods
 NULL
 
@@ -89,68 +83,6 @@ print.summary.kde_gpu <- function(x, ...) {
   cat("\nData:\n")
   print(x$data)
   invisible(x)
-}
-
-#' @rdname kde_gpu-methods
-#' @export
-plot.kde_gpu <- function(x, n = if (x$d == 1L) 512L else 100L, main = NULL,
-                         xlab = NULL, ylab = "Density", ...) {
-  check_fit(x, "x")
-  n <- check_count(n, "n")
-  if (x$d == 1L) {
-    dens <- as.density(x, n = n)
-    if (is.null(main)) main <- paste0("kde_gpu(", x$data.name, ")")
-    graphics::plot(dens, main = main, xlab = xlab, ylab = ylab, ...)
-    return(invisible(x))
-  }
-  labels <- colnames(x$x)
-  if (is.null(labels)) labels <- paste0("x", seq_len(x$d))
-  if (x$d == 2L) {
-    grid <- density_grid(x, 1L, 2L, n)
-    graphics::image(grid$u, grid$v, grid$z, col = grDevices::hcl.colors(64, "YlOrRd", rev = TRUE),
-                    xlab = if (is.null(xlab)) labels[1L] else xlab,
-                    ylab = if (ylab == "Density") labels[2L] else ylab,
-                    main = if (is.null(main)) paste0("kde_gpu(", x$data.name, ")") else main, ...)
-    graphics::contour(grid$u, grid$v, grid$z, add = TRUE, drawlabels = FALSE)
-    return(invisible(x))
-  }
-  if (x$kernel != "gaussian") {
-    stop(sprintf(paste0(
-      "plot() of a %d-dimensional fit draws 2-D margins, which are exact only ",
-      "for the gaussian kernel; evaluate predict() on a grid of your own for the ",
-      "%s kernel."), x$d, x$kernel), call. = FALSE)
-  }
-  old <- graphics::par(mfrow = c(x$d - 1L, x$d - 1L), mar = c(2, 2, 1, 1), oma = c(0, 0, 2, 0))
-  on.exit(graphics::par(old))
-  for (i in seq_len(x$d - 1L)) {
-    for (j in 2:x$d) {
-      if (j <= i) { graphics::plot.new(); next }
-      grid <- density_grid(x, j, i, max(20L, n %/% 2L))
-      graphics::contour(grid$u, grid$v, grid$z, drawlabels = FALSE, xlab = "", ylab = "", ...)
-      graphics::mtext(paste(labels[j], "vs", labels[i]), side = 3, cex = 0.7)
-    }
-  }
-  graphics::mtext(if (is.null(main)) paste0("kde_gpu(", x$data.name, "): 2-D margins") else main,
-                  outer = TRUE)
-  invisible(x)
-}
-
-# The density of the margin in columns (i, j) on an n x n grid. For the
-# Gaussian kernel a margin is the KDE of those columns with the matching
-# block of H; for d = 2 it is the fit itself.
-density_grid <- function(x, i, j, n) {
-  pad <- 3 * sqrt(diag(x$H))[c(i, j)]
-  u <- seq(min(x$x[, i]) - pad[1L], max(x$x[, i]) + pad[1L], length.out = n)
-  v <- seq(min(x$x[, j]) - pad[2L], max(x$x[, j]) + pad[2L], length.out = n)
-  margin <- if (x$d == 2L && i == 1L && j == 2L) x else {
-    new_kde_gpu(x$x[, c(i, j), drop = FALSE], x$weights,
-                list(H = x$H[c(i, j), c(i, j)], type = "full", method = "given"),
-                x$kernel, x$backend, x$precision, x$call, x$data.name)
-  }
-  points <- as.matrix(expand.grid(u, v))
-  colnames(points) <- colnames(margin$x)
-  z <- predict(margin, points)
-  list(u = u, v = v, z = matrix(z, n, n))
 }
 
 #' Leave-one-out log-likelihood of a kernel density estimate
