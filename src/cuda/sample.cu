@@ -112,7 +112,7 @@ struct draw_random {
 };
 
 /* s ~ Beta(a, b) from G_a (given) and a fresh G_b, b whole. */
-__device__ double beta_from(double gamma_a, int b, draw_random &rng)
+__device__ inline double beta_from(double gamma_a, int b, draw_random &rng)
 {
   const double gamma_b = rng.gamma_whole(b);
   return gamma_a / (gamma_a + gamma_b);
@@ -120,7 +120,7 @@ __device__ double beta_from(double gamma_a, int b, draw_random &rng)
 
 /* The radius s of a standard draw (before the scale a), given |g|^2 of the
  * d normals that give its direction. */
-__device__ double radius(int kernel, int d, double norm2, draw_random &rng)
+__device__ inline double radius(int kernel, int d, double norm2, draw_random &rng)
 {
   switch (kernel) {
   case KDE_EXPONENTIAL: return rng.gamma_whole(d);
