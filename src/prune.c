@@ -123,16 +123,7 @@ int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
       }
       const int64_t begin = first + b * block;
       const int64_t end = begin + block < first + rows ? begin + block : first + rows;
-      for (int64_t k = 0; k < d; k++) {
-        const double *col = q + k * n_query;
-        double lo = col[begin], hi = lo;
-        for (int64_t i = begin + 1; i < end; i++) {
-          lo = col[i] < lo ? col[i] : lo;
-          hi = col[i] > hi ? col[i] : hi;
-        }
-        box[k] = lo;
-        box[d + k] = hi;
-      }
+      kde_rows_box(q, n_query, d, begin, end, box, box + d);
       const int64_t count = kde_tiles_to_visit(plan, box, box + d, box + 2 * d, tiles);
       if (visit == NULL) {
         offsets[b + 1] = count;

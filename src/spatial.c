@@ -132,15 +132,6 @@ void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
   for (int64_t t = 0; t < n_tiles; t++) {
     const int64_t begin = t * tile;
     const int64_t end = begin + tile < n ? begin + tile : n;
-    for (int64_t k = 0; k < d; k++) {
-      const double *col = x + k * n;
-      double l = col[begin], h = l;
-      for (int64_t i = begin + 1; i < end; i++) {
-        l = col[i] < l ? col[i] : l;
-        h = col[i] > h ? col[i] : h;
-      }
-      lo[t * d + k] = l;
-      hi[t * d + k] = h;
-    }
+    kde_rows_box(x, n, d, begin, end, lo + t * d, hi + t * d);
   }
 }

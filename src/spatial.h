@@ -28,6 +28,24 @@ void kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
 void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
                     int threads, double *lo, double *hi);
 
+/* The bounding box of rows [begin, end) of x (n x d, column-major):
+ * lo[k], hi[k] for each coordinate k. */
+static inline void kde_rows_box(const double *x, int64_t n, int64_t d,
+                                int64_t begin, int64_t end, double *lo,
+                                double *hi)
+{
+  for (int64_t k = 0; k < d; k++) {
+    const double *col = x + k * n;
+    double l = col[begin], h = l;
+    for (int64_t i = begin + 1; i < end; i++) {
+      l = col[i] < l ? col[i] : l;
+      h = col[i] > h ? col[i] : h;
+    }
+    lo[k] = l;
+    hi[k] = h;
+  }
+}
+
 /* The smallest and the largest squared distance between a point of box a
  * and a point of box b (d coordinates each). */
 static inline void kde_box_distances(const double *a_lo, const double *a_hi,
