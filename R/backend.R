@@ -133,7 +133,7 @@ cuda_model <- function(object) {
       !identical(cache$config, config)) {
     if (!is.null(cache$handle)) .Call(C_kdegpu_cuda_model_release, cache$handle)
     cache$handle <- .Call(
-      C_kdegpu_cuda_model_create, object$z, object$tile_weights, fit_tile_size(object),
+      C_kdegpu_cuda_model_create, object$z, object$tile_weights, object$tile_size,
       kernel_index(object$kernel),
       if (object$precision == "single") 1L else 0L, config$devices, config$budget,
       cpu_threads()
@@ -154,12 +154,6 @@ release_device_copy <- function(object) {
 # src/kde_backend.h): the order that kdegpu_spatial_order() gives.
 spatial_tile_size <- 256L
 
-# A fit's tile size: 0 when its points are in no spatial order (fits saved
-# before there was one have none either).
-fit_tile_size <- function(object) {
-  if (is.null(object$tile_size)) 0L else as.integer(object$tile_size)
-}
-
 # log f at the rows of `query`, in the fit's coordinates; the backend
 # whitens them (on the GPU for the CUDA backend), unless `whitened` says
 # they are already. With leave_one_out = TRUE the queries are the fit's
@@ -176,7 +170,7 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
     .Call(C_kdegpu_log_density_cuda, cuda_model(object), query, center, transform,
           object$log_const, leave_one_out, tolerance, cpu_threads(), progress_delay())
   } else {
-    .Call(C_kdegpu_log_density_cpu, object$z, object$tile_weights, fit_tile_size(object),
+    .Call(C_kdegpu_log_density_cpu, object$z, object$tile_weights, object$tile_size,
           query, center, transform, kernel_index(object$kernel), object$log_const,
           leave_one_out, tolerance, cpu_threads(), progress_delay())
   }

@@ -95,7 +95,8 @@ is_intact_matrix <- function(x, nrow = NULL, ncol = NULL) {
 # instead of giving a wrong answer.
 check_fit <- function(object, arg = "object") {
   parts <- c("x", "weights", "n", "d", "H", "kernel", "backend", "precision",
-             "center", "transform", "log_const", "z", "order", "tile_weights")
+             "center", "transform", "log_const", "z", "order", "tile_size",
+             "tile_weights")
   intact <- inherits(object, "kde_gpu") && is.list(object) && all(parts %in% names(object))
   if (intact) {
     n <- object$n
@@ -109,6 +110,7 @@ check_fit <- function(object, arg = "object") {
       is.double(object$weights) && length(object$weights) == n &&
       is.double(object$tile_weights) && length(object$tile_weights) == n &&
       is.numeric(object$order) && length(object$order) == n &&
+      is.integer(object$tile_size) && length(object$tile_size) == 1L &&
       is.double(object$center) && length(object$center) == d &&
       is.double(object$log_const) && length(object$log_const) == 1L &&
       is.character(object$kernel) && length(object$kernel) == 1L &&
