@@ -30,12 +30,31 @@
 #' `backend = "auto"` uses the GPU when one is usable and otherwise the CPU
 #' (saying so once per session); `"cuda"` insists on a GPU and errors when
 #' none is usable; `"cpu"` always uses the CPU. `precision = "single"`
-#' computes in float32 on the GPU (about 1e-6 relative error on
-#' log-densities, several times faster); the CPU backend always computes in
-#' double, whatever `precision` says. See [kdegpu_info()] for what this
-#' installation can do, and the options `kdegpu.threads` (CPU threads),
-#' `kdegpu.gpu_memory` (bytes of GPU memory an evaluation may use; larger
-#' problems run in batches) and `kdegpu.devices` (GPU numbers to use).
+#' computes in float32 on the GPU, several times faster; the CPU backend
+#' always computes in double, whatever `precision` says.
+#'
+#' Accuracy: double precision agrees with a plain-R reference to about
+#' 1e-12 relative on log-densities (and with scikit-learn and scipy to 1e-12
+#' or better, `bench/compare_sklearn.R`). Single precision keeps
+#' log-densities within **1e-5** of double (absolute, or relative where
+#' |log f| > 1) at bandwidths near the normal-reference rule for n up to
+#' about 1e5, which is what the tests check. The condition matters: the GPU
+#' forms squared distances as
+#' \eqn{|q|^2 + |x|^2 - 2 q \cdot x}{|q|^2 + |x|^2 - 2 q.x} in coordinates
+#' whitened about the data's weighted mean, not yet relative to each tile,
+#' so float's rounding grows with how many bandwidths the points lie from
+#' that mean: narrower bandwidths, larger n (whose rule bandwidths are
+#' narrower), far-apart clusters. Measured: 3e-5 at a 5x narrower
+#' bandwidth; 8e-5 (absolute) between two single-precision sums in 3-D at
+#' n = 1e6 (`inst/benchmarks/prune.csv`); more near a compact kernel's edge.
+#' Use `"double"` where that matters. The default `tolerance` of skipped
+#' terms in single precision, 1e-7 ([default_tolerance]), is below this
+#' rounding.
+#'
+#' [kdegpu_info()] shows what this installation can do; [kdegpu-options]
+#' lists the options that set the CPU threads (`kdegpu.threads`), the GPU
+#' memory an evaluation may use (`kdegpu.gpu_memory`), the GPUs
+#' (`kdegpu.devices`), the tolerance, and the progress bar.
 #'
 #' @section Interrupts and forked processes:
 #' Ctrl-C stops an evaluation within about a second, frees its memory (host
@@ -70,11 +89,9 @@
 #' @param backend `"auto"`, `"cuda"` or `"cpu"` (see Backends and precision).
 #' @param precision `"double"` or `"single"` (GPU only). Single precision is
 #'   several times faster (the Gaussian runs on the tensor cores at d = 3 and
-#'   from d = 16 up to what the GPU's shared memory allows, 288 on an H100)
-#'   and keeps log-densities within about 1e-5 relative of double at
-#'   bandwidths near the normal-reference rule. At bandwidths far below the
-#'   data's spread it loses accuracy (about 3e-5 at a 5x narrower one); use
-#'   `"double"` there.
+#'   from d = 16 up to what the GPU's shared memory allows, 288 on an H100);
+#'   its accuracy, 1e-5 on log-densities near the normal-reference
+#'   bandwidth and less at narrow ones, is under Backends and precision.
 #' @param adjust A positive factor applied to the selected bandwidth, as in
 #'   [stats::density()]: the fit uses `adjust * bw` (`adjust^2 * H`).
 #' @return An object of class `"kde_gpu"`: a list with the data `x`, the
@@ -82,7 +99,8 @@
 #'   its square root on the diagonal, when `H` is diagonal), `kernel`,
 #'   `backend`, `precision`, `call` and `data.name`.
 #' @seealso [predict.kde_gpu()], [sample.kde_gpu()], [plot.kde_gpu()],
-#'   [logLik.kde_gpu()], [as.density()]
+#'   [logLik.kde_gpu()], [as.density()], [kdegpu-options] (the options
+#'   kdegpu reads)
 #' @examples
 #' fit <- kde_gpu(faithful$eruptions, backend = "cpu")
 #' fit

@@ -5,17 +5,10 @@
 #' query, so memory grows with n + m, never n x m. Start with [kde_gpu()].
 #'
 #' @section Options:
-#' - `kdegpu.threads`: CPU threads (default: all cores OpenMP allows).
-#' - `kdegpu.gpu_memory`: bytes of GPU memory an evaluation may use per
-#'   device (default: a safe fraction of free memory); larger problems run
-#'   in batches with the same results.
-#' - `kdegpu.devices`: the GPUs to use, numbered from 0 as in CUDA
-#'   (default: all).
-#' - `kdegpu.progress`: show a progress bar (on standard error) for
-#'   evaluations and GPU draws that run longer than
-#'   `kdegpu.progress_delay` seconds (default 2); default: `interactive()`.
-#'   Ctrl-C stops an evaluation between chunks of work, with or without the
-#'   bar, and frees what it allocated.
+#' The options kdegpu reads (`kdegpu.threads`, `kdegpu.gpu_memory`,
+#' `kdegpu.devices`, `kdegpu.tolerance`, `kdegpu.spatial`,
+#' `kdegpu.progress`, `kdegpu.progress_delay`), with their defaults, are
+#' listed in [kdegpu-options].
 #' @keywords internal
 #' @useDynLib kdegpu, .registration = TRUE, .fixes = "C_"
 #' @importFrom stats predict
