@@ -50,7 +50,9 @@ if (nrow(info$gpus)) {
   record("one LSCV evaluation", "cuda", 1e6, t)
 }
 results <- do.call(rbind, rows)
-results$device <- device
+# CPU rows name the CPU and its threads, not the machine's GPU.
+results$device <- ifelse(results$backend == "cpu", sprintf("CPU (%d threads)", info$threads),
+                         device)
 results$date <- format(Sys.Date())
 results$commit <- bench_commit()
 results$kdegpu_version <- as.character(packageVersion("kdegpu"))
