@@ -109,7 +109,8 @@
 #' @return An object of class `"kde_gpu"`: a list with the data `x`, the
 #'   normalised `weights`, `n`, `d`, the bandwidth matrix `H` (and `bw`,
 #'   its square root on the diagonal, when `H` is diagonal), `kernel`,
-#'   `backend`, `precision`, `call` and `data.name`.
+#'   `backend`, `precision`, `call`, `data.name`, and the bounds `lower`
+#'   and `upper` (one per column, infinite where there is none).
 #' @seealso [predict.kde_gpu()], [sample.kde_gpu()], [plot.kde_gpu()],
 #'   [logLik.kde_gpu()], [as.density()]
 #' @examples

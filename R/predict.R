@@ -74,12 +74,12 @@
 #' predict(fit1, c(2, 3, 4), type = "cdf")
 #' predict(kde_gpu(rivers, lower = 0, backend = "cpu"), c(0, 500, 1000), type = "cdf")
 #' @export
-predict.kde_gpu <- function(object, newdata, type = c("density", "cdf"), log = FALSE,
-                            leave_one_out = FALSE, cluster = NULL,
-                            split = c("queries", "training"),
-                            tolerance = getOption("kdegpu.tolerance"), ...) {
-  check_dots_empty("predict()", c("object", "newdata", "type", "log", "leave_one_out",
-                                  "cluster", "split", "tolerance"), predict_hints, ...)
+predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
+                            cluster = NULL, split = c("queries", "training"),
+                            tolerance = getOption("kdegpu.tolerance"),
+                            type = c("density", "cdf"), ...) {
+  check_dots_empty("predict()", c("object", "newdata", "log", "leave_one_out", "cluster",
+                                  "split", "tolerance", "type"), predict_hints, ...)
   check_fit(object)
   type <- match_choice(type, predict_types, "type")
   check_flag(log, "log")
