@@ -65,6 +65,22 @@ test_that("the Gaussian CDF with a diagonal H in 2-D is a sum of pnorm() product
                "epanechnikov kernel")
 })
 
+test_that("small CDF values near a compact kernel's edge keep their relative accuracy", {
+  for (kernel in ref_compact) {
+    fit <- kde_gpu(0, bw = 1, kernel = kernel, backend = "cpu")
+    a <- kdegpu:::kernel_constants(kernel, 1L)$scale
+    for (delta in c(1e-2, 1e-4)) {
+      tail <- integrate(function(t) predict(fit, t), -a, -a + delta * a, rel.tol = 1e-10,
+                        abs.tol = 0)$value
+      expect_lt(abs(predict(fit, -a + delta * a, type = "cdf") / tail - 1), 1e-9,
+                label = paste(kernel, delta))
+      # near 1 a double holds the upper tail to its spacing, 1.1e-16
+      expect_lt(abs(1 - predict(fit, a - delta * a, type = "cdf") - tail), 3e-16,
+                label = paste(kernel, delta, "upper"))
+    }
+  }
+})
+
 test_that("the CDF agrees with ks::kcde() to its grid's resolution", {
   skip_if_not_installed("ks")
   x <- faithful$eruptions
