@@ -27,7 +27,7 @@
 #' @param lims The grid's limits: `c(from, to)` in 1-D, `c(x_from, x_to,
 #'   y_from, y_to)` in 2-D (as `MASS::kde2d()`), and so on; by default
 #'   `cut` bandwidths (kernel standard deviations) beyond the data's range
-#'   on each axis.
+#'   on each axis, but not beyond the bounds of a bounded fit.
 #' @param cut Bandwidths beyond the data for the default limits, as in
 #'   [stats::density()].
 #' @param margin `NULL` (all columns; the fit must have at most 3), or the
@@ -135,6 +135,9 @@ grid_axes <- function(fit, columns, n, lims, cut) {
     bandwidths <- sqrt(diag(fit$H))[columns]
     lower <- apply(fit$x[, columns, drop = FALSE], 2L, min) - cut * bandwidths
     upper <- apply(fit$x[, columns, drop = FALSE], 2L, max) + cut * bandwidths
+    # within the bounds of a bounded fit (where its density is not 0)
+    lower <- pmax(lower, bound_or(fit$lower, -Inf)[columns])
+    upper <- pmin(upper, bound_or(fit$upper, Inf)[columns])
   } else {
     if (!is.numeric(lims) || length(lims) != 2L * k || anyNA(lims) || any(!is.finite(lims))) {
       stop_arg("lims", sprintf(paste0(

@@ -91,6 +91,17 @@ margin_profile <- function(kernel, d, k) {
 # Densities of the margin of `fit` on columns `columns` (indices) at the
 # rows of `points` (a matrix with one column per margin column).
 margin_density <- function(fit, columns, points) {
+  # The margin of a folded estimate is the folded margin: the folds are
+  # per coordinate, and those of the other columns integrate out.
+  if (is_bounded(fit)) {
+    unbounded <- fit
+    unbounded$images <- NULL
+    unbounded$lower <- unbounded$upper <- NULL
+    log_margin <- folded_log_density(
+      points, margin_images(fit$images, columns), fit$lower[columns], fit$upper[columns],
+      function(q) log(margin_density(unbounded, columns, q)))
+    return(exp(log_margin))
+  }
   k <- length(columns)
   if (k == fit$d) return(predict(fit, unname(points)))
   if (fit$kernel == "gaussian") return(predict(margin_fit(fit, columns), unname(points)))

@@ -55,6 +55,11 @@ print.kde_gpu <- function(x, digits = 4L, ...) {
               if (length(unique(x$weights)) > 1L) ", weighted" else ""))
   cat("  kernel:    ", x$kernel, "\n", sep = "")
   cat("  bandwidth: ", bandwidth_label(x, digits), "\n", sep = "")
+  bounds <- bounds_label(x)
+  if (!is.null(bounds)) {
+    cat(sprintf("  support:   %s (reflection, %d image%s)\n", bounds, nrow(x$images$sign),
+                if (nrow(x$images$sign) == 1L) "" else "s"))
+  }
   cat("  backend:   ", backend_label(x), "\n", sep = "")
   invisible(x)
 }
@@ -133,7 +138,8 @@ logLik.kde_gpu <- function(object, cluster = NULL, tolerance = getOption("kdegpu
 #'
 #' @param x A 1-D [kde_gpu()] fit.
 #' @param n Number of grid points.
-#' @param from,to Grid limits; by default `cut` bandwidths beyond the data.
+#' @param from,to Grid limits; by default `cut` bandwidths beyond the data,
+#'   but not beyond the bounds of a bounded fit.
 #' @param cut Bandwidths beyond the data, as in [stats::density()].
 #' @param ... Not used: an argument given here is an error that names it.
 #' @return An object of class `"density"`.
@@ -154,8 +160,9 @@ as.density.kde_gpu <- function(x, n = 512L, from = NULL, to = NULL, cut = 3, ...
   }
   n <- check_count(n, "n")
   bw <- sqrt(x$H[1L, 1L])
-  if (is.null(from)) from <- min(x$x) - cut * bw
-  if (is.null(to)) to <- max(x$x) + cut * bw
+  # by default within the bounds of a bounded fit
+  if (is.null(from)) from <- max(min(x$x) - cut * bw, bound_or(x$lower, -Inf))
+  if (is.null(to)) to <- min(max(x$x) + cut * bw, bound_or(x$upper, Inf))
   grid <- seq(from, to, length.out = n)
   structure(list(
     x = grid, y = predict(x, grid), bw = bw, n = x$n,

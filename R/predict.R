@@ -8,6 +8,16 @@
 #'   have names), or a numeric vector (points in 1-D, or one point when the
 #'   fit has d > 1 and the vector has length d). Without it, the training
 #'   points.
+#' @param type What to compute: `"density"` (the default) or `"cdf"`, the
+#'   estimate's cumulative distribution function \eqn{\hat F(x) = \int_{-\infty}^x
+#'   \hat f}, in closed form: in 1-D for every kernel, in d > 1 for the
+#'   Gaussian kernel with a diagonal H (\eqn{P(X_1 \le x_1, \dots, X_d \le
+#'   x_d)}). Exact sums in double precision on the CPU, for fits on either
+#'   backend (`tolerance` does not apply); values in \eqn{[0, 1]},
+#'   non-decreasing, each kernel term taken from its smaller tail so that
+#'   small probabilities keep their relative accuracy. For a bounded fit
+#'   it is the CDF of the folded density: 0 below `lower`, 1 from `upper`
+#'   on. `newdata` may hold `-Inf` and `Inf` here.
 #' @param log If `TRUE`, log-densities: accurate and finite far into a
 #'   Gaussian tail, where the density underflows to 0.
 #' @param leave_one_out If `TRUE` (only without `newdata`), each training
@@ -58,19 +68,39 @@
 #' parallel::stopCluster(cl)
 #' }
 #' predict(fit, c(-20, 180, 300))
+#'
+#' # the CDF of a 1-D fit, and a bounded one
+#' fit1 <- kde_gpu(faithful$eruptions, backend = "cpu")
+#' predict(fit1, c(2, 3, 4), type = "cdf")
+#' predict(kde_gpu(rivers, lower = 0, backend = "cpu"), c(0, 500, 1000), type = "cdf")
 #' @export
 predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
                             cluster = NULL, split = c("queries", "training"),
-                            tolerance = getOption("kdegpu.tolerance"), ...) {
+                            tolerance = getOption("kdegpu.tolerance"),
+                            type = c("density", "cdf"), ...) {
   check_dots_empty("predict()", c("object", "newdata", "log", "leave_one_out", "cluster",
-                                  "split", "tolerance"), predict_hints, ...)
+                                  "split", "tolerance", "type"), predict_hints, ...)
   check_fit(object)
+  type <- match_choice(type, predict_types, "type")
   check_flag(log, "log")
   check_flag(leave_one_out, "leave_one_out")
   if (!is.null(tolerance)) tolerance <- check_tolerance(tolerance)
   engine <- cluster_engine(cluster)
   split <- match_choice(split, c("queries", "training"), "split")
   at_training_points <- missing(newdata) || is.null(newdata)
+  if (type != "density") {
+    for (arg in c("log", "leave_one_out")) {
+      if (isTRUE(get(arg))) stop_arg(arg, sprintf("applies to type = \"density\", not \"%s\".", type))
+    }
+    if (!is.null(engine)) stop_arg("cluster", sprintf("applies to type = \"density\", not \"%s\".", type))
+  }
+  if (type == "cdf") {
+    query <- if (at_training_points) object$x else
+      match_columns(as_point_matrix(newdata, "newdata", object$d, allow_infinite = TRUE), object$x)
+    out <- evaluate_cdf(object, query)
+    names(out) <- if (at_training_points) rownames(object$x) else query_names(newdata, object$d)
+    return(out)
+  }
   if (leave_one_out) {
     if (!at_training_points) {
       stop_arg("leave_one_out", "applies to the training points only; drop `newdata`.")
@@ -85,11 +115,17 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
     match_columns(as_point_matrix(newdata, "newdata", object$d), object$x)
   }
   point_names <- if (at_training_points) rownames(object$x) else query_names(newdata, object$d)
-  log_density <- if (is.null(engine)) {
-    evaluate_log_density(object, query, tolerance = tolerance)
+  evaluate <- if (is.null(engine)) {
+    function(q) evaluate_log_density(object, q, tolerance = tolerance)
   } else {
-    cluster_log_sum(engine, fit_cluster_data(object), query, object$H, object$kernel,
-                    object$precision, worker_backend(object), split, tolerance = tolerance)
+    function(q) cluster_log_sum(engine, fit_cluster_data(object), q, object$H, object$kernel,
+                                object$precision, worker_backend(object), split,
+                                tolerance = tolerance)
+  }
+  log_density <- if (is_bounded(object)) {
+    folded_log_density(query, object$images, object$lower, object$upper, evaluate)
+  } else {
+    evaluate(query)
   }
   names(log_density) <- point_names
   if (log) log_density else exp(log_density)
@@ -97,9 +133,11 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
 
 predict_hints <- list(
   x = paste("The points to evaluate at go in `newdata`: predict(fit, newdata = x)",
-            "(ks's predict.kde calls them `x`)."),
-  type = "predict() returns densities; `log = TRUE` gives log-densities."
+            "(ks's predict.kde calls them `x`).")
 )
+
+# What predict() can compute, the default first.
+predict_types <- c("density", "cdf")
 
 # The names of the points in `newdata`: a data frame's row names (as
 # predict.lm() gives them), a matrix's row names, or a vector's names when
@@ -133,7 +171,12 @@ match_columns <- function(query, train) {
 # log f_{-i}(x_i): the estimate without point i, its weight renormalised.
 # -Inf for a point whose weight is all the weight there is.
 leave_one_out_log_density <- function(object, engine = NULL, tolerance = NULL) {
-  log_sum <- if (is.null(engine)) {
+  log_sum <- if (is_bounded(object)) {
+    if (!is.null(engine)) {
+      stop_arg("cluster", "cannot split leave-one-out of a bounded fit yet; drop `cluster`.")
+    }
+    bounded_leave_one_out_sum(object, tolerance)
+  } else if (is.null(engine)) {
     log_density_at_training_points(object, leave_one_out = TRUE, tolerance = tolerance)
   } else {
     cluster_log_sum(engine, fit_cluster_data(object), object$x, object$H, object$kernel,

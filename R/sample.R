@@ -21,6 +21,10 @@
 #'   GPU, from a counter-based generator (Philox4x32-10) whose key is taken
 #'   from R's generator. Either way `set.seed()` makes draws reproducible;
 #'   the GPU's draws for a seed are not the CPU's, but have the same law.
+#'   A bounded fit (`lower`, `upper`) draws from the unbounded estimate and
+#'   folds each draw back into the bounds (reflecting it across the bound it
+#'   crossed, repeatedly between two bounds): exactly the reflected density
+#'   that [predict()][predict.kde_gpu] evaluates.
 #' @examples
 #' fit <- kde_gpu(faithful$waiting, backend = "cpu")
 #' set.seed(1)
@@ -60,6 +64,8 @@ sample.kde_gpu <- function(x, size, replace = TRUE, prob = NULL, ...) {
     centres <- x$x[sample.int(x$n, size, replace = TRUE, prob = x$weights), , drop = FALSE]
     centres + standard_kernel_noise(x$kernel, size, d) %*% x$chol_H
   }
+  # a bounded fit: draws from the unbounded estimate, folded into the box
+  if (is_bounded(x)) draws <- fold_points(draws, x$lower, x$upper)
   dimnames(draws) <- list(NULL, colnames(x$x))
   if (d == 1L) drop(draws) else draws
 }

@@ -7,7 +7,7 @@ stop_arg <- function(arg, ...) {
 
 # A numeric vector, matrix or data frame of numeric columns as a finite
 # double matrix. `columns`, if given, is the number of columns required.
-as_point_matrix <- function(x, arg, columns = NULL) {
+as_point_matrix <- function(x, arg, columns = NULL, allow_infinite = FALSE) {
   if (is.data.frame(x)) {
     numeric_cols <- vapply(x, function(col) is.numeric(col) && !is.complex(col), NA)
     if (!all(numeric_cols)) {
@@ -42,6 +42,10 @@ as_point_matrix <- function(x, arg, columns = NULL) {
   if (!is.null(columns) && ncol(x) != columns) {
     stop_arg(arg, sprintf("must have %d column%s, like the training data, not %d.",
                           columns, if (columns == 1L) "" else "s", ncol(x)))
+  }
+  if (allow_infinite) {
+    if (anyNA(x)) stop_arg(arg, "must not contain NA or NaN.")
+    return(x)
   }
   first_bad <- .Call(C_kdegpu_first_nonfinite, x, cpu_threads())
   if (first_bad > 0) {
@@ -115,13 +119,31 @@ check_fit <- function(object, arg = "object") {
       is.double(object$log_const) && length(object$log_const) == 1L &&
       is.character(object$kernel) && length(object$kernel) == 1L &&
       object$kernel %in% kernel_names &&
-      (identical(object$backend, "cpu") || identical(object$backend, "cuda"))
+      (identical(object$backend, "cpu") || identical(object$backend, "cuda")) &&
+      intact_bounds(object)
   }
   if (!isTRUE(intact)) {
     stop_arg(arg, "is not an intact kde_gpu() fit (damaged, or edited by hand?); ",
              "fit it again with kde_gpu().")
   }
   invisible(object)
+}
+
+# A fit's bounds, where it has them (fits made before they existed have
+# none): d numbers each, lower below upper, with the images of the box.
+intact_bounds <- function(object) {
+  if (is.null(object$lower) && is.null(object$upper) && is.null(object$images)) return(TRUE)
+  d <- object$d
+  ok <- is.double(object$lower) && length(object$lower) == d && !anyNA(object$lower) &&
+    is.double(object$upper) && length(object$upper) == d && !anyNA(object$upper) &&
+    all(object$lower < object$upper)
+  if (!isTRUE(ok)) return(FALSE)
+  if (!any(is.finite(c(object$lower, object$upper)))) return(is.null(object$images))
+  images <- object$images
+  is.list(images) && is.double(images$sign) && is_intact_matrix(images$sign, NULL, d) &&
+    is.double(images$shift) && is_intact_matrix(images$shift, nrow(images$sign), d) &&
+    nrow(images$sign) >= 1L && all(images$sign[1L, ] == 1) && all(images$shift[1L, ] == 0) &&
+    is.list(images$per_coordinate) && length(images$per_coordinate) == d
 }
 
 # Stops when `...` of a method received arguments it does not use: a

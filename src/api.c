@@ -18,6 +18,7 @@
 #include "api.h"
 #include "kde_backend.h"
 #include "kde_cuda.h"
+#include "cdf.h"
 #include "finite.h"
 #include "spatial.h"
 #include "threads.h"
@@ -296,6 +297,68 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
   progress_begin(progress_delay);
   kde_cpu_log_density(&t, &q, n_threads, poll_between_chunks, REAL(out),
                       &status);
+  UNPROTECT(1);
+  raise_status(&status);
+  return out;
+}
+
+/* The CDF (cdf.c) of a product-kernel estimate, bounded coordinates folded
+ * in; R checked the kernel and H. `images` is list(count, sign, shift). */
+SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP bandwidth, SEXP kernel,
+                    SEXP query, SEXP lower, SEXP upper, SEXP images,
+                    SEXP threads, SEXP progress_delay)
+{
+  int n_threads = arg_threads(threads);
+  kde_cdf_problem p;
+  int64_t query_rows, query_dim;
+  p.kernel = arg_kernel(kernel);
+  p.train = arg_matrix(train, "train", n_threads, &p.n_train, &p.dim);
+  if (p.n_train < 1 || p.dim < 1)
+    Rf_error("`train` must have at least one row and one column");
+  if (p.dim > 1 && p.kernel != KDE_GAUSSIAN)
+    Rf_error("`kernel` must be the Gaussian (0) in more than one dimension");
+  kde_training_set weights;
+  arg_weights(weight, p.n_train, &weights);
+  p.weight = weights.weight;
+  p.bandwidth = arg_double_vector(bandwidth, "bandwidth", p.dim);
+  p.lower = arg_double_vector(lower, "lower", p.dim);
+  p.upper = arg_double_vector(upper, "upper", p.dim);
+  for (int64_t c = 0; c < p.dim; c++) {
+    if (!(p.bandwidth[c] > 0) || !R_FINITE(p.bandwidth[c]))
+      Rf_error("`bandwidth` must be positive and finite");
+    if (ISNAN(p.lower[c]) || ISNAN(p.upper[c]) || !(p.lower[c] < p.upper[c]))
+      Rf_error("`lower` must be below `upper` in every coordinate");
+  }
+  if (TYPEOF(images) != VECSXP || XLENGTH(images) != 3)
+    Rf_error("`images` must be list(count, sign, shift)");
+  SEXP count = VECTOR_ELT(images, 0);
+  if (TYPEOF(count) != INTSXP || XLENGTH(count) != p.dim)
+    Rf_error("`images$count` must be an integer vector with one count per column");
+  int64_t *counts = (int64_t *) R_alloc((size_t) p.dim, sizeof(int64_t));
+  int64_t n_images = 0;
+  for (int64_t c = 0; c < p.dim; c++) {
+    int value = INTEGER(count)[c];
+    if (value == NA_INTEGER || value < 1)
+      Rf_error("`images$count` must be positive");
+    counts[c] = value;
+    n_images += value;
+  }
+  p.image_count = counts;
+  p.image_sign = arg_double_vector(VECTOR_ELT(images, 1), "images$sign", n_images);
+  p.image_shift = arg_double_vector(VECTOR_ELT(images, 2), "images$shift", n_images);
+  for (int64_t g = 0; g < n_images; g++)
+    if ((p.image_sign[g] != 1 && p.image_sign[g] != -1) || !R_FINITE(p.image_shift[g]))
+      Rf_error("`images` must have signs of 1 or -1 and finite shifts");
+  const double *q = arg_matrix_shape(query, "query", &query_rows, &query_dim);
+  if (query_dim != p.dim)
+    Rf_error("`query` must have %lld columns, like `train`", (long long) p.dim);
+  for (int64_t i = 0; i < query_rows * query_dim; i++)
+    if (ISNAN(q[i])) Rf_error("`query` must not contain NA or NaN");
+
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) query_rows));
+  kde_status status;
+  progress_begin(progress_delay);
+  kde_cpu_cdf(&p, q, query_rows, n_threads, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);
   raise_status(&status);
   return out;

@@ -11,6 +11,9 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
                             SEXP query, SEXP center, SEXP transform,
                             SEXP kernel, SEXP log_const, SEXP leave_one_out,
                             SEXP tolerance, SEXP threads, SEXP progress_delay);
+SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP bandwidth, SEXP kernel,
+                    SEXP query, SEXP lower, SEXP upper, SEXP images,
+                    SEXP threads, SEXP progress_delay);
 SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);

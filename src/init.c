@@ -14,6 +14,7 @@
 
 static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_log_density_cpu, 12),
+  CALLDEF(kdegpu_cdf_cpu, 10),
   CALLDEF(kdegpu_spatial_order, 2),
   CALLDEF(kdegpu_cpu_info, 1),
   CALLDEF(kdegpu_kernel_constants, 2),
