@@ -250,6 +250,89 @@ KDE_HD double kde_cdf_between(int kernel, double a, double b, double scale)
   return 1 - kde_cdf_lower(kernel, a, scale) - kde_cdf_lower(kernel, -b, scale);
 }
 
+/* ---- Profile derivatives: gradients, Hessians, mean shift -------------- *
+ * The derivatives of the profile as a function of t = s^2 (s = |z| / a),
+ * k1 = dk/dt and k2 = d^2k/dt^2, for t inside the support (0 outside),
+ * for type = "gradient" / "hessian" and the mean-shift step (derivatives.c,
+ * R/derivatives.R). With k as a function of s, k1 = k_s / (2s) and
+ * k2 = (k_ss - k_s / s) / (4 s^2); the cosine kernels' forms are
+ * 0/0 at s = 0, so near 0 they use series in x = pi s (cosine) or
+ * x = pi s / 2 (optcosine) of
+ *   (sin x / x - cos x) / x^2 = sum_n (-1)^n 2(n+1) x^(2n) / (2n+3)!.
+ * The triangular and exponential kernels have a cusp at s = 0: k1 and k2
+ * are infinite there (the density has no derivative at a training point).
+ * The rectangular kernel is flat inside its support: k1 = k2 = 0 (it has
+ * no useful derivative; R refuses it). */
+KDE_HD double kde_sinc_minus_cos_over_x2(double x)
+{
+  const double x2 = x * x;
+  if (x2 < 0.25) /* |x| < 0.5: the next term is below 1e-11 relative */
+    return 1.0 / 3 - x2 * (1.0 / 30 - x2 * (1.0 / 840 - x2 * (1.0 / 45360 - x2 / 3991680)));
+  return (sin(x) / x - cos(x)) / x2;
+}
+
+KDE_HD double kde_sinc(double x)
+{
+  const double x2 = x * x;
+  if (x2 < 1e-4) return 1 - x2 / 6 * (1 - x2 / 20);
+  return sin(x) / x;
+}
+
+KDE_HD double kde_profile_d1(int kernel, double t)
+{
+  const double pi = M_PI;
+  const double s = sqrt(t);
+  if (kernel != KDE_GAUSSIAN && kernel != KDE_EXPONENTIAL && !(t < 1)) return 0;
+  switch (kernel) {
+  case KDE_GAUSSIAN:     return -0.5 * exp(-0.5 * t);
+  case KDE_EXPONENTIAL:  return -exp(-s) / (2 * s);
+  case KDE_EPANECHNIKOV: return -1;
+  case KDE_TRIANGULAR:   return -1 / (2 * s);
+  case KDE_BIWEIGHT:     return -2 * (1 - t);
+  case KDE_COSINE:       return -pi * pi / 4 * kde_sinc(pi * s);
+  case KDE_OPTCOSINE:    return -pi * pi / 8 * kde_sinc(0.5 * pi * s);
+  default:               return 0; /* rectangular */
+  }
+}
+
+KDE_HD double kde_profile_d2(int kernel, double t)
+{
+  const double pi = M_PI;
+  const double s = sqrt(t);
+  if (kernel != KDE_GAUSSIAN && kernel != KDE_EXPONENTIAL && !(t < 1)) return 0;
+  switch (kernel) {
+  case KDE_GAUSSIAN:     return 0.25 * exp(-0.5 * t);
+  case KDE_EXPONENTIAL:  return exp(-s) * (s + 1) / (4 * s * t);
+  case KDE_EPANECHNIKOV: return 0;
+  case KDE_TRIANGULAR:   return 1 / (4 * s * t);
+  case KDE_BIWEIGHT:     return 2;
+  case KDE_COSINE:       return pi * pi * pi * pi / 8 * kde_sinc_minus_cos_over_x2(pi * s);
+  case KDE_OPTCOSINE:
+    return pi * pi * pi * pi / 64 * kde_sinc_minus_cos_over_x2(0.5 * pi * s);
+  default:               return 0;
+  }
+}
+
+/* k1 / k and k2 / k inside the support (k > 0), in closed form for the
+ * two unbounded kernels, whose k underflows far out while the ratio stays
+ * finite; t > 0. */
+KDE_HD double kde_profile_ratio1(int kernel, double t)
+{
+  if (kernel == KDE_GAUSSIAN) return -0.5;
+  if (kernel == KDE_EXPONENTIAL) return -0.5 / sqrt(t);
+  return kde_profile_d1(kernel, t) / kde_profile(kernel, t);
+}
+
+KDE_HD double kde_profile_ratio2(int kernel, double t)
+{
+  if (kernel == KDE_GAUSSIAN) return 0.25;
+  if (kernel == KDE_EXPONENTIAL) {
+    const double s = sqrt(t);
+    return (s + 1) / (4 * s * t);
+  }
+  return kde_profile_d2(kernel, t) / kde_profile(kernel, t);
+}
+
 /* ---- Online log-sum-exp ------------------------------------------------ *
  * The state represents exp(max) * sum. The empty state is (-inf, 0); every
  * operation checks sum == 0 before subtracting maxima, so (-inf) - (-inf)

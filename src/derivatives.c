@@ -1,0 +1,112 @@
+/*
+ * Kernel-derivative sums on the CPU (see derivatives.h): a plain loop over
+ * the training points per query, OpenMP over queries, double throughout,
+ * with the same online rescaling as the density's log-sum-exp so that a
+ * query far out in a Gaussian or exponential tail keeps finite ratios.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "derivatives.h"
+#include "threads.h"
+#include <kdegpu/kernels.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Pair terms between two interrupt polls: about 0.1 s on one core. */
+#define TERMS_PER_POLL 2.0e7
+
+/* One query's sums; v is scratch for dim values. Returns M. */
+static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
+                      double *s0, double *k1sum, double *first, double *second)
+{
+  const int64_t n = p->n_train, m = p->n_query, d = p->dim;
+  const int kernel = p->kernel;
+  double scale = -INFINITY; /* M so far */
+  double sum0 = 0, sum1 = 0;
+  for (int64_t c = 0; c < d; c++) first[c] = 0;
+  if (second != NULL) for (int64_t c = 0; c < d * d; c++) second[c] = 0;
+  for (int64_t j = 0; j < n; j++) {
+    double t = 0;
+    for (int64_t c = 0; c < d; c++) {
+      v[c] = p->train[j + c * n] - p->query[i + c * m];
+      t += v[c] * v[c];
+    }
+    const double log_term = p->log_weight[j] + kde_log_profile(kernel, t);
+    if (!(log_term > -INFINITY)) continue;
+    if (log_term > scale) { /* rescale what is summed so far */
+      const double f = exp(scale - log_term);
+      sum0 *= f;
+      sum1 *= f;
+      for (int64_t c = 0; c < d; c++) first[c] *= f;
+      if (second != NULL) for (int64_t c = 0; c < d * d; c++) second[c] *= f;
+      scale = log_term;
+    }
+    /* w k e^-M times k1 / k and k2 / k (finite where k > 0) */
+    const double term = exp(log_term - scale);
+    sum0 += term;
+    if (t == 0) continue; /* v = 0: no direction; k1, k2 may be infinite */
+    const double r1 = kde_profile_ratio1(kernel, t), a1 = term * r1;
+    sum1 += a1;
+    for (int64_t c = 0; c < d; c++) first[c] += a1 * v[c];
+    if (second != NULL) {
+      const double a2 = term * kde_profile_ratio2(kernel, t);
+      for (int64_t e = 0; e < d; e++)
+        for (int64_t c = 0; c <= e; c++) second[c + e * d] += a2 * v[c] * v[e];
+    }
+  }
+  if (second != NULL)
+    for (int64_t e = 0; e < d; e++)
+      for (int64_t c = e + 1; c < d; c++) second[c + e * d] = second[e + c * d];
+  *s0 = sum0;
+  *k1sum = sum1;
+  return scale;
+}
+
+void kde_cpu_derivative_sums(const kde_derivative_problem *p, int threads,
+                             kde_interrupt_probe interrupted, double *log_scale,
+                             double *s0, double *k1sum, double *first,
+                             double *second, kde_status *status)
+{
+  kde_status_clear(status);
+  if (p->kernel < 0 || p->kernel >= KDE_N_KERNELS || p->n_train < 1 || p->dim < 1 ||
+      p->n_query < 0) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "internal: invalid problem passed to the derivative sums");
+    return;
+  }
+  const int64_t m = p->n_query, d = p->dim;
+  const int n_threads = kde_thread_count(threads);
+  /* per thread: v, first, second */
+  const int64_t per_thread = 2 * d + d * d;
+  double *scratch = malloc((size_t) (per_thread * n_threads) * sizeof *scratch);
+  if (scratch == NULL) {
+    kde_status_set(status, KDE_ERR_ALLOC, "could not allocate memory for the derivative sums");
+    return;
+  }
+  const double terms = (double) p->n_train * (double) (d * d + d + 1);
+  const int64_t chunk = (int64_t) (TERMS_PER_POLL * n_threads / terms) + 1;
+  for (int64_t begin = 0; begin < m; begin += chunk) {
+    const int64_t end = begin + chunk < m ? begin + chunk : m;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4)
+    for (int64_t i = begin; i < end; i++) {
+#ifdef _OPENMP
+      const int thread = omp_get_thread_num();
+#else
+      const int thread = 0;
+#endif
+      double *v = scratch + thread * per_thread, *f = v + d, *s = f + d;
+      log_scale[i] = sums_at(p, i, v, s0 + i, k1sum + i, f, second != NULL ? s : NULL);
+      for (int64_t c = 0; c < d; c++) first[i + c * m] = f[c];
+      if (second != NULL)
+        for (int64_t c = 0; c < d * d; c++) second[i + c * m] = s[c];
+    }
+    if (end < m && interrupted != NULL && interrupted((double) end / (double) m)) {
+      kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
+      break;
+    }
+  }
+  free(scratch);
+}
