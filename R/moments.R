@@ -8,21 +8,24 @@
 #   log_scale[i] = max_j (log w_j - |u|^2 / 2)
 #   sums[i, m]   = sum_j w_j exp(-|u|^2 / 2 - log_scale[i]) u^a_m,
 # a_m the m-th row of moment_index(d, degree) (by degree, then decreasing
-# lexicographic order). leave_one_out: queries are the training points and
-# j == i is left out. backend: "cpu" or "cuda" (the first GPU of
-# options(kdegpu.devices)).
+# lexicographic order). pairs: "all"; "leave_one_out" (queries are the
+# training points, j == i left out); "above" (queries are the training
+# points, only j > i: half a symmetric sum over i != j). backend: "cpu" or
+# "cuda" (the first GPU of options(kdegpu.devices)).
 gaussian_moments <- function(train, weights, query = train, degree = 0L,
-                             leave_one_out = FALSE, backend = "cpu") {
+                             pairs = c("all", "leave_one_out", "above"),
+                             backend = "cpu") {
   storage.mode(train) <- "double"
   storage.mode(query) <- "double"
   degree <- as.integer(degree)
+  pairs <- match(match.arg(pairs), c("all", "leave_one_out", "above")) - 1L
   if (backend == "cuda") {
     device <- gpu_devices(gpus_for_cuda_fit())[[1L]]
     return(.Call(C_kdegpu_moments_cuda, train, as.double(weights), query, degree,
-                 leave_one_out, device, gpu_memory_budget(), cpu_threads(),
+                 pairs, device, gpu_memory_budget(), cpu_threads(),
                  progress_delay()))
   }
-  .Call(C_kdegpu_moments_cpu, train, as.double(weights), query, degree, leave_one_out,
+  .Call(C_kdegpu_moments_cpu, train, as.double(weights), query, degree, pairs,
         cpu_threads(), progress_delay())
 }
 
@@ -69,15 +72,18 @@ hermite_matrix <- function(d, r) {
 # w summing to 1: for every multi-index b of degree r,
 #   sum_i sum_j w_i w_j (D^b phi)(z_i - z_j),
 # phi the standard normal density in d dimensions, diagonal terms included.
-# (D^b phi)(z_i - z_j) = He_b(u) phi(u) with u = z_j - z_i. Returns the
-# values and the multi-indices (rows of `index`).
+# (D^b phi)(z_i - z_j) = He_b(u) phi(u) with u = z_j - z_i. r is even, so
+# the summand is symmetric in (i, j): twice the sum over j > i (half the
+# pairs) plus the diagonal, He_b(0) phi(0) sum_i w_i^2. Returns the values
+# and the multi-indices (rows of `index`).
 pair_derivative_sums <- function(z, w, r, backend = "cpu") {
   d <- ncol(z)
-  moments <- gaussian_moments(z, w, z, r, FALSE, backend)
+  moments <- gaussian_moments(z, w, z, r, "above", backend)
   hermite <- hermite_matrix(d, r)
   per_query <- moments$sums %*% hermite$matrix
   scale <- exp(moments$log_scale + log(w))
-  scale[w == 0] <- 0
-  list(value = drop(crossprod(scale, per_query)) * (2 * pi)^(-d / 2),
-       index = hermite$index)
+  scale[w == 0 | moments$log_scale == -Inf] <- 0
+  at_zero <- hermite$matrix[1L, ] # He_b(0): the constant coefficients
+  value <- 2 * drop(crossprod(scale, per_query)) + at_zero * sum(w^2)
+  list(value = value * (2 * pi)^(-d / 2), index = hermite$index)
 }

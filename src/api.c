@@ -657,11 +657,11 @@ static int arg_degree(SEXP degree)
   return p;
 }
 
-/* The problem from (train, weight, query, degree, leave_one_out); log
- * weights in R's memory. Weights need not sum to 1. */
+/* The problem from (train, weight, query, degree, pairs); log weights in
+ * R's memory. Weights need not sum to 1. */
 static kde_moment_problem arg_moment_problem(SEXP train, SEXP weight,
                                              SEXP query, SEXP degree,
-                                             SEXP leave_one_out, int threads,
+                                             SEXP pairs, int threads,
                                              int64_t *count)
 {
   kde_moment_problem pr;
@@ -683,9 +683,12 @@ static kde_moment_problem arg_moment_problem(SEXP train, SEXP weight,
   }
   pr.log_weight = log_w;
   pr.degree = arg_degree(degree);
-  pr.leave_one_out = arg_flag(leave_one_out, "leave_one_out");
-  if (pr.leave_one_out && pr.n_query != pr.n_train)
-    Rf_error("`leave_one_out` needs the queries to be the training points");
+  pr.pairs = arg_int_scalar(pairs, "pairs");
+  if (pr.pairs < KDE_PAIRS_ALL || pr.pairs > KDE_PAIRS_ABOVE)
+    Rf_error("`pairs` must be 0 (all), 1 (leave one out) or 2 (j > i), not %d",
+             pr.pairs);
+  if (pr.pairs != KDE_PAIRS_ALL && pr.n_query != pr.n_train)
+    Rf_error("`pairs` %d needs the queries to be the training points", pr.pairs);
   *count = kde_moment_count(pr.dim, pr.degree, MOMENT_COUNT_LIMIT);
   if (*count < 0)
     Rf_error("%lld dimensions at degree %d give more than %d moment sums per query",
@@ -708,12 +711,12 @@ static SEXP moment_result(int64_t n_query, int64_t count)
 }
 
 SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
-                        SEXP leave_one_out, SEXP threads, SEXP progress_delay)
+                        SEXP pairs, SEXP threads, SEXP progress_delay)
 {
   int64_t count;
   int n_threads = arg_threads(threads);
   kde_moment_problem pr = arg_moment_problem(train, weight, query, degree,
-                                             leave_one_out, n_threads, &count);
+                                             pairs, n_threads, &count);
   if (pr.n_query > INT_MAX) Rf_error("`query` has too many rows");
   SEXP out = PROTECT(moment_result(pr.n_query, count));
   kde_status status;
@@ -727,13 +730,13 @@ SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
 }
 
 SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
-                         SEXP leave_one_out, SEXP device, SEXP memory_budget,
+                         SEXP pairs, SEXP device, SEXP memory_budget,
                          SEXP threads, SEXP progress_delay)
 {
   int64_t count;
   int n_threads = arg_threads(threads);
   kde_moment_problem pr = arg_moment_problem(train, weight, query, degree,
-                                             leave_one_out, n_threads, &count);
+                                             pairs, n_threads, &count);
   if (pr.n_query > INT_MAX) Rf_error("`query` has too many rows");
   int gpu = arg_int_scalar(device, "device");
   if (gpu < 0) Rf_error("`device` must be a non-negative device index");

@@ -32,9 +32,9 @@ SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
                         SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
                         SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
-                        SEXP leave_one_out, SEXP threads, SEXP progress_delay);
+                        SEXP pairs, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
-                         SEXP leave_one_out, SEXP device, SEXP memory_budget,
+                         SEXP pairs, SEXP device, SEXP memory_budget,
                          SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moment_index(SEXP dim, SEXP degree);
 

@@ -103,13 +103,13 @@ void kde_moment_index(int64_t dim, int degree, int64_t count, int *exponents,
   free(a);
 }
 
-/* One query against all training points. `self` is the query's own row
- * when leaving one out, -1 otherwise. */
+/* One query against the training points from `start` on. `self` is the
+ * query's own row when leaving one out, -1 otherwise. */
 KDE_MULTIVERSION
 static void query_moments(const kde_moment_problem *pr, int64_t count,
                           const int64_t *parent, const int *variable,
-                          int64_t chunk, const double *q, int64_t self,
-                          double *scratch, double *log_scale, double *acc)
+                          int64_t chunk, const double *q, int64_t start,
+                          int64_t self, double *scratch, double *log_scale, double *acc)
 {
   const int64_t n = pr->n_train, dim = pr->dim;
   double *term = scratch;                /* chunk: exponents, then terms */
@@ -118,7 +118,7 @@ static void query_moments(const kde_moment_problem *pr, int64_t count,
   double scale = -INFINITY;
   for (int64_t m = 0; m < count; m++) acc[m] = 0;
 
-  for (int64_t begin = 0; begin < n; begin += chunk) {
+  for (int64_t begin = start; begin < n; begin += chunk) {
     const int64_t len = n - begin < chunk ? n - begin : chunk;
     const double *lw = pr->log_weight + begin;
 #pragma omp simd
@@ -179,7 +179,8 @@ void kde_cpu_moments(const kde_moment_problem *pr, int threads,
   kde_status_clear(status);
   if (pr->n_train < 1 || pr->dim < 1 || pr->n_query < 0 || pr->degree < 0 ||
       pr->degree > KDE_MOMENT_MAX_DEGREE ||
-      (pr->leave_one_out && pr->n_query != pr->n_train)) {
+      pr->pairs < KDE_PAIRS_ALL || pr->pairs > KDE_PAIRS_ABOVE ||
+      (pr->pairs != KDE_PAIRS_ALL && pr->n_query != pr->n_train)) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "internal: invalid problem passed to the CPU moment sums");
     return;
@@ -228,7 +229,9 @@ void kde_cpu_moments(const kde_moment_problem *pr, int threads,
       double *q = acc + count;
       for (int64_t k = 0; k < dim; k++) q[k] = pr->query[i + k * m_query];
       query_moments(pr, count, parent, variable, chunk, q,
-                    pr->leave_one_out ? i : -1, mine, log_scale + i, acc);
+                    pr->pairs == KDE_PAIRS_ABOVE ? i + 1 : 0,
+                    pr->pairs == KDE_PAIRS_LEAVE_ONE_OUT ? i : -1, mine,
+                    log_scale + i, acc);
       for (int64_t m = 0; m < count; m++) sums[i + m * m_query] = acc[m];
     }
     if (last < m_query && interrupted != NULL &&

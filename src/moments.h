@@ -23,8 +23,12 @@
  * within a degree in decreasing lexicographic order of (a_1, ..., a_d):
  * d = 2, p = 2 gives (0,0), (1,0), (0,1), (2,0), (1,1), (0,2).
  *
- * Leave-one-out: the queries are the training points in the same order and
- * the term j == i is excluded exactly (also for duplicated points).
+ * Which pairs (`pairs`): KDE_PAIRS_ALL, every j for every query;
+ * KDE_PAIRS_LEAVE_ONE_OUT, the queries are the training points in the same
+ * order and the term j == i is excluded exactly (also for duplicated
+ * points); KDE_PAIRS_ABOVE, the queries are the training points and only
+ * j > i is summed: half of a pair sum over all i != j whose summand is
+ * symmetric (the even derivatives of psi functionals), at half the cost.
  *
  * Accumulation is in double. The CPU computes exp in double (vector_math.h);
  * the CUDA backend computes the distances and the exponent in double and
@@ -46,6 +50,8 @@ extern "C" {
 
 #define KDE_MOMENT_MAX_DEGREE 6
 
+enum { KDE_PAIRS_ALL = 0, KDE_PAIRS_LEAVE_ONE_OUT = 1, KDE_PAIRS_ABOVE = 2 };
+
 typedef struct {
   int64_t n_train;           /* >= 1 */
   int64_t n_query;           /* >= 0 */
@@ -54,7 +60,7 @@ typedef struct {
   const double *log_weight;  /* n_train: log w_j, -inf where w_j = 0 */
   const double *query;       /* n_query x dim, whitened */
   int degree;                /* p, 0..KDE_MOMENT_MAX_DEGREE */
-  int leave_one_out;         /* queries are the training points; drop j == i */
+  int pairs;                 /* KDE_PAIRS_*: which j each query i sums over */
 } kde_moment_problem;
 
 /* The number of multi-indices a in `dim` dimensions with |a| <= degree:
