@@ -56,6 +56,22 @@ bw_plugin <- function(x, type = c("full", "diagonal"), weights = NULL,
 # kde_gpu()'s rule name.
 plugin_rules <- "plugin"
 
+# bw = "SJ", "sj-ste", "sj-dpi" (1-D) or "plugin" in kde_gpu(), on the
+# fit's backend.
+bandwidth_by_plugin <- function(x, weights, rule, backend) {
+  d <- ncol(x)
+  if (rule %in% sj_rules) {
+    if (d != 1L) {
+      stop_arg("bw", sprintf(paste0("\"%s\" is a 1-D rule and the data have %d columns; ",
+                                    "use bw = \"plugin\" (see bw_plugin())."), rule, d))
+    }
+    bw <- sj_bandwidth(x[, 1L], weights, if (rule == "sj-dpi") "dpi" else "ste", backend)
+    return(list(H = matrix(bw^2, 1L, 1L), type = "scalar", method = rule))
+  }
+  list(H = plugin_bandwidth(x, weights, "full", backend), type = if (d == 1L) "scalar" else "full",
+       method = rule)
+}
+
 plugin_bandwidth <- function(x, weights, type, backend) {
   d <- ncol(x)
   if (d == 1L) return(matrix(sj_bandwidth(x[, 1L], weights, "dpi", backend)^2, 1L, 1L))
