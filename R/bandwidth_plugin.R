@@ -72,13 +72,19 @@ bandwidth_by_plugin <- function(x, weights, rule, backend) {
        method = rule)
 }
 
-plugin_bandwidth <- function(x, weights, type, backend) {
+# nstage = 1: ks::Hpi(nstage = 1)'s SAMSE pilot from the normal reference
+# (the pilot of bw_scv() in 2-D).
+plugin_bandwidth <- function(x, weights, type, backend, nstage = 2L) {
   d <- ncol(x)
   if (d == 1L) return(matrix(sj_bandwidth(x[, 1L], weights, "dpi", backend)^2, 1L, 1L))
   pre <- prescale(x, weights, if (type == "full") "sphere" else "scale")
   n <- pre$n
   RK <- (4 * pi)^(-d / 2)
-  psi4 <- psi4_two_stage(pre$x, weights, pre$S, n, backend)
+  psi4 <- if (nstage == 1L) {
+    psi_estimate(pre$x, weights, pilot_samse(pre$S, n, 4L), 4L, backend)
+  } else {
+    psi4_two_stage(pre$x, weights, pre$S, n, backend)
+  }
   if (type == "diagonal" && d == 2L) {
     # ks::Hpi.diag()'s closed form for the 2-D SAMSE pilot
     psi40 <- psi4[["4,0"]]

@@ -158,7 +158,7 @@ pilot_dscalar <- function(x, w, S, n, backend, scv = FALSE) {
     B2 <- -(d + 4) * 2^(-d / 2 + 2) * (2 * pi)^(-d) * det(S)^(-1 / 2) * odd_factorial(6) * nu4
   } else {
     B1 <- 2^(-5) * (4 * pi)^(-d) * factor_b
-    B2 <- -(d + 4) * 2^(-6) * (4 * pi)^(-d) * det(S)^(-1 / 2) * odd_factorial(4) * nu4
+    B2 <- -(d + 4) * 2^(-6) * (4 * pi)^(-d) * det(S)^(-1 / 2) * odd_factorial(6) * nu4
     B3 <- 4 * B3
   }
   g6 <- (2 * B1 / (-B2 + sqrt(B2^2 + 4 * B1 * B3)))^(1 / (d + 8)) * n^(-1 / (d + 8))
