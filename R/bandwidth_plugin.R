@@ -57,13 +57,13 @@ bw_plugin <- function(x, type = c("full", "diagonal"), weights = NULL,
 plugin_rules <- "plugin"
 
 # bw = "SJ", "sj-ste", "sj-dpi" (1-D) or "plugin" in kde_gpu(), on the
-# fit's backend.
-bandwidth_by_plugin <- function(x, weights, rule, backend) {
+# fit's backend; `name` is the user's spelling, for messages.
+bandwidth_by_plugin <- function(x, weights, rule, backend, name = rule) {
   d <- ncol(x)
   if (rule %in% sj_rules) {
     if (d != 1L) {
       stop_arg("bw", sprintf(paste0("\"%s\" is a 1-D rule and the data have %d columns; ",
-                                    "use bw = \"plugin\" (see bw_plugin())."), rule, d))
+                                    "use bw = \"plugin\" (see bw_plugin())."), name, d))
     }
     bw <- sj_bandwidth(x[, 1L], weights, if (rule == "sj-dpi") "dpi" else "ste", backend)
     return(list(H = matrix(bw^2, 1L, 1L), type = "scalar", method = rule))

@@ -113,7 +113,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     rule <- if (selector == "ucv") "lscv" else selector
     bandwidth_by_cv(x, weights, rule, kernel, backend, precision)
   } else if (isTRUE(selector %in% c(sj_rules, plugin_rules))) {
-    bandwidth_by_plugin(x, weights, selector, backend)
+    bandwidth_by_plugin(x, weights, selector, backend, bw)
   } else {
     resolve_bandwidth(x, weights, bw, H)
   }
