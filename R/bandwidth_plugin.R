@@ -15,10 +15,14 @@
 #' include the diagonal terms i = j, as ks's `kfe(inc = 1)` does; the
 #' criterion \eqn{n^{-1} R(K) |H|^{-1/2} + \frac14 \mathrm{vec}^T H
 #' \hat\Psi_4 \mathrm{vec} H} is minimised as ks does (BFGS over the
-#' symmetric square root of H; Hpi.diag's closed form in 2-D). One
-#' difference: ks 1.14 reads the second-stage functionals of the 2-D SAMSE
-#' pilot through positions of its index list that do not match its
-#' derivative vector; kdegpu reads them by multi-index. In 1-D
+#' symmetric square root of H; Hpi.diag's closed form in 2-D). One quirk
+#' is kept on purpose, so that the result is ks's: in the second stage of
+#' the 2-D SAMSE pilot, ks 1.14 looks up the sixth-order functionals by
+#' their position in its list of distinct multi-indices but reads them from
+#' its vector over all ordered index tuples, so it uses
+#' \eqn{\hat\psi_{51}} where the formula has \eqn{\hat\psi_{42}} and
+#' \eqn{\hat\psi_{24}}, and \eqn{\hat\psi_{42}} for \eqn{\hat\psi_{06}}.
+#' kdegpu does the same. In 1-D
 #' `bw_plugin()` gives the Sheather-Jones direct plug-in bandwidth
 #' ([bw_sj()] with `method = "dpi"`), as a variance (1 x 1 matrix).
 #'
