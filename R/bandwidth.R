@@ -64,7 +64,8 @@ bandwidth_rule <- function(x, weights, rule) {
   hit <- pmatch(tolower(rule), bandwidth_rules)
   if (is.na(hit)) {
     stop_arg("bw", sprintf("names an unknown rule \"%s\"; use one of %s, or a number.",
-                           rule, paste0("\"", c(bandwidth_rules, cv_rules), "\"", collapse = ", ")))
+                           rule, paste0("\"", c(bandwidth_rules, cv_rules, "SJ", "sj-dpi",
+                                                  plugin_rules), "\"", collapse = ", ")))
   }
   rule <- bandwidth_rules[[hit]]
   if (nrow(x) < 2L) {

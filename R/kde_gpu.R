@@ -102,7 +102,10 @@
 #'   `density()`), `"nrd"` (per column in d > 1), `"scott"` (default in
 #'   d > 1: \eqn{H = n^{-2/(d+4)} \mathrm{cov}(x)}), `"silverman"`, or a
 #'   cross-validation selector: `"lscv"` (alias `"ucv"`, Gaussian kernel) or
-#'   `"mlcv"` (see [bw_lscv()]), scalar in 1-D and full H in d > 1.
+#'   `"mlcv"` (see [bw_lscv()]), scalar in 1-D and full H in d > 1; or a
+#'   plug-in selector with exact pair sums: `"SJ"` (alias `"sj-ste"`) and
+#'   `"sj-dpi"` in 1-D (see [bw_sj()]), `"plugin"` (ks::Hpi()'s full H, see
+#'   [bw_plugin()]; in 1-D the SJ direct plug-in).
 #' @param H The kernel's covariance matrix (d x d, symmetric positive
 #'   definite), instead of `bw`.
 #' @param kernel The kernel's name (see Kernels).
@@ -167,10 +170,12 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   }
   requested_backend <- backend
   backend <- choose_backend(backend)
-  bandwidth <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) &&
-                   tolower(bw) %in% cv_rules && is.null(H)) {
-    rule <- if (tolower(bw) == "ucv") "lscv" else tolower(bw)
+  selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) tolower(bw)
+  bandwidth <- if (isTRUE(selector %in% cv_rules)) {
+    rule <- if (selector == "ucv") "lscv" else selector
     bandwidth_by_cv(x, weights, rule, kernel, backend, precision)
+  } else if (isTRUE(selector %in% c(sj_rules, plugin_rules))) {
+    bandwidth_by_plugin(x, weights, selector, backend, bw)
   } else {
     resolve_bandwidth(x, weights, bw, H)
   }

@@ -4,7 +4,10 @@
 #
 # Time of bw_lscv() and bw_mlcv() with a full H in d = 2: n = 1e4 on the CPU;
 # n = 1e5 (and one criterion evaluation at 1e6) on the GPU when one is usable;
-# next to ks::Hlscv at the largest n it handles in about a minute.
+# next to ks::Hlscv at the largest n it handles in about a minute. The
+# plug-in selectors with exact pair sums (bw = "SJ" in 1-D, bw_plugin() and
+# bw_scv() in 2-D): n = 1e4 on the CPU, next to ks::Hpi() (binned, its
+# default there, and unbinned) and stats::bw.SJ(); n = 1e6 on the GPU.
 suppressPackageStartupMessages(library(kdegpu))
 args <- commandArgs(trailingOnly = TRUE)
 out_csv <- if (length(args)) args[[1L]] else "inst/benchmarks/bandwidth.csv"
@@ -38,6 +41,23 @@ if (requireNamespace("ks", quietly = TRUE)) {
     record("ks::Hlscv", "cpu", n, t)
     if (t > 30) break
   }
+}
+# plug-in selectors
+x <- make_data(1e4)
+timed("bw_sj (SJ-ste) 1-D", "cpu", 1e4, function() bw_sj(x[, 1], backend = "cpu"))
+timed("bw_plugin full", "cpu", 1e4, function() bw_plugin(x, backend = "cpu"))
+timed("bw_plugin diagonal", "cpu", 1e4, function() bw_plugin(x, "diagonal", backend = "cpu"))
+timed("bw_scv full", "cpu", 1e4, function() bw_scv(x, backend = "cpu"))
+timed("stats::bw.SJ nb=1e5", "cpu", 1e4, function() stats::bw.SJ(x[, 1], nb = 1e5))
+if (requireNamespace("ks", quietly = TRUE)) {
+  timed("ks::Hpi binned", "cpu", 1e4, function() ks::Hpi(x))
+  timed("ks::Hpi unbinned", "cpu", 1e4, function() ks::Hpi(x, binned = FALSE))
+}
+if (nrow(info$gpus)) {
+  x <- make_data(1e6)
+  timed("bw_sj (SJ-ste) 1-D", "cuda", 1e6, function() bw_sj(x[, 1], backend = "cuda"))
+  timed("bw_plugin full", "cuda", 1e6, function() bw_plugin(x, backend = "cuda"))
+  timed("bw_scv full", "cuda", 1e5, function() bw_scv(x[1:1e5, ], backend = "cuda"))
 }
 if (nrow(info$gpus)) {
   x <- make_data(1e5)

@@ -34,5 +34,11 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
 SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
                         SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
                         SEXP threads, SEXP progress_delay);
+SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
+                        SEXP pairs, SEXP threads, SEXP progress_delay);
+SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
+                         SEXP pairs, SEXP device, SEXP memory_budget,
+                         SEXP threads, SEXP progress_delay);
+SEXP kdegpu_moment_index(SEXP dim, SEXP degree);
 
 #endif

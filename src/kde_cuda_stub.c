@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kde_cuda.h"
+#include "moments.h"
 #include "cuda_off_reason.h" /* written by configure: why CUDA is off */
 
 static void kde_stub_unavailable(kde_status *status)
@@ -68,5 +69,18 @@ void kde_cuda_sample(const kde_sample_request *request, int device,
   (void) memory_budget;
   (void) interrupted;
   (void) out;
+  kde_stub_unavailable(status);
+}
+
+void kde_cuda_moments(const kde_moment_problem *problem, int device,
+                      double memory_budget, kde_interrupt_probe interrupted,
+                      double *log_scale, double *sums, kde_status *status)
+{
+  (void) problem;
+  (void) device;
+  (void) memory_budget;
+  (void) interrupted;
+  (void) log_scale;
+  (void) sums;
   kde_stub_unavailable(status);
 }
