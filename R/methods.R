@@ -53,7 +53,8 @@ print.kde_gpu <- function(x, digits = 4L, ...) {
   cat(sprintf("  data:      %s (%d point%s in %d dimension%s%s)\n", x$data.name,
               x$n, if (x$n == 1L) "" else "s", x$d, if (x$d == 1L) "" else "s",
               if (length(unique(x$weights)) > 1L) ", weighted" else ""))
-  cat("  kernel:    ", x$kernel, "\n", sep = "")
+  cat("  kernel:    ", x$kernel, if (isTRUE(x$debias)) " (score-debiased points, SD-KDE)", "\n",
+      sep = "")
   cat("  bandwidth: ", bandwidth_label(x, digits), "\n", sep = "")
   bounds <- bounds_label(x)
   if (!is.null(bounds)) {

@@ -18,8 +18,26 @@
 #'   small probabilities keep their relative accuracy. For a bounded fit
 #'   it is the CDF of the folded density: 0 below `lower`, 1 from `upper`
 #'   on. `newdata` may hold `-Inf` and `Inf` here.
+#'
+#'   `"gradient"`: the gradient of the density, an m x d matrix (one row
+#'   per point); `"hessian"`: its Hessian, an m x d x d array (`[i, , ]` is
+#'   the d x d matrix of point i). With `log = TRUE`, those of \eqn{\log
+#'   \hat f}: the score \eqn{\nabla \log \hat f} and its Hessian, computed
+#'   as kernel-weighted means (never as \eqn{\nabla \hat f / \hat f}), so
+#'   they stay finite and accurate far into a Gaussian tail where \eqn{\hat
+#'   f} underflows; `NaN` where the estimate is 0 (outside a compact
+#'   kernel's reach). Every kernel but the rectangular (flat inside its
+#'   support): exact sums in double precision; the Gaussian on the fit's
+#'   backend (the GPU's moment-sum engine, double sums with single-precision
+#'   exponentials, about 1e-7 relative), the other kernels on the CPU.
+#'   Kernels with a kink give the derivative almost everywhere: at the edge
+#'   of a compact support the terms of points exactly at distance 1 count
+#'   as outside, and the triangular and exponential kernels (a cusp at 0)
+#'   have an infinite Hessian at a training point. Not yet for bounded or
+#'   adaptive fits.
 #' @param log If `TRUE`, log-densities: accurate and finite far into a
-#'   Gaussian tail, where the density underflows to 0.
+#'   Gaussian tail, where the density underflows to 0. With `type =
+#'   "gradient"` or `"hessian"`, derivatives of the log-density.
 #' @param leave_one_out If `TRUE` (only without `newdata`), each training
 #'   point's density under the estimate built from all the *other* points
 #'   (weights renormalised): an outlier score, and the terms of
@@ -52,10 +70,12 @@
 #'   from; in many dimensions little can be skipped and nothing is lost.
 #' @param ... Not used: an argument given here is an error that names it
 #'   (`x = ` gets a pointer to `newdata`, the name `ks::kde` users know).
-#' @return A numeric vector with one value per point, named by the row
+#' @return For `"density"` and `"cdf"`, a numeric vector with one value per point, named by the row
 #'   names of `newdata` (a data frame's, as [stats::predict.lm()] does, or a
 #'   matrix's) or the names of a named vector; at the training points, by
-#'   the row names of the data, if it had any.
+#'   the row names of the data, if it had any. For `"gradient"`, a matrix
+#'   and for `"hessian"` an array, as described under `type`, with the
+#'   same row names.
 #' @examples
 #' fit <- kde_gpu(quakes[, c("lat", "long", "depth")], backend = "cpu")
 #' head(predict(fit, log = TRUE))
@@ -69,6 +89,11 @@
 #' }
 #' predict(fit, c(-20, 180, 300))
 #'
+#' # the score (gradient of the log-density) and the Hessian at two points
+#' fit2 <- kde_gpu(faithful, backend = "cpu")
+#' predict(fit2, faithful[1:2, ], type = "gradient", log = TRUE)
+#' predict(fit2, faithful[1, ], type = "hessian")[1, , ]
+#'
 #' # the CDF of a 1-D fit, and a bounded one
 #' fit1 <- kde_gpu(faithful$eruptions, backend = "cpu")
 #' predict(fit1, c(2, 3, 4), type = "cdf")
@@ -77,7 +102,7 @@
 predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
                             cluster = NULL, split = c("queries", "training"),
                             tolerance = getOption("kdegpu.tolerance"),
-                            type = c("density", "cdf"), ...) {
+                            type = c("density", "cdf", "gradient", "hessian"), ...) {
   check_dots_empty("predict()", c("object", "newdata", "log", "leave_one_out", "cluster",
                                   "split", "tolerance", "type"), predict_hints, ...)
   check_fit(object)
@@ -88,6 +113,15 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
   engine <- cluster_engine(cluster)
   split <- match_choice(split, c("queries", "training"), "split")
   at_training_points <- missing(newdata) || is.null(newdata)
+  if (type %in% c("gradient", "hessian")) {
+    if (leave_one_out) stop_arg("leave_one_out", sprintf("applies to type = \"density\", not \"%s\".", type))
+    if (!is.null(engine)) stop_arg("cluster", sprintf("applies to type = \"density\", not \"%s\".", type))
+    query <- if (at_training_points) object$x else
+      match_columns(as_point_matrix(newdata, "newdata", object$d), object$x)
+    out <- evaluate_derivative(object, query, type, log)
+    rownames(out) <- if (at_training_points) rownames(object$x) else query_names(newdata, object$d)
+    return(out)
+  }
   if (type != "density") {
     for (arg in c("log", "leave_one_out")) {
       if (isTRUE(get(arg))) stop_arg(arg, sprintf("applies to type = \"density\", not \"%s\".", type))
@@ -137,7 +171,7 @@ predict_hints <- list(
 )
 
 # What predict() can compute, the default first.
-predict_types <- c("density", "cdf")
+predict_types <- c("density", "cdf", "gradient", "hessian")
 
 # The names of the points in `newdata`: a data frame's row names (as
 # predict.lm() gives them), a matrix's row names, or a vector's names when

@@ -20,6 +20,7 @@
 #include "kde_cuda.h"
 #include "cdf.h"
 #include "moments.h"
+#include "derivatives.h"
 #include "finite.h"
 #include "spatial.h"
 #include "threads.h"
@@ -830,5 +831,49 @@ SEXP kdegpu_moment_index(SEXP dim, SEXP degree)
   SEXP out = PROTECT(Rf_allocMatrix(INTSXP, (int) count, d));
   kde_moment_index(d, p, count, INTEGER(out), NULL, NULL);
   UNPROTECT(1);
+  return out;
+}
+
+/* ---- kernel-derivative sums (derivatives.h) ------------------------------ */
+
+/* list(log_scale, s0, k1sum, first = m x d, second = m x d*d or NULL). */
+SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
+                                SEXP query, SEXP second, SEXP threads,
+                                SEXP progress_delay)
+{
+  int n_threads = arg_threads(threads);
+  kde_derivative_problem p;
+  int64_t query_dim;
+  p.kernel = arg_kernel(kernel);
+  p.train = arg_matrix(train, "train", n_threads, &p.n_train, &p.dim);
+  if (p.n_train < 1 || p.dim < 1)
+    Rf_error("`train` must have at least one row and one column");
+  p.query = arg_matrix(query, "query", n_threads, &p.n_query, &query_dim);
+  if (query_dim != p.dim)
+    Rf_error("`query` must have %lld columns, like `train`", (long long) p.dim);
+  if (p.n_query > INT_MAX || p.dim * p.dim > INT_MAX / (p.n_query > 0 ? p.n_query : 1))
+    Rf_error("`query` has too many rows");
+  p.log_weight = arg_double_vector(log_weight, "log_weight", p.n_train);
+  for (int64_t j = 0; j < p.n_train; j++)
+    if (ISNAN(p.log_weight[j]) || p.log_weight[j] == INFINITY)
+      Rf_error("`log_weight` must be below Inf and not NaN (element %lld)", (long long) j + 1);
+  int want_second = arg_flag(second, "second");
+  const int m = (int) p.n_query, d = (int) p.dim;
+
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 5));
+  SET_VECTOR_ELT(out, 0, Rf_allocVector(REALSXP, m));
+  SET_VECTOR_ELT(out, 1, Rf_allocVector(REALSXP, m));
+  SET_VECTOR_ELT(out, 2, Rf_allocVector(REALSXP, m));
+  SET_VECTOR_ELT(out, 3, Rf_allocMatrix(REALSXP, m, d));
+  if (want_second) SET_VECTOR_ELT(out, 4, Rf_allocMatrix(REALSXP, m, d * d));
+  kde_status status;
+  kde_status_clear(&status);
+  progress_begin(progress_delay);
+  kde_cpu_derivative_sums(&p, n_threads, poll_between_chunks, REAL(VECTOR_ELT(out, 0)),
+                          REAL(VECTOR_ELT(out, 1)), REAL(VECTOR_ELT(out, 2)),
+                          REAL(VECTOR_ELT(out, 3)),
+                          want_second ? REAL(VECTOR_ELT(out, 4)) : NULL, &status);
+  UNPROTECT(1);
+  raise_status(&status);
   return out;
 }

@@ -40,5 +40,8 @@ SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
                          SEXP pairs, SEXP device, SEXP memory_budget,
                          SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moment_index(SEXP dim, SEXP degree);
+SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
+                                SEXP query, SEXP second, SEXP threads,
+                                SEXP progress_delay);
 
 #endif

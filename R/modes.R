@@ -1,0 +1,137 @@
+#' Modes and modal clusters by mean shift
+#'
+#' Moves every start point uphill on the estimate by mean shift until it
+#' stops at a local maximum (a mode), then merges the end points that lie
+#' within `merge_tol` of each other: the distinct modes, their densities,
+#' and each start point's mode (its modal cluster), as [ks::kms()] gives
+#' them. Each step is exact: the kernel-weighted mean of the training
+#' points with weights from the kernel's derivative (for the Gaussian,
+#' the Gaussian itself), computed on the fit's backend for the Gaussian
+#' kernel (the GPU's moment-sum engine when the fit is on the GPU) and on
+#' the CPU for the others. Only the points still moving are recomputed.
+#'
+#' @param fit A [kde_gpu()] fit with the gaussian, epanechnikov, biweight,
+#'   cosine or optcosine kernel (the others' mean-shift weights are
+#'   unbounded or zero).
+#' @param start Where to start: a matrix or data frame of points with the
+#'   fit's columns, or `NULL` (the default) for the training points.
+#' @param tol A step shorter than this (Euclidean, in the data's units)
+#'   ends a point's ascent. `NULL`: 0.001 times the smallest interquartile
+#'   range of the data's columns, as ks::kms.
+#' @param merge_tol End points closer than this belong to one mode.
+#'   `NULL`: 0.01 times the largest interquartile range, as ks::kms.
+#' @param max_iter The most steps per point (400, as ks::kms).
+#' @param ... Not used: an argument given here is an error that names it.
+#' @return An object of class `"kde_modes"`: a list with `modes` (one row
+#'   per mode, ordered by decreasing density), `density` (the estimate at
+#'   each mode), `label` (each start point's mode, an index into the rows
+#'   of `modes`), `end_points` (where each ascent stopped), `iterations`
+#'   and `converged` (per start point; a point that did not converge in
+#'   `max_iter` steps, or started where the estimate is 0, is labelled by
+#'   where it stopped, and `converged` says so).
+#' @seealso [predict.kde_gpu()] with `type = "gradient"`.
+#' @examples
+#' fit <- kde_gpu(faithful, backend = "cpu")
+#' m <- kde_modes(fit)
+#' m
+#' plot(faithful, col = m$label)
+#' points(m$modes, pch = 4, cex = 2, lwd = 3)
+#' @export
+kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter = 400L, ...) {
+  check_dots_empty("kde_modes()", c("fit", "start", "tol", "merge_tol", "max_iter"), list(), ...)
+  check_fit(fit, "fit")
+  if (!fit$kernel %in% c("gaussian", "epanechnikov", "biweight", "cosine", "optcosine")) {
+    stop_arg("fit", sprintf(paste0(
+      "has the %s kernel; mean shift needs the gaussian, epanechnikov, biweight, cosine ",
+      "or optcosine kernel."), fit$kernel))
+  }
+  check_differentiable(fit, "gradient")
+  x <- if (is.null(start)) fit$x else
+    match_columns(as_point_matrix(start, "start", fit$d), fit$x)
+  spread <- apply(fit$x, 2L, stats::IQR)
+  if (all(spread == 0)) spread <- apply(fit$x, 2L, function(v) diff(range(v)))
+  tol <- positive_number_or_default(tol, "tol", 1e-3 * min(spread[spread > 0], 1))
+  merge_tol <- positive_number_or_default(merge_tol, "merge_tol",
+                                          1e-2 * max(spread[spread > 0], 1))
+  max_iter <- check_count(max_iter, "max_iter")
+
+  # steps in whitened units, z = (x - center) A, mapped back by A^-1
+  A_inverse <- solve(fit$transform)
+  n <- nrow(x)
+  iterations <- integer(n)
+  converged <- logical(n)
+  active <- seq_len(n)
+  for (iteration in seq_len(max_iter)) {
+    if (!length(active)) break
+    sums <- derivative_sums(fit, whiten(fit, x[active, , drop = FALSE]))
+    step <- (sums$first / sums$k1sum) %*% A_inverse
+    stuck <- !is.finite(rowSums(step)) # no training point within reach
+    step[stuck, ] <- 0
+    x[active, ] <- x[active, , drop = FALSE] + step
+    iterations[active] <- iteration
+    done <- sqrt(rowSums(step^2)) < tol & !stuck
+    converged[active[done]] <- TRUE
+    active <- active[!done & !stuck]
+  }
+  merged <- merge_end_points(x, predict(fit, x), merge_tol)
+  modes <- x[merged$representative, , drop = FALSE]
+  rownames(modes) <- NULL
+  structure(list(
+    modes = modes,
+    density = merged$density,
+    label = merged$label,
+    end_points = x,
+    iterations = iterations,
+    converged = converged,
+    tol = tol,
+    merge_tol = merge_tol
+  ), class = "kde_modes")
+}
+
+# End points that ascended to the same mode lie within the ascent's
+# tolerance of each other: first grouped by cells of side merge_tol (cheap
+# at n = 1e6), then the cells' highest points merged greedily from the
+# highest down, each joining the first mode within `merge_tol` or starting
+# a new one. Modes come out by decreasing density.
+merge_end_points <- function(x, density, merge_tol) {
+  keys <- do.call(paste, as.data.frame(round(x / merge_tol)))
+  cell <- match(keys, unique(keys))
+  by_height <- order(density, decreasing = TRUE)
+  cell_top <- by_height[!duplicated(cell[by_height])] # highest point per cell
+  cell_label <- integer(max(cell))
+  representative <- integer(0)
+  for (i in cell_top) {
+    if (length(representative)) {
+      gap <- sqrt(colSums((t(x[representative, , drop = FALSE]) - x[i, ])^2))
+      nearest <- which.min(gap)
+      if (gap[[nearest]] < merge_tol) {
+        cell_label[[cell[[i]]]] <- nearest
+        next
+      }
+    }
+    representative <- c(representative, i)
+    cell_label[[cell[[i]]]] <- length(representative)
+  }
+  list(representative = representative, density = density[representative],
+       label = cell_label[cell])
+}
+
+positive_number_or_default <- function(value, arg, default) {
+  if (is.null(value)) return(default)
+  if (!is.numeric(value) || length(value) != 1L || !is.finite(value) || value <= 0) {
+    stop_arg(arg, "must be one positive number (or NULL for the default).")
+  }
+  as.double(value)
+}
+
+#' @export
+print.kde_modes <- function(x, ...) {
+  sizes <- tabulate(x$label, nbins = nrow(x$modes))
+  cat(sprintf("%d mode%s of a kernel density estimate (mean shift from %d points",
+              nrow(x$modes), if (nrow(x$modes) == 1L) "" else "s", length(x$label)))
+  if (!all(x$converged)) cat(sprintf("; %d did not converge", sum(!x$converged)))
+  cat("):\n")
+  table <- data.frame(x$modes, density = x$density, points = sizes, check.names = FALSE)
+  print(table, digits = 4)
+  invisible(x)
+}
