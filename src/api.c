@@ -167,6 +167,7 @@ static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
   q.leave_one_out = arg_flag(leave_one_out, "leave_one_out");
   q.tolerance = arg_double_scalar(tolerance, "tolerance");
   q.host_threads = threads;
+  q.pairs_share = NULL;
   if (!(q.tolerance >= 0 && q.tolerance < 1))
     Rf_error("`tolerance` must be in [0, 1), not %g", q.tolerance);
   if (q.leave_one_out && q.n_query != n_train)

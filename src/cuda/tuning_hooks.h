@@ -30,6 +30,11 @@ typedef struct {
   int64_t launches;   /* main kernel launches */
   int max_splits;     /* most splits of the training range in one launch */
   int split_training; /* 1: the devices split the training set; 0: the queries */
+  /* Pairs evaluated (units visited x kUnit points, per query) and of all
+   * n_query x n_points: below 1 when pruning skipped units. */
+  double pairs_evaluated, pairs_total;
+  double order_ms;    /* host time ordering the queries (a pruned evaluation) */
+  int device_plan;    /* 1: the plan made on the device; 0: on the host, or none */
 } kde_cuda_eval_stats;
 
 /* kde_cuda_model_create() with a tuning (NULL: the default). */
