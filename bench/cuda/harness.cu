@@ -237,7 +237,7 @@ static int evaluate(const dataset &t, const dataset &q, int kernel, int precisio
   kde_cuda_model *model = kde_cuda_model_create_tuned(
       &ts, precision, devices.data(), (int) devices.size(), budget, &tuning, st);
   if (model == NULL) return -1;
-  kde_query_set qs;
+  kde_query_set qs = {};
   qs.center = qs.transform = NULL; /* already whitened */
   qs.n_query = q.n;
   qs.query = q.x.data();
@@ -534,7 +534,7 @@ struct timing {
 static timing time_eval(kde_cuda_model *model, const dataset &q, int reps,
                         std::vector<double> &out)
 {
-  kde_query_set qs;
+  kde_query_set qs = {};
   qs.center = qs.transform = NULL; /* already whitened */
   qs.n_query = q.n;
   qs.query = q.x.data();
