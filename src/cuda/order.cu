@@ -20,11 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
+
 #include "kde_cuda_common.h"
 #include "model.cuh"
 #include "plan.cuh"
 #include "spatial.h"
 #include "tuning.cuh"
+#include "tuning_hooks.h"
 #include "whiten.h"
 
 namespace kdegpu {
@@ -114,6 +117,9 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
     KDE_CUDA_TRY(cub::DeviceReduce::Min(nullptr, reduce_bytes, (const double *) nullptr,
                                         (double *) nullptr, m, rep->stream));
     temp_bytes = sort_bytes > reduce_bytes ? sort_bytes : reduce_bytes;
+    KDE_CUDA_TRY(cub::DeviceReduce::Max(nullptr, reduce_bytes, (const double *) nullptr,
+                                        (double *) nullptr, m, rep->stream));
+    if (reduce_bytes > temp_bytes) temp_bytes = reduce_bytes;
   }
   /* raw, whitened, ordered coordinates; keys and indices twice (the sort's
    * input and output) */
@@ -247,3 +253,91 @@ cleanup:
 }
 
 } // namespace kdegpu
+
+using namespace kdegpu;
+
+static double ms_since(std::chrono::steady_clock::time_point t0)
+{
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+extern "C" int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *query,
+                                    int64_t *order, double *sorted, int64_t *offsets,
+                                    int32_t **visit, double *ms, kde_status *status)
+{
+  ordered_queries oq;
+  double *uploaded = NULL;
+  const double *z = NULL;
+  kde_replica *rep = NULL;
+  kde_prune_plan plan;
+  plan_counts counts;
+  int64_t m = 0, d = 0, blocks = 0;
+  int prev = -1, ok = 0;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+
+  kde_status_clear(status);
+  memset(&oq, 0, sizeof oq);
+  *visit = NULL;
+  if (model == NULL || query == NULL || model->unit_lo == NULL || model->dim > kPlanMaxDim ||
+      query->n_query < 1 || query->query == NULL ||
+      (query->leave_one_out && query->n_query != model->n_train)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "the device plan needs a model that prunes (a spatially ordered"
+                   " training set, d <= 4) and queries");
+    return -1;
+  }
+  m = query->n_query;
+  d = model->dim;
+  blocks = ceil_div(m, kBlockQueries);
+  rep = &model->rep[0];
+  KDE_CUDA_TRY(cudaGetDevice(&prev));
+  if (order_evaluation_queries(model, query, 1, &oq, status) != 0) goto cleanup;
+  ms[0] = ms_since(t0);
+  KDE_CUDA_TRY(cudaSetDevice(rep->device));
+  z = oq.on_device;
+  if (z == NULL) { /* ordered on the host (no room on the device) */
+    KDE_CUDA_TRY(cudaMalloc((void **) &uploaded, (size_t) (m * d) * sizeof(double)));
+    KDE_CUDA_TRY(cudaMemcpy(uploaded, oq.z, (size_t) (m * d) * sizeof(double),
+                            cudaMemcpyHostToDevice));
+    z = uploaded;
+  }
+  t0 = std::chrono::steady_clock::now();
+  if (buffer_reserve(&rep->plan_box, (size_t) (blocks * 2 * d) * sizeof(double), status) != 0 ||
+      plan_block_boxes(z, m, m, (int) d, (double *) rep->plan_box.ptr, rep->stream, status) != 0)
+    goto cleanup;
+  plan = device_prune_plan(model, rep, query->tolerance, query->leave_one_out);
+  if (plan_count(&plan, (const double *) rep->plan_box.ptr, blocks, rep, &counts, status) != 0 ||
+      plan_fill(&plan, &counts, rep, status) != 0)
+    goto cleanup;
+  KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  ms[1] = ms_since(t0);
+
+  *visit = (int32_t *) malloc((size_t) (counts.total > 0 ? counts.total : 1) * sizeof(int32_t));
+  if (*visit == NULL) {
+    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the plan");
+    goto cleanup;
+  }
+  if (counts.total > 0)
+    KDE_CUDA_TRY(cudaMemcpy(*visit, rep->visit.ptr, (size_t) counts.total * sizeof(int32_t),
+                            cudaMemcpyDeviceToHost));
+  KDE_CUDA_TRY(cudaMemcpy(offsets, rep->visit_offset.ptr, (size_t) (blocks + 1) * sizeof(int64_t),
+                          cudaMemcpyDeviceToHost));
+  KDE_CUDA_TRY(cudaMemcpy(sorted, z, (size_t) (m * d) * sizeof(double), cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < m; i++) order[i] = oq.order != NULL ? oq.order[i] : i;
+  ok = 1;
+
+cleanup:
+  if (rep != NULL && cudaSetDevice(rep->device) == cudaSuccess) {
+    (void) cudaStreamSynchronize(rep->stream);
+    if (uploaded != NULL) (void) cudaFree(uploaded);
+    scratch_release(rep);
+  }
+  ordered_queries_free(model, &oq);
+  if (!ok) {
+    free(*visit);
+    *visit = NULL;
+  }
+  if (prev >= 0) (void) cudaSetDevice(prev);
+  return ok ? 0 : -1;
+}

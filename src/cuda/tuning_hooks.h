@@ -50,6 +50,20 @@ void kde_cuda_log_density_stats(kde_cuda_model *model, const kde_query_set *quer
                                 kde_interrupt_probe interrupted, double *out,
                                 kde_cuda_eval_stats *stats, kde_status *status);
 
+/* The plan that a pruned evaluation of `query` makes on the device
+ * (src/cuda/order.cu, plan.cu), over all its queries at once, for the
+ * harness to check against prune.c: the queries' order (order[i]: the
+ * caller's row of the i-th ordered query; the identity leaving one out),
+ * the ordered whitened queries (sorted: n_query x dim, column-major) and the
+ * units that each block of 128 ordered queries visits (offsets[0..n_blocks],
+ * n_blocks = ceil(n_query / 128), and *visit, malloc'ed: the caller frees
+ * it). ms[0]: the ordering, ms[1]: the planning, wall time with the device
+ * synchronised. Returns 0, or -1 with the status set (also for a model
+ * that does not prune). */
+int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *query, int64_t *order,
+                         double *sorted, int64_t *offsets, int32_t **visit, double *ms,
+                         kde_status *status);
+
 #ifdef __cplusplus
 }
 #endif
