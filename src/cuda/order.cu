@@ -137,6 +137,8 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
     KDE_CUDA_LAUNCHED("query whitening kernel");
   }
   if (!sort) { /* leave one out: the training set's order */
+    /* done before the upload stream reads them */
+    KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
     *sorted = z;
     done = 1;
     goto cleanup;
