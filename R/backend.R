@@ -166,7 +166,7 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
   center <- if (whitened) NULL else as.double(object$center)
   transform <- if (whitened) NULL else object$transform
   tolerance <- resolve_tolerance(tolerance, object)
-  if (object$backend == "cuda") {
+  out <- if (object$backend == "cuda") {
     .Call(C_kdegpu_log_density_cuda, cuda_model(object), query, center, transform,
           object$log_const, leave_one_out, tolerance, cpu_threads(), progress_delay())
   } else {
@@ -174,6 +174,12 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
           query, center, transform, kernel_index(object$kernel), object$log_const,
           leave_one_out, tolerance, cpu_threads(), progress_delay())
   }
+  # The share of the query x training pairs the backend computed (below 1
+  # when the spatial tiles let it skip some), kept in the fit's environment
+  # for print() and summary(); a fit restored from a file may lack it.
+  if (is.environment(object$device)) object$device$pairs_share <- attr(out, "pairs_share")
+  attr(out, "pairs_share") <- NULL
+  out
 }
 
 # log f (or, leaving one out, log f_{-i} before renormalising) at every

@@ -29,8 +29,12 @@ backend_label <- function(object) {
 #' Print and summarise a kernel density estimate
 #'
 #' `print()` shows the data, kernel, bandwidth and backend of a
-#' [kde_gpu()] fit; `summary()` adds the bandwidth matrix, the effective
-#' sample size and a summary of the data. [plot()][plot.kde_gpu] draws it.
+#' [kde_gpu()] fit, and, once it has been evaluated, the share of the
+#' query x training pairs that its last evaluation computed: below 100% when
+#' the spatial tiles let it skip pairs that provably cannot matter (see
+#' `tolerance` in [predict()][predict.kde_gpu]); `summary()` adds the
+#' bandwidth matrix, the effective sample size and a summary of the data,
+#' and keeps that share as `pairs_share`. [plot()][plot.kde_gpu] draws it.
 #'
 #' @param x,object A [kde_gpu()] fit (or its summary, for `print`).
 #' @param digits Significant digits of the bandwidths `print()` shows.
@@ -41,6 +45,9 @@ backend_label <- function(object) {
 #' fit <- kde_gpu(faithful, backend = "cpu")
 #' fit
 #' summary(fit)
+#' # after an evaluation, the share of pairs it computed
+#' invisible(predict(fit, faithful[1:10, ]))
+#' fit
 #' @name kde_gpu-methods
 NULL
 
@@ -62,7 +69,18 @@ print.kde_gpu <- function(x, digits = 4L, ...) {
                 if (nrow(x$images$sign) == 1L) "" else "s"))
   }
   cat("  backend:   ", backend_label(x), "\n", sep = "")
+  share <- pairs_share(x)
+  if (!is.na(share))
+    cat(sprintf("  last evaluation: %.3g%% of the query x training pairs computed\n",
+                100 * share))
   invisible(x)
+}
+
+# The share of the query x training pairs that the fit's last evaluation in
+# this session computed (evaluate_log_density() keeps it); NA before any.
+pairs_share <- function(object) {
+  share <- if (is.environment(object$device)) object$device$pairs_share
+  if (is.null(share)) NA_real_ else share
 }
 
 #' @rdname kde_gpu-methods
@@ -74,7 +92,8 @@ summary.kde_gpu <- function(object, ...) {
     fit = object,
     H = object$H,
     n_effective = 1 / sum(object$weights^2),
-    data = summary(object$x)
+    data = summary(object$x),
+    pairs_share = pairs_share(object)
   ), class = "summary.kde_gpu")
 }
 

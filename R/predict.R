@@ -68,6 +68,11 @@
 #'   data; `tolerance = 0` computes the full sum. In 1 to 5 dimensions most
 #'   pairs are far apart in bandwidth units, which is where the speed comes
 #'   from; in many dimensions little can be skipped and nothing is lost.
+#'   How much was skipped shows in the fit's [print()][kde_gpu-methods]:
+#'   the share of the query x training pairs that the last evaluation of
+#'   the fit in this R session computed (1 when nothing was skipped; the CUDA
+#'   backend counts whole tiles of 256 points; evaluations on cluster
+#'   workers leave it unchanged).
 #' @param ... Not used: an argument given here is an error that names it
 #'   (`x = ` gets a pointer to `newdata`, the name `ks::kde` users know).
 #' @return For `"density"` and `"cdf"`, a numeric vector with one value per point, named by the row

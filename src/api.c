@@ -170,6 +170,7 @@ static kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
   q.leave_one_out = arg_flag(leave_one_out, "leave_one_out");
   q.tolerance = arg_double_scalar(tolerance, "tolerance");
   q.host_threads = threads;
+  q.pairs_share = NULL;
   if (!(q.tolerance >= 0 && q.tolerance < 1))
     Rf_error("`tolerance` must be in [0, 1), not %g", q.tolerance);
   if (q.leave_one_out && q.n_query != n_train)
@@ -279,6 +280,17 @@ static void raise_status(const kde_status *status)
   Rf_error("kdegpu: %s", status->message);
 }
 
+/* The share of the query x training pairs that an evaluation computed
+ * (kde_query_set.pairs_share), as the attribute "pairs_share" of its result,
+ * which R moves into the fit (evaluate_log_density()); NA when nothing was
+ * evaluated. `out` is protected. */
+static void set_pairs_share(SEXP out, double share)
+{
+  SEXP value = PROTECT(Rf_ScalarReal(ISNAN(share) ? NA_REAL : share));
+  Rf_setAttrib(out, Rf_install("pairs_share"), value);
+  UNPROTECT(1);
+}
+
 /* ---- CPU ---------------------------------------------------------------- */
 
 SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
@@ -297,8 +309,11 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
   kde_status status;
   kde_status_clear(&status);
   progress_begin(progress_delay);
+  double share = NAN;
+  q.pairs_share = &share;
   kde_cpu_log_density(&t, &q, n_threads, poll_between_chunks, REAL(out),
                       &status);
+  if (status.code == KDE_OK) set_pairs_share(out, share);
   UNPROTECT(1);
   raise_status(&status);
   return out;
@@ -649,8 +664,11 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                                   arg_threads(threads));
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   progress_begin(progress_delay);
+  double share = NAN;
+  q.pairs_share = &share;
   if (q.n_query > 0)
     kde_cuda_log_density(model, &q, poll_between_chunks, REAL(out), &status);
+  if (status.code == KDE_OK) set_pairs_share(out, share);
   UNPROTECT(1);
   raise_status(&status);
   return out;

@@ -78,6 +78,10 @@ typedef struct {
    * a spatially ordered training set (tile_size > 0). */
   double tolerance;
   int host_threads;          /* as in kde_training_set */
+  /* Out, when not NULL: the share of the n_query x n_train pairs that the
+   * evaluation computed (1 without pruning; the CUDA backend counts its
+   * padded units of 256 points, of n_train rounded up to 256). */
+  double *pairs_share;
 } kde_query_set;
 
 /* CPU backend (kde_cpu.c). Writes n_query log-densities to `out`. */

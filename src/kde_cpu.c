@@ -307,10 +307,13 @@ void kde_cpu_log_density(const kde_training_set *train,
   int64_t poll_rows = (int64_t) (PAIRS_PER_POLL * n_threads / pairs_per_query);
   poll_rows = (poll_rows / QUERY_BLOCK + 1) * QUERY_BLOCK;
 
+  /* Pairs evaluated: each block's queries times the points of its tiles. */
+  double pairs = 0.0;
+  const int64_t last_tile_points = train->n_train - (n_tiles - 1) * tile;
   for (int64_t poll_begin = 0; poll_begin < m; poll_begin += poll_rows) {
     int64_t poll_end = poll_begin + poll_rows < m ? poll_begin + poll_rows : m;
     int64_t n_blocks = (poll_end - poll_begin + QUERY_BLOCK - 1) / QUERY_BLOCK;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic) reduction(+ : pairs)
     for (int64_t block = 0; block < n_blocks; block++) {
 #ifdef _OPENMP
       int thread = omp_get_thread_num();
@@ -341,6 +344,11 @@ void kde_cpu_log_density(const kde_training_set *train,
       } else {
         for (int64_t v = 0; v < n_tiles; v++) visit[v] = v;
       }
+      if (n_visit > 0) { /* ascending: only the last may be the short tile */
+        const int64_t points = n_visit * tile - (visit[n_visit - 1] == n_tiles - 1
+                                                     ? tile - last_tile_points : 0);
+        pairs += (double) block_len * (double) points;
+      }
       kde_lse state[QUERY_BLOCK];
       evaluate_block_dispatch(train->kernel, train, query, rows, block_len,
                               visit, n_visit, tile, chunk, scratch, state);
@@ -353,6 +361,8 @@ void kde_cpu_log_density(const kde_training_set *train,
       goto cleanup;
     }
   }
+  if (query->pairs_share != NULL)
+    *query->pairs_share = pairs / ((double) m * (double) train->n_train);
 
 cleanup:
   free_buffers(&buf);

@@ -28,15 +28,6 @@
 #include "threads.h"
 #include <kdegpu/kernels.h>
 
-/* A tile is beyond a compact kernel's support when min2 exceeds 1 by more
- * than the rounding of min2 and of any pair's s^2 (both about d * 1e-16
- * relative): its pairs then evaluate to exactly 0 as well. */
-#define SUPPORT_MARGIN 1e-9
-
-/* Bucket b holds the tiles whose bound is between e^-(b+1) and e^-b of
- * the budget; the last one everything smaller. */
-#define N_BUCKETS 64
-
 int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
                            const double *q_hi, double *scratch, int64_t *visit)
 {
@@ -50,7 +41,7 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
     for (int64_t t = 0; t < n_tiles; t++) {
       double min2, max2;
       kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
-      if (min2 < 1.0 + SUPPORT_MARGIN) visit[n_visit++] = t;
+      if (min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN) visit[n_visit++] = t;
     }
     return n_visit;
   }
@@ -75,28 +66,18 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
     return n_tiles;
   }
 
-  /* bounds relative to the budget, summed per bucket */
-  double bucket_sum[N_BUCKETS] = {0};
+  /* bounds relative to the budget, summed per bucket (a bound alone above
+   * the budget is in none: visited) */
+  double bucket_sum[KDE_PRUNE_BUCKETS] = {0};
   for (int64_t t = 0; t < n_tiles; t++) {
     key[t] -= log_budget;
-    if (key[t] >= 0) continue; /* alone above the budget: visited */
-    double depth = -key[t];
-    int b = depth >= N_BUCKETS - 1 ? N_BUCKETS - 1 : (int) depth;
-    bucket_sum[b] += exp(key[t]);
+    const int b = kde_prune_bucket(key[t]);
+    if (b >= 0) bucket_sum[b] += exp(key[t]);
   }
   /* skip the buckets of the smallest bounds while they fit the budget */
-  double skipped = 0.0;
-  int first_skipped = N_BUCKETS; /* buckets >= this one are skipped */
-  for (int b = N_BUCKETS - 1; b >= 0; b--) {
-    if (skipped + bucket_sum[b] > 1.0) break;
-    skipped += bucket_sum[b];
-    first_skipped = b;
-  }
-  for (int64_t t = 0; t < n_tiles; t++) {
-    double depth = -key[t];
-    int b = !(key[t] < 0) ? -1 : depth >= N_BUCKETS - 1 ? N_BUCKETS - 1 : (int) depth;
-    if (b < first_skipped) visit[n_visit++] = t;
-  }
+  const int first_skipped = kde_prune_first_skipped(bucket_sum);
+  for (int64_t t = 0; t < n_tiles; t++)
+    if (kde_prune_bucket(key[t]) < first_skipped) visit[n_visit++] = t;
   return n_visit;
 }
 

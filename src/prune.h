@@ -7,9 +7,45 @@
 
 #include <stdint.h>
 
+#include <kdegpu/kernels.h> /* KDE_HD: the device plan (src/cuda/plan.cu) shares these */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A tile is beyond a compact kernel's support when min2 exceeds 1 by more
+ * than the rounding of min2 and of any pair's s^2 (both about d * 1e-16
+ * relative): its pairs then evaluate to exactly 0 as well. */
+#define KDE_PRUNE_SUPPORT_MARGIN 1e-9
+
+/* Bucket b holds the tiles whose bound is between e^-(b+1) and e^-b of
+ * the budget; the last one everything smaller. */
+#define KDE_PRUNE_BUCKETS 64
+
+/* The bucket of a tile whose upper bound is exp(key) times the budget; -1
+ * for a bound alone above the budget (always visited). */
+KDE_HD int kde_prune_bucket(double key)
+{
+  const double depth = -key;
+  if (!(key < 0)) return -1;
+  return depth >= KDE_PRUNE_BUCKETS - 1 ? KDE_PRUNE_BUCKETS - 1 : (int) depth;
+}
+
+/* Given each bucket's sum of bounds relative to the budget: the buckets of
+ * the smallest bounds are skipped while their sum fits the budget (1);
+ * returns the first skipped one (buckets >= it are skipped; KDE_PRUNE_BUCKETS:
+ * none). */
+KDE_HD int kde_prune_first_skipped(const double *bucket_sum)
+{
+  double skipped = 0.0;
+  int first_skipped = KDE_PRUNE_BUCKETS;
+  for (int b = KDE_PRUNE_BUCKETS - 1; b >= 0; b--) {
+    if (skipped + bucket_sum[b] > 1.0) break;
+    skipped += bucket_sum[b];
+    first_skipped = b;
+  }
+  return first_skipped;
+}
 
 /* What the decision needs to know of the training tiles. */
 typedef struct {

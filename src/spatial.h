@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include <kdegpu/kernels.h> /* KDE_HD: the box distances serve the device plan too */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,8 +49,9 @@ static inline void kde_rows_box(const double *x, int64_t n, int64_t d,
 }
 
 /* The smallest and the largest squared distance between a point of box a
- * and a point of box b (d coordinates each). */
-static inline void kde_box_distances(const double *a_lo, const double *a_hi,
+ * and a point of box b (d coordinates each). Host and device (the GPU's
+ * plan, src/cuda/plan.cu, makes prune.c's decision with it). */
+KDE_HD void kde_box_distances(const double *a_lo, const double *a_hi,
                                      const double *b_lo, const double *b_hi,
                                      int64_t d, double *min2, double *max2)
 {

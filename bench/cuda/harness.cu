@@ -9,6 +9,8 @@
  *   harness bench    timings only
  *   harness nodevice what kde_cuda_device_count says (for machines without
  *                    a GPU)
+ *   harness plan...  the device plan (harness_plan.cu: plan, plancheck,
+ *                    planbench, planbig, planquick)
  *
  * The reference is a plain double-precision loop over all training points
  * using the kernels.h functions on the original coordinates, computed on the
@@ -34,6 +36,9 @@
 #include "kdegpu/kernels.h"
 #include "kde_cuda.h"
 #include "cuda/tuning_hooks.h"
+
+/* The device plan's checks and timings (harness_plan.cu). */
+int plan_mode(const std::string &mode);
 
 /* How the next models are made, and what the last evaluation did. */
 static kde_cuda_tuning tuning;
@@ -237,7 +242,7 @@ static int evaluate(const dataset &t, const dataset &q, int kernel, int precisio
   kde_cuda_model *model = kde_cuda_model_create_tuned(
       &ts, precision, devices.data(), (int) devices.size(), budget, &tuning, st);
   if (model == NULL) return -1;
-  kde_query_set qs;
+  kde_query_set qs = {};
   qs.center = qs.transform = NULL; /* already whitened */
   qs.n_query = q.n;
   qs.query = q.x.data();
@@ -534,7 +539,7 @@ struct timing {
 static timing time_eval(kde_cuda_model *model, const dataset &q, int reps,
                         std::vector<double> &out)
 {
-  kde_query_set qs;
+  kde_query_set qs = {};
   qs.center = qs.transform = NULL; /* already whitened */
   qs.n_query = q.n;
   qs.query = q.x.data();
@@ -712,6 +717,8 @@ int main(int argc, char **argv)
         printf("tiny d=%d prec=%d rc=%d %s\n", d, precision, rc, st.message);
         failures += rc != 0;
       }
+  } else if (mode.compare(0, 4, "plan") == 0) {
+    failures += plan_mode(mode);
   } else if (mode == "quick") {
     correctness(true);
   } else if (mode == "kbench") {

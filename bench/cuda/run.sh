@@ -26,9 +26,13 @@ bin=$here/build/harness
 flags="-O3 -std=c++17 -arch=$ARCH -I$root/inst/include -I$root/src"
 
 # The backend's sources (src/cuda/*.cu) and their objects in build/, one per
-# source.
+# source; and the package's host C sources that they call (the k-d order,
+# the boxes, the pruning proof, the whitening, the thread count).
 sources() { ls "$root"/src/cuda/*.cu 2>/dev/null; }
 objects() { for f in $(sources); do printf '%s\n' "$here/build/$(basename "${f%.cu}").o"; done; }
+host_sources="prune spatial threads whiten"
+host_objects() { for f in $host_sources; do printf '%s\n' "$here/build/host_$f.o"; done; }
+CC=${CC:-cc}
 
 build() {
   : > "$here/build/ptxas.txt"
@@ -36,7 +40,11 @@ build() {
     "$NVCC" $flags -Xptxas -v -c "$f" -o "$here/build/$(basename "${f%.cu}").o" \
       2>> "$here/build/ptxas.txt" || { cat "$here/build/ptxas.txt"; return 1; }
   done
-  "$NVCC" $flags "$here/harness.cu" $(objects) -o "$bin"
+  for f in $host_sources; do
+    "$CC" -O2 -fopenmp -std=gnu11 -I"$root/inst/include" -I"$root/src" \
+      -c "$root/src/$f.c" -o "$here/build/host_$f.o" || return 1
+  done
+  "$NVCC" $flags "$here"/harness*.cu $(objects) $(host_objects) -Xcompiler -fopenmp -o "$bin"
 }
 
 if [ "${1:-}" = build ]; then build; exit $?; fi

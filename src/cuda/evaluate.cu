@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
 #include <type_traits>
 
 #include "kdegpu/kernels.h"
@@ -20,13 +21,25 @@
 #include "kernels.cuh"
 #include "layout.cuh"
 #include "model.cuh"
+#include "plan.cuh"
 #include "prune.h"
-#include "spatial.h"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
-#include "whiten.h"
 
 using namespace kdegpu;
+
+/* KDEGPU_DEVICE_PLAN=0: a pruned evaluation orders its queries and plans
+ * its batches on the host (kde_kd_order, kde_plan_query_blocks), and the
+ * single-precision Gaussian and exponential do not prune, as before the
+ * device plan; for A/B measurements (bench/cuda/NOTES.md). Read once. */
+static int device_plan_enabled(void)
+{
+  static const int enabled = [] {
+    const char *v = getenv("KDEGPU_DEVICE_PLAN");
+    return !(v != NULL && strcmp(v, "0") == 0);
+  }();
+  return enabled;
+}
 
 /* The one dispatch point: runtime (kernel, d, layout) -> the instantiation
  * of a kernel family, through the selector its translation unit exports. */
@@ -44,10 +57,13 @@ template <typename T> static kde_kernel_fn<T> select_kernel(int kernel, int dim,
  * inputs (prune.c) and the queries, whitened and in spatial order, in the
  * coordinates of the model's unit boxes. */
 typedef struct {
-  kde_prune_plan plan;
-  const double *queries; /* n_query x dim, column-major */
+  kde_prune_plan plan;   /* on the host; device: each replica's copy */
+  const double *queries; /* n_query x dim, column-major (host plan) */
   int64_t n_query;
   int threads;
+  int device;            /* 1: each batch planned on its device (plan.cu) */
+  double reserved;       /* device bytes the ordered queries hold there */
+  const kde_replica *reserved_on;
 } prune_context;
 
 /* One device's share of an evaluation. */
@@ -79,6 +95,8 @@ typedef struct {
   int batch_done;           /* this step finished the batch */
   const prune_context *prune; /* NULL: every query block visits every unit */
   int visiting;             /* the current batch has a plan on the device */
+  double batch_pairs;       /* pairs its plan evaluates (when visiting) */
+  double *pairs;            /* pairs evaluated, all devices together */
   kde_cuda_eval_stats *stats; /* counters, or NULL (then no kernel timing) */
 } kde_device_job;
 
@@ -133,7 +151,9 @@ static int64_t batch_rows(const kde_device_job *job, int64_t first)
 /* Starts the upload of raw query rows [first, first + rows) to rep->raw on
  * the upload stream, once the previous batch there has been packed. The
  * source is R's (pageable) memory: the call returns when the copy has left
- * it, while the device may still be running the previous batch. */
+ * it, while the device may still be running the previous batch; or the
+ * queries ordered on this device (order.cu), a device-to-device copy
+ * (cudaMemcpyDefault tells them apart). */
 static int upload_raw(const kde_cuda_model *model, const kde_query_set *query,
                       kde_device_job *job, int64_t first, int64_t rows,
                       kde_status *status)
@@ -144,7 +164,7 @@ static int upload_raw(const kde_cuda_model *model, const kde_query_set *query,
                                  query->query + first,
                                  (size_t) query->n_query * sizeof(double),
                                  (size_t) rows * sizeof(double), (size_t) model->dim,
-                                 cudaMemcpyHostToDevice, rep->upload));
+                                 cudaMemcpyDefault, rep->upload));
   KDE_CUDA_TRY(cudaEventRecord(rep->raw_ready, rep->upload));
   job->raw_first = first;
   job->raw_rows = rows;
@@ -178,58 +198,20 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
   KDE_CUDA_TRY(cudaStreamWaitEvent(rep->stream, rep->raw_ready, 0));
   pack<<<blocks, kPackThreads, 0, rep->stream>>>(args);
   KDE_CUDA_LAUNCHED("query packing kernel");
+  /* a plan made here needs the query blocks' boxes, from the raw (whitened,
+   * double) rows before the next batch overwrites them */
+  if (job->prune != NULL && job->prune->device &&
+      (buffer_reserve(&rep->plan_box, (size_t) (2 * model->dim * (job->ldq / kBlockQueries)) *
+                                          sizeof(double), status) != 0 ||
+       plan_block_boxes((const double *) rep->raw.ptr, job->ldq_max, job->n_batch,
+                        (int) model->dim, (double *) rep->plan_box.ptr, rep->stream,
+                        status) != 0))
+    goto cleanup;
   KDE_CUDA_TRY(cudaEventRecord(rep->raw_free, rep->stream));
   job->raw_rows = 0; /* consumed */
   return 0;
 cleanup:
   return -1;
-}
-
-/* The current batch's pruning plan: which units each of its query blocks
- * visits (prune.c, on the host), uploaded to the job's device. A plan that
- * would visit nearly everything is not used (job->visiting = 0). */
-static int plan_batch(kde_device_job *job, kde_status *status)
-{
-  const prune_context *pc = job->prune;
-  kde_replica *rep = job->rep;
-  const int64_t blocks = ceil_div(job->n_batch, kBlockQueries);
-  int64_t *offsets = NULL;
-  int32_t *visit = NULL;
-  int ok = 0;
-  job->visiting = 0;
-  KDE_HOST_ALLOC(offsets, blocks + 1, "the pruning plan");
-  if (kde_plan_query_blocks(&pc->plan, pc->queries, pc->n_query, job->q_next, job->n_batch,
-                            kBlockQueries, pc->threads, offsets, NULL) != 0) {
-    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory planning the evaluation");
-    goto cleanup;
-  }
-  if ((double) offsets[blocks] >= 0.9 * (double) blocks * (double) (job->u_hi - job->u_lo)) {
-    ok = 1; /* visiting almost every unit: the plain sweep costs less */
-    goto cleanup;
-  }
-  KDE_HOST_ALLOC(visit, offsets[blocks], "the pruning plan");
-  if (kde_plan_query_blocks(&pc->plan, pc->queries, pc->n_query, job->q_next, job->n_batch,
-                            kBlockQueries, pc->threads, offsets, visit) != 0) {
-    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory planning the evaluation");
-    goto cleanup;
-  }
-  if (buffer_reserve(&rep->visit, (size_t) (offsets[blocks] > 0 ? offsets[blocks] : 1) *
-                                      sizeof(int32_t), status) != 0 ||
-      buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0)
-    goto cleanup;
-  /* pageable sources: the calls return once the data have left them */
-  if (offsets[blocks] > 0)
-    KDE_CUDA_TRY(cudaMemcpyAsync(rep->visit.ptr, visit, (size_t) offsets[blocks] * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, rep->stream));
-  KDE_CUDA_TRY(cudaMemcpyAsync(rep->visit_offset.ptr, offsets,
-                               (size_t) (blocks + 1) * sizeof(int64_t),
-                               cudaMemcpyHostToDevice, rep->stream));
-  job->visiting = 1;
-  ok = 1;
-cleanup:
-  free(offsets);
-  free(visit);
-  return ok ? 0 : -1;
 }
 
 /* Enqueue one step of `job` (one query batch against one training shard)
@@ -257,7 +239,21 @@ static int enqueue_step(const kde_cuda_model *model, const kde_query_set *query,
       if (upload_raw(model, query, job, job->q_next, job->n_batch, status) != 0)
         goto cleanup;
     if (pack_batch<T>(model, query, job, status) != 0) goto cleanup;
-    if (job->prune != NULL && plan_batch(job, status) != 0) goto cleanup;
+    job->visiting = 0;
+    if (job->prune != NULL) {
+      const prune_context *pc = job->prune;
+      const int64_t units = job->u_hi - job->u_lo;
+      batch_plan bp;
+      if ((pc->device ? plan_batch_device(model, rep, &pc->plan, job->n_batch, units, &bp, status)
+                      : plan_batch_host(&pc->plan, pc->queries, pc->n_query, pc->threads,
+                                        job->q_next, job->n_batch, units, rep, &bp, status)) != 0)
+        goto cleanup;
+      job->visiting = bp.visiting;
+      job->batch_pairs = bp.pairs;
+    }
+    *job->pairs += job->visiting ? job->batch_pairs
+                                 : (double) job->n_batch * (double) (job->u_hi - job->u_lo) *
+                                       (double) kUnit;
   }
   shard_first = job->u_lo + job->shard * job->shard_units;
   shard_units = job->shard_units;
@@ -429,8 +425,18 @@ static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
     avail -= (double) job->shard_units * kUnit * point_bytes(model);
   }
   /* Half of the rest for query rows (raw and packed coordinates, the
-   * accumulated states), half for the partial states of the splits. */
+   * accumulated states, a plan's share: its lists at their largest, 0.9 of
+   * every unit, and when made here the decisions' bits and the boxes), half
+   * for the partial states of the splits. The queries ordered on this
+   * device stay there for the whole evaluation. */
   per_query = (double) model->query_elems * tsz + (double) (d + 3) * sizeof(double);
+  if (job->prune != NULL) {
+    const double all_units = (double) (model->n_points / kUnit);
+    per_query += (0.9 * all_units * sizeof(int32_t) + sizeof(int64_t)) / kBlockQueries;
+    if (job->prune->device)
+      per_query += (all_units / 8 + (2 * d + 1) * sizeof(double)) / kBlockQueries;
+    if (job->prune->reserved_on == job->rep) avail -= job->prune->reserved;
+  }
   job->ldq_max = (int64_t) (0.5 * avail / per_query) / kBlockQueries * kBlockQueries;
   {
     const int64_t need = ceil_div(n_job, kBlockQueries) * kBlockQueries;
@@ -501,40 +507,6 @@ static int reserve_scratch(const kde_cuda_model *model, kde_device_job *job,
   return 0;
 }
 
-/* The queries' whitening on a replica's device, uploaded when it differs
- * from what is there (a fit keeps one, so usually once per model). */
-static int sync_whitening(kde_cuda_model *model, const kde_query_set *query,
-                          kde_replica *rep, kde_status *status)
-{
-  const int64_t d = model->dim;
-  const size_t bytes = (size_t) (d + d * d) * sizeof(double);
-  if (query->transform == NULL) return 0;
-  if (model->whitening == NULL) {
-    model->whitening = (double *) malloc(bytes);
-    if (model->whitening == NULL) {
-      kde_status_set(status, KDE_ERR_ALLOC,
-                     "out of host memory allocating %.0f bytes for the whitening",
-                     (double) bytes);
-      return -1;
-    }
-  }
-  if (model->whitening_serial == 0 ||
-      memcmp(model->whitening, query->center, d * sizeof(double)) != 0 ||
-      memcmp(model->whitening + d, query->transform, d * d * sizeof(double)) != 0) {
-    memcpy(model->whitening, query->center, d * sizeof(double));
-    memcpy(model->whitening + d, query->transform, d * d * sizeof(double));
-    model->whitening_serial++;
-  }
-  if (rep->whitening_serial == model->whitening_serial) return 0;
-  KDE_CUDA_TRY(cudaSetDevice(rep->device));
-  if (rep->whitening == NULL) KDE_CUDA_TRY(cudaMalloc((void **) &rep->whitening, bytes));
-  KDE_CUDA_TRY(cudaMemcpy(rep->whitening, model->whitening, bytes, cudaMemcpyHostToDevice));
-  rep->whitening_serial = model->whitening_serial;
-  return 0;
-cleanup:
-  return -1;
-}
-
 template <typename T>
 static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
                              const prune_context *prune,
@@ -546,7 +518,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   const int64_t n_units = model->n_points / kUnit;
   kde_device_job *jobs = NULL;
   double *state_max = NULL, *state_sum = NULL, *query_offset = NULL;
-  double total_pairs = 0, done_pairs = 0;
+  double total_pairs = 0, done_pairs = 0, evaluated = 0;
   int split_training, prev = -1, active, n_states_per_query, failed = 1;
 
   KDE_CUDA_TRY(cudaGetDevice(&prev));
@@ -586,6 +558,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     }
     job->q_next = job->q_lo;
     job->prune = prune;
+    job->pairs = &evaluated;
     if (job->q_hi <= job->q_lo || job->u_hi <= job->u_lo) {
       job->q_next = job->q_hi;
       continue;
@@ -646,6 +619,13 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
                                               state_sum[(size_t) r * nq + i]));
     out[i] = finish_log_density(st, query_offset[i], model->expanded, query->log_const);
   }
+  /* the pairs evaluated: visited units x kUnit per query, of n_points each */
+  if (stats != NULL) {
+    stats->pairs_evaluated = evaluated;
+    stats->pairs_total = (double) nq * (double) model->n_points;
+  }
+  if (query->pairs_share != NULL)
+    *query->pairs_share = evaluated / ((double) nq * (double) model->n_points);
   failed = 0;
 
 cleanup:
@@ -711,15 +691,19 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
     kde_status_set(status, KDE_ERR_ARGUMENT, "the tolerance must be in [0, 1)");
     return;
   }
-  /* Pruning pays where the kernels' work outweighs the host's ordering
-   * and planning (about 0.2 s at 1e6 x 1e6, measured on an H100 with 16
-   * cores): compact kernels (1.8-2x) and double precision (2.1-3.2x at
-   * d = 3). The single-precision Gaussian and exponential sweep every unit
-   * until the ordering and planning move to the device (bench/cuda/NOTES.md);
-   * their results are the full sum, within any tolerance. */
+  /* Pruning pays where the kernels' work outweighs the ordering and the
+   * planning. Made on the device (order.cu, plan.cu: milliseconds at 1e6 x
+   * 1e6), it pays for every kernel; made on the host (KDEGPU_DEVICE_PLAN=0:
+   * about 0.2 s at 1e6 x 1e6 on an H100 host of 16 cores, and quadratic in
+   * the blocks), only for compact kernels (1.8-2x) and double precision
+   * (2.1-3.2x at d = 3), so the single-precision Gaussian and exponential
+   * then sweep every unit (bench/cuda/NOTES.md); their results are the full
+   * sum, within any tolerance. */
+  const int device_plan = device_plan_enabled() && model->dim <= kPlanMaxDim;
   const int prunes = model->unit_lo != NULL &&
                      (kde_kernel_is_compact(model->kernel) ||
-                      (query->tolerance > 0 && model->precision == KDE_PRECISION_DOUBLE));
+                      (query->tolerance > 0 &&
+                       (model->precision == KDE_PRECISION_DOUBLE || device_plan)));
   if (!prunes) {
     if (model->precision == KDE_PRECISION_SINGLE)
       log_density_impl<float>(model, query, NULL, interrupted, out, stats, status);
@@ -728,31 +712,18 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
     return;
   }
 
-  /* Pruning: the queries whitened here and put in a spatial order (blocks
-   * of kBlockQueries nearby queries; leaving one out, the training set's
-   * order already is one), the results put back in the caller's order. */
+  /* Pruning: the queries whitened and put in a spatial order (order.cu),
+   * the results put back in the caller's order here. */
   const int64_t m = query->n_query, d = model->dim;
-  double *whitened = NULL, *sorted = NULL, *sorted_out = NULL;
-  int64_t *order = NULL;
-  const double *z = query->query;
+  double *sorted_out = NULL;
   prune_context pc;
+  ordered_queries oq;
   kde_query_set sorted_query = *query;
-  if (query->transform != NULL) {
-    KDE_HOST_ALLOC(whitened, m * d, "the whitened queries");
-    kde_whiten(query->query, m, d, query->center, query->transform, query->host_threads,
-               whitened);
-    z = whitened;
-  }
-  if (!query->leave_one_out) {
-    KDE_HOST_ALLOC(order, m, "the queries' order");
-    KDE_HOST_ALLOC(sorted, m * d, "the ordered queries");
-    KDE_HOST_ALLOC(sorted_out, m, "the ordered results");
-    kde_kd_order(z, m, d, kBlockQueries, 0, query->host_threads, order);
-    for (int64_t k = 0; k < d; k++)
-      for (int64_t i = 0; i < m; i++) sorted[i + k * m] = z[order[i] + k * m];
-    z = sorted;
-  }
-  sorted_query.query = z;
+  const auto t0 = std::chrono::steady_clock::now();
+  memset(&pc, 0, sizeof pc);
+  if (order_evaluation_queries(model, query, device_plan, &oq, status) != 0) goto cleanup;
+  if (oq.order != NULL) KDE_HOST_ALLOC(sorted_out, m, "the ordered results");
+  sorted_query.query = oq.z;
   sorted_query.center = sorted_query.transform = NULL;
   pc.plan.kernel = model->kernel;
   pc.plan.dim = d;
@@ -763,10 +734,17 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
   pc.plan.log_weight_rest = model->unit_log_rest;
   pc.plan.tolerance = query->tolerance;
   pc.plan.leave_one_out = query->leave_one_out;
-  pc.queries = z;
+  pc.queries = oq.z; /* read by the host plan only: on the host when it runs */
   pc.n_query = m;
   pc.threads = query->host_threads;
+  pc.device = device_plan;
+  pc.reserved = oq.reserved;
+  pc.reserved_on = oq.reserved_on;
   {
+    const double order_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+            .count();
+    const int64_t *order = oq.order;
     double *result = order != NULL ? sorted_out : out;
     if (model->precision == KDE_PRECISION_SINGLE)
       log_density_impl<float>(model, &sorted_query, &pc, interrupted, result, stats, status);
@@ -774,10 +752,12 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
       log_density_impl<double>(model, &sorted_query, &pc, interrupted, result, stats, status);
     if (status->code == KDE_OK && order != NULL)
       for (int64_t i = 0; i < m; i++) out[order[i]] = sorted_out[i];
+    if (stats != NULL) {
+      stats->order_ms = order_ms;
+      stats->device_plan = device_plan;
+    }
   }
 cleanup:
-  free(whitened);
-  free(sorted);
+  ordered_queries_free(model, &oq);
   free(sorted_out);
-  free(order);
 }

@@ -33,6 +33,9 @@
  *   model.cu, .cuh      the model: devices, replicas, buffers, lifetime
  *   evaluate.cu         an evaluation: kernel choice, launch shape, batches
  *                       and shards, the multi-GPU loop, the host merge
+ *   order.cu, plan.cu,  a pruned evaluation's queries in a spatial (Morton)
+ *   plan.cuh            order and each batch's plan (prune.c's decision,
+ *                       made on the device): the visit lists below
  *   sample.cu           draws from the estimate (its own kernel)
  *   kde_cuda_common.h   the memory budget; error reporting (KDE_CUDA_TRY)
  *   tuning_hooks.h      what the harness (bench/cuda) sets and reads

@@ -111,7 +111,9 @@ cleanup:
 size_t scratch_bytes(const kde_replica *rep)
 {
   return rep->raw.bytes + rep->query.bytes + rep->part.bytes + rep->acc.bytes +
-         rep->shard.bytes + rep->visit.bytes + rep->visit_offset.bytes;
+         rep->shard.bytes + rep->visit.bytes + rep->visit_offset.bytes +
+         rep->plan_box.bytes + rep->plan_mask.bytes + rep->plan_count.bytes +
+         rep->plan_temp.bytes;
 }
 void scratch_release(kde_replica *rep)
 {
@@ -122,7 +124,46 @@ void scratch_release(kde_replica *rep)
   buffer_release(&rep->shard);
   buffer_release(&rep->visit);
   buffer_release(&rep->visit_offset);
+  buffer_release(&rep->plan_box);
+  buffer_release(&rep->plan_mask);
+  buffer_release(&rep->plan_count);
+  buffer_release(&rep->plan_temp);
 }
+
+/* The queries' whitening on a replica's device, uploaded when it differs
+ * from what is there (a fit keeps one, so usually once per model). */
+int sync_whitening(kde_cuda_model *model, const kde_query_set *query, kde_replica *rep,
+                   kde_status *status)
+{
+  const int64_t d = model->dim;
+  const size_t bytes = (size_t) (d + d * d) * sizeof(double);
+  if (query->transform == NULL) return 0;
+  if (model->whitening == NULL) {
+    model->whitening = (double *) malloc(bytes);
+    if (model->whitening == NULL) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "out of host memory allocating %.0f bytes for the whitening",
+                     (double) bytes);
+      return -1;
+    }
+  }
+  if (model->whitening_serial == 0 ||
+      memcmp(model->whitening, query->center, d * sizeof(double)) != 0 ||
+      memcmp(model->whitening + d, query->transform, d * d * sizeof(double)) != 0) {
+    memcpy(model->whitening, query->center, d * sizeof(double));
+    memcpy(model->whitening + d, query->transform, d * d * sizeof(double));
+    model->whitening_serial++;
+  }
+  if (rep->whitening_serial == model->whitening_serial) return 0;
+  KDE_CUDA_TRY(cudaSetDevice(rep->device));
+  if (rep->whitening == NULL) KDE_CUDA_TRY(cudaMalloc((void **) &rep->whitening, bytes));
+  KDE_CUDA_TRY(cudaMemcpy(rep->whitening, model->whitening, bytes, cudaMemcpyHostToDevice));
+  rep->whitening_serial = model->whitening_serial;
+  return 0;
+cleanup:
+  return -1;
+}
+
 
 } // namespace kdegpu
 
@@ -147,6 +188,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
       if (rep->train != NULL) (void) cudaFree(rep->train);
       if (rep->model_center != NULL) (void) cudaFree(rep->model_center);
       if (rep->whitening != NULL) (void) cudaFree(rep->whitening);
+      if (rep->units != NULL) (void) cudaFree(rep->units);
       scratch_release(rep);
     }
   }
@@ -365,6 +407,23 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                    model->unit_lo, model->unit_hi);
     kde_tile_log_weights(train->weight, train->n_train, kUnit, model->unit_log_weight,
                          model->unit_log_rest);
+    /* and on every device, for the plans made there (plan.cu) */
+    const size_t box_bytes = (size_t) (n_units * model->dim) * sizeof(double);
+    const size_t weight_bytes = (size_t) n_units * sizeof(double);
+    for (int r = 0; r < n_devices; r++) {
+      kde_replica *rep = &model->rep[r];
+      char *at;
+      KDE_CUDA_TRY(cudaSetDevice(rep->device));
+      KDE_CUDA_TRY(cudaMalloc((void **) &rep->units, 2 * box_bytes + 2 * weight_bytes));
+      at = (char *) rep->units;
+      KDE_CUDA_TRY(cudaMemcpy(at, model->unit_lo, box_bytes, cudaMemcpyHostToDevice));
+      KDE_CUDA_TRY(cudaMemcpy(at + box_bytes, model->unit_hi, box_bytes,
+                              cudaMemcpyHostToDevice));
+      KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes, model->unit_log_weight, weight_bytes,
+                              cudaMemcpyHostToDevice));
+      KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes + weight_bytes, model->unit_log_rest,
+                              weight_bytes, cudaMemcpyHostToDevice));
+    }
   }
   ok = 1;
 

@@ -33,11 +33,18 @@ typedef struct {
   double *model_center;   /* dim: the model's centre, on this device */
   double *whitening;      /* dim + dim x dim: center, transform (lazily) */
   int whitening_serial;   /* model->whitening_serial uploaded here */
+  /* Pruning on this device (plan.cu): the units' boxes and log weights,
+   * the model's unit_lo, unit_hi, unit_log_weight, unit_log_rest in one
+   * allocation (NULL when the model visits every unit). */
+  double *units;
   /* Scratch of evaluations: raw query batch, packed queries, partial
    * states of the splits, accumulated states (max, sum, |q|^2 / 2), a
    * training shard when streaming, and a batch's pruning plan (the units
-   * each query block visits, and where each block's list starts). */
+   * each query block visits, and where each block's list starts); for a
+   * plan made on the device, the query blocks' boxes, the decisions (a bit
+   * per unit and block), the counts and CUB's scan scratch. */
   kde_buffer raw, query, part, acc, shard, visit, visit_offset;
+  kde_buffer plan_box, plan_mask, plan_count, plan_temp;
 } kde_replica;
 
 struct kde_cuda_model {
@@ -83,6 +90,11 @@ void buffer_release(kde_buffer *buffer);
 int buffer_reserve(kde_buffer *buffer, size_t bytes, kde_status *status);
 size_t scratch_bytes(const kde_replica *rep);
 void scratch_release(kde_replica *rep);
+
+/* The queries' whitening on a replica's device, uploaded when it differs
+ * from what is there (model.cu). */
+int sync_whitening(kde_cuda_model *model, const kde_query_set *query, kde_replica *rep,
+                   kde_status *status);
 
 /* The training set in each storage layout (pack.cu). */
 int train_fits_f16(const kde_training_set *train, const kde_cuda_model *model);

@@ -30,6 +30,11 @@ typedef struct {
   int64_t launches;   /* main kernel launches */
   int max_splits;     /* most splits of the training range in one launch */
   int split_training; /* 1: the devices split the training set; 0: the queries */
+  /* Pairs evaluated (units visited x kUnit points, per query) and of all
+   * n_query x n_points: below 1 when pruning skipped units. */
+  double pairs_evaluated, pairs_total;
+  double order_ms;    /* host time ordering the queries (a pruned evaluation) */
+  int device_plan;    /* 1: the plan made on the device; 0: on the host, or none */
 } kde_cuda_eval_stats;
 
 /* kde_cuda_model_create() with a tuning (NULL: the default). */
@@ -44,6 +49,20 @@ kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *train,
 void kde_cuda_log_density_stats(kde_cuda_model *model, const kde_query_set *query,
                                 kde_interrupt_probe interrupted, double *out,
                                 kde_cuda_eval_stats *stats, kde_status *status);
+
+/* The plan that a pruned evaluation of `query` makes on the device
+ * (src/cuda/order.cu, plan.cu), over all its queries at once, for the
+ * harness to check against prune.c: the queries' order (order[i]: the
+ * caller's row of the i-th ordered query; the identity leaving one out),
+ * the ordered whitened queries (sorted: n_query x dim, column-major) and the
+ * units that each block of 128 ordered queries visits (offsets[0..n_blocks],
+ * n_blocks = ceil(n_query / 128), and *visit, malloc'ed: the caller frees
+ * it). ms[0]: the ordering, ms[1]: the planning, wall time with the device
+ * synchronised. Returns 0, or -1 with the status set (also for a model
+ * that does not prune). */
+int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *query, int64_t *order,
+                         double *sorted, int64_t *offsets, int32_t **visit, double *ms,
+                         kde_status *status);
 
 #ifdef __cplusplus
 }

@@ -154,3 +154,36 @@ test_that("tolerance is checked, taken from the option, and honoured by logLik a
                as.numeric(bw_mlcv(x, backend = "cpu")), tolerance = 1e-8)
   expect_identical(default_tolerance[["double"]], 1e-14)
 })
+
+test_that("print() and summary() report the share of pairs the last evaluation computed", {
+  set.seed(31)
+  x <- runif(20000, 0, 1000)
+  q <- runif(3000, 0, 1000)
+  # KDEGPU_DEVICE_PLAN=0 (the host plan, for A/B timings): the GPU's
+  # single-precision Gaussian sweeps every tile
+  host_plan <- identical(Sys.getenv("KDEGPU_DEVICE_PLAN"), "0")
+  for (be in eval_backends()) {
+    fit <- kde_on(be, x, bw = 0.5, kernel = "epanechnikov")
+    expect_true(is.na(summary(fit)$pairs_share))
+    out <- predict(fit, q)
+    expect_null(attr(out, "pairs_share"))
+    share <- summary(fit)$pairs_share
+    # a block of nearby queries meets a few tiles of the 79
+    expect_true(share > 0 && share < 0.1, label = be_label(be, "compact kernel: share", share))
+    expect_output(print(fit), "last evaluation: [0-9.e+-]+% of the query x training pairs")
+    gauss <- kde_on(be, x, bw = 0.5)
+    invisible(predict(gauss, q, tolerance = 0))
+    expect_equal(summary(gauss)$pairs_share, 1, label = be_label(be, "Gaussian, tolerance 0"))
+    invisible(predict(gauss, q, tolerance = 1e-3))
+    if (!(be$backend == "cuda" && be$precision == "single" && host_plan))
+      expect_lt(summary(gauss)$pairs_share, 0.5, label = be_label(be, "Gaussian, tolerance 1e-3"))
+    invisible(predict(gauss, leave_one_out = TRUE, tolerance = 1e-3))
+    if (!(be$backend == "cuda" && be$precision == "single" && host_plan))
+      expect_lt(summary(gauss)$pairs_share, 0.5, label = be_label(be, "leave-one-out"))
+  }
+  old <- options(kdegpu.spatial = FALSE)
+  on.exit(options(old))
+  flat <- kde_gpu(x, bw = 0.5, kernel = "epanechnikov", backend = "cpu")
+  invisible(predict(flat, q))
+  expect_equal(summary(flat)$pairs_share, 1)
+})

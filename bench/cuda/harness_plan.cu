@@ -1,0 +1,503 @@
+/*
+ * bench/cuda/harness_plan.cu: the pruning plan made on the device (issue
+ * 15: src/cuda/order.cu, plan.cu) against prune.c's host plan, and timings.
+ *
+ *   harness plancheck  the device plan of each case against prune.c's on the
+ *                      same ordered queries (the same lists, or differences
+ *                      within rounding), the order, and the pruned results
+ *                      against a double-precision reference: Gaussian single
+ *                      and double, Epanechnikov, exponential; d = 1, 2, 3;
+ *                      normal and clustered data; leave-one-out; whitening
+ *   harness planbench  host vs device ordering and planning, and full vs
+ *                      pruned evaluation, at n = m = 1e6 and 1e7
+ *   harness plan       both (about 2.5 minutes on an H100; PLAN_BIG=0: no
+ *                      1e7, about 40 s)
+ *   harness planbig    1e7 clustered, and double precision pruned only
+ *   harness planquick  two small checks (for compute-sanitizer)
+ *
+ * KDEGPU_DEVICE_PLAN=0 makes the evaluations use the host path (the A/B);
+ * the plan checks and the planning timings use both paths either way.
+ */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kdegpu/kernels.h"
+#include "kde_cuda.h"
+#include "cuda/tuning_hooks.h"
+#include "prune.h"
+#include "spatial.h"
+
+namespace {
+
+constexpr int64_t kUnit = 256;       /* src/cuda/tuning.cuh */
+constexpr int64_t kBlock = 128;      /* kBlockQueries */
+
+struct prng {
+  uint64_t s;
+  explicit prng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 7) {}
+  uint64_t next()
+  {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (next() >> 11) * 0x1.0p-53; }
+  double normal()
+  {
+    double u = uniform(), v = uniform();
+    if (u < 1e-300) u = 1e-300;
+    return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+  }
+};
+
+double now_ms()
+{
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/* n points (column-major n x d) in bandwidth units, spread as after a
+ * rule-of-thumb bandwidth: "normal", or "clustered" (12 tight clusters and
+ * 0.2% outliers far out). */
+std::vector<double> points(int64_t n, int64_t d, int kernel, bool clustered, uint64_t seed)
+{
+  prng r(seed);
+  std::vector<double> x((size_t) (n * d));
+  const double spread = pow((double) std::max<int64_t>(n, 2), 1.0 / (d + 4)) /
+                        kde_scale(kernel, (int) d);
+  std::vector<double> centre(12 * d);
+  prng rc(99); /* the same clusters for training points and queries */
+  for (double &c : centre) c = (rc.uniform() - 0.5) * 8 * spread;
+  for (int64_t j = 0; j < n; j++) {
+    const int64_t c = (int64_t) (r.uniform() * 12);
+    const bool far = clustered && r.uniform() < 0.002;
+    for (int64_t k = 0; k < d; k++)
+      x[j + k * n] = !clustered ? spread * r.normal()
+                     : far      ? (r.uniform() - 0.5) * 100 * spread
+                                : centre[c * d + k] + 0.3 * spread * r.normal();
+  }
+  return x;
+}
+
+/* A training set in the spatial order of a fit (tiles of 256, blocks of 16
+ * inside), weights uniform or random with zeros. */
+struct training {
+  int64_t n, d;
+  std::vector<double> x, w, lw;
+};
+
+training ordered_training(int64_t n, int64_t d, int kernel, bool clustered, bool weighted,
+                          uint64_t seed)
+{
+  training t;
+  t.n = n;
+  t.d = d;
+  std::vector<double> raw = points(n, d, kernel, clustered, seed);
+  std::vector<int64_t> order(n);
+  kde_kd_order(raw.data(), n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, 0, order.data());
+  t.x.resize(raw.size());
+  for (int64_t k = 0; k < d; k++)
+    for (int64_t j = 0; j < n; j++) t.x[j + k * n] = raw[order[j] + k * n];
+  prng r(seed + 1);
+  t.w.resize(n);
+  t.lw.resize(n);
+  double total = 0;
+  for (int64_t j = 0; j < n; j++) {
+    t.w[j] = !weighted ? 1.0 : r.uniform() < 0.05 ? 0.0 : -log(r.uniform() + 1e-12);
+    total += t.w[j];
+  }
+  for (int64_t j = 0; j < n; j++) {
+    t.w[j] /= total;
+    t.lw[j] = t.w[j] > 0 ? log(t.w[j]) : -INFINITY;
+  }
+  return t;
+}
+
+kde_cuda_model *make_model(const training &t, int kernel, int precision, kde_status *st)
+{
+  kde_training_set ts;
+  int dev = 0;
+  ts.kernel = kernel;
+  ts.n_train = t.n;
+  ts.dim = t.d;
+  ts.train = t.x.data();
+  ts.weight = t.w.data();
+  ts.log_weight = t.lw.data();
+  ts.tile_size = KDE_TILE_POINTS;
+  ts.host_threads = 0;
+  return kde_cuda_model_create_tuned(&ts, precision, &dev, 1, 0, NULL, st);
+}
+
+/* The queries as the caller gives them: whitened (z), or raw = z / 0.5 +
+ * 1.5 with center 1.5 and transform 0.5 I, which the device whitens back. */
+struct queries {
+  std::vector<double> raw, center, transform;
+  kde_query_set set;
+};
+
+void make_queries(const std::vector<double> &z, int64_t m, int64_t d, bool whiten, int loo,
+                  double tolerance, queries &q)
+{
+  q.set = kde_query_set{};
+  q.set.n_query = m;
+  q.set.leave_one_out = loo;
+  q.set.tolerance = tolerance;
+  if (!whiten) {
+    q.set.query = z.data();
+    return;
+  }
+  q.raw.resize(z.size());
+  for (size_t i = 0; i < z.size(); i++) q.raw[i] = z[i] / 0.5 + 1.5;
+  q.center.assign(d, 1.5);
+  q.transform.assign(d * d, 0.0);
+  for (int64_t k = 0; k < d; k++) q.transform[k + k * d] = 0.5;
+  q.set.query = q.raw.data();
+  q.set.center = q.center.data();
+  q.set.transform = q.transform.data();
+}
+
+/* prune.c's plan of the ordered queries (what the host path computes). */
+struct host_plan {
+  std::vector<double> lo, hi, lw, lr;
+  kde_prune_plan plan;
+};
+
+void make_host_plan(const training &t, int kernel, double tolerance, int loo, host_plan &h)
+{
+  const int64_t n_units = (t.n + kUnit - 1) / kUnit;
+  h.lo.resize(n_units * t.d);
+  h.hi.resize(n_units * t.d);
+  h.lw.resize(n_units);
+  h.lr.resize(n_units);
+  kde_tile_boxes(t.x.data(), t.n, t.d, kUnit, 0, h.lo.data(), h.hi.data());
+  kde_tile_log_weights(t.w.data(), t.n, kUnit, h.lw.data(), h.lr.data());
+  h.plan.kernel = kernel;
+  h.plan.dim = t.d;
+  h.plan.n_tiles = n_units;
+  h.plan.lo = h.lo.data();
+  h.plan.hi = h.hi.data();
+  h.plan.log_weight = h.lw.data();
+  h.plan.log_weight_rest = h.lr.data();
+  h.plan.tolerance = tolerance;
+  h.plan.leave_one_out = loo;
+}
+
+/* The host's lists for the ordered queries; returns the planning ms. */
+double plan_on_host(const host_plan &h, const std::vector<double> &sorted, int64_t m,
+                    std::vector<int64_t> &offsets, std::vector<int32_t> &visit)
+{
+  const int64_t blocks = (m + kBlock - 1) / kBlock;
+  const double t0 = now_ms();
+  offsets.assign(blocks + 1, 0);
+  kde_plan_query_blocks(&h.plan, sorted.data(), m, 0, m, kBlock, 0, offsets.data(), NULL);
+  visit.assign(std::max<int64_t>(offsets[blocks], 1), 0);
+  kde_plan_query_blocks(&h.plan, sorted.data(), m, 0, m, kBlock, 0, offsets.data(),
+                        visit.data());
+  return now_ms() - t0;
+}
+
+int failures = 0;
+
+/* log sum_j w_j k(|q - x_j|^2) in double over every training point. */
+double reference(const training &t, int kernel, const double *z, int64_t m, int64_t i,
+                 int64_t self)
+{
+  kde_lse s = kde_lse_empty();
+  for (int64_t j = 0; j < t.n; j++) {
+    if (j == self) continue;
+    double s2 = 0;
+    for (int64_t k = 0; k < t.d; k++) {
+      const double diff = z[i + k * m] - t.x[j + k * t.n];
+      s2 += diff * diff;
+    }
+    s = kde_lse_add(s, t.lw[j] + kde_log_profile(kernel, s2));
+  }
+  return kde_lse_log(s);
+}
+
+/* One case: the plan compared, the order checked, the results bounded. */
+void check_case(int kernel, int precision, int64_t d, bool clustered, int loo, bool whiten,
+                bool weighted, int64_t n, int64_t m)
+{
+  const double tolerance = kde_kernel_is_compact(kernel) ? 0.0
+                           : precision == KDE_PRECISION_SINGLE ? 1e-4 : 1e-8;
+  kde_status st;
+  training t = ordered_training(n, d, kernel, clustered, weighted, 11 + d);
+  if (loo) m = n;
+  std::vector<double> z = loo ? t.x : points(m, d, kernel, clustered, 23 + d);
+  queries q;
+  make_queries(z, m, d, whiten, loo, tolerance, q);
+  char label[160];
+  snprintf(label, sizeof label, "%s %s d=%lld %s%s%s%s n=%lld m=%lld",
+           kernel == KDE_GAUSSIAN ? "gaussian" : kernel == KDE_EXPONENTIAL ? "exponential"
+                                                                           : "epanechnikov",
+           precision == KDE_PRECISION_SINGLE ? "single" : "double", (long long) d,
+           clustered ? "clustered" : "normal", loo ? " loo" : "", whiten ? " whiten" : "",
+           weighted ? " weighted" : "", (long long) n, (long long) m);
+  kde_cuda_model *model = make_model(t, kernel, precision, &st);
+  if (model == NULL) {
+    printf("FAIL %s: model: %s\n", label, st.message);
+    failures++;
+    return;
+  }
+  const int64_t blocks = (m + kBlock - 1) / kBlock, n_units = (n + kUnit - 1) / kUnit;
+  std::vector<int64_t> order(m), dev_off(blocks + 1), host_off;
+  std::vector<double> sorted((size_t) (m * d));
+  std::vector<int32_t> host_visit;
+  int32_t *dev_visit = NULL;
+  double ms[2] = {0, 0};
+  bool ok = true;
+  if (kde_cuda_device_plan(model, &q.set, order.data(), sorted.data(), dev_off.data(),
+                           &dev_visit, ms, &st) != 0) {
+    printf("FAIL %s: device plan: %s\n", label, st.message);
+    failures++;
+    kde_cuda_model_free(model);
+    return;
+  }
+  /* the order: a permutation (the identity leaving one out), the ordered
+   * queries the whitened originals */
+  std::vector<char> seen(m, 0);
+  int64_t bad_order = 0;
+  double worst_z = 0;
+  for (int64_t i = 0; i < m; i++) {
+    if (order[i] < 0 || order[i] >= m || seen[order[i]] || (loo && order[i] != i)) {
+      bad_order++;
+      continue;
+    }
+    seen[order[i]] = 1;
+    for (int64_t k = 0; k < d; k++)
+      worst_z = std::max(worst_z, fabs(sorted[i + k * m] - z[order[i] + k * m]) /
+                                      (1 + fabs(z[order[i] + k * m])));
+  }
+  if (bad_order > 0 || worst_z > 1e-12) ok = false;
+
+  /* the lists: ascending, in range, and the host's up to rounding */
+  host_plan h;
+  make_host_plan(t, kernel, tolerance, loo, h);
+  plan_on_host(h, sorted, m, host_off, host_visit);
+  int64_t extra = 0, missing = 0, disorder = 0, blocks_differ = 0;
+  for (int64_t b = 0; b < blocks; b++) {
+    int64_t i = dev_off[b], j = host_off[b];
+    const int64_t ie = dev_off[b + 1], je = host_off[b + 1];
+    const int64_t e0 = extra, m0 = missing;
+    for (int64_t k = i; k < ie; k++)
+      if (dev_visit[k] < 0 || dev_visit[k] >= n_units || (k > i && dev_visit[k] <= dev_visit[k - 1]))
+        disorder++;
+    while (i < ie || j < je) {
+      if (j >= je || (i < ie && dev_visit[i] < host_visit[j])) { extra++; i++; }
+      else if (i >= ie || host_visit[j] < dev_visit[i]) { missing++; j++; }
+      else { i++; j++; }
+    }
+    blocks_differ += extra != e0 || missing != m0;
+  }
+  const int64_t host_total = host_off[blocks];
+  if (disorder > 0 || dev_off[0] != 0 ||
+      (double) (extra + missing) > 1e-4 * (double) host_total + 2)
+    ok = false;
+
+  /* the results: pruned within the tolerance of a double reference */
+  std::vector<double> pruned(m);
+  kde_cuda_eval_stats stats;
+  kde_cuda_log_density_stats(model, &q.set, NULL, pruned.data(), &stats, &st);
+  const double share = stats.pairs_total > 0 ? stats.pairs_evaluated / stats.pairs_total : NAN;
+  double worst_low = 0, worst_high = 0;
+  int64_t edge = 0;
+  const double eps = precision == KDE_PRECISION_SINGLE ? 3e-5 : 1e-10;
+  if (st.code != KDE_OK) {
+    printf("FAIL %s: evaluation: %s\n", label, st.message);
+    ok = false;
+  } else {
+    for (int64_t i = 0; i < m; i += std::max<int64_t>(1, m / 97)) {
+      const double ref = reference(t, kernel, z.data(), m, i, loo ? i : -1);
+      if (!std::isfinite(ref) || !std::isfinite(pruned[i])) {
+        /* a compact kernel's only pairs at the edge of its support: single
+         * precision may round them out */
+        if (std::isfinite(ref) != std::isfinite(pruned[i])) {
+          edge++;
+          if (precision == KDE_PRECISION_DOUBLE) ok = false;
+        }
+        continue;
+      }
+      /* log f_full - log f_pruned in [0, -log(1 - tolerance)], up to rounding */
+      const double scale = std::max(1.0, fabs(ref));
+      worst_low = std::max(worst_low, (ref - pruned[i] + log1p(-tolerance)) / scale);
+      worst_high = std::max(worst_high, (pruned[i] - ref) / scale);
+    }
+    if (worst_low > eps || worst_high > eps) ok = false;
+  }
+  printf("%s %s: blocks %lld, visits host %lld device %lld (extra %lld, missing %lld, in %lld"
+         " blocks), order %lld bad / %.1e, share %.4f, beyond bound %.1e / above %.1e%s,"
+         " device order %.1f ms plan %.1f ms\n",
+         ok ? "ok  " : "FAIL", label, (long long) blocks, (long long) host_total,
+         (long long) dev_off[blocks], (long long) extra, (long long) missing,
+         (long long) blocks_differ, (long long) bad_order, worst_z, share, worst_low, worst_high,
+         edge > 0 ? " (support edge)" : "", ms[0], ms[1]);
+  failures += !ok;
+  free(dev_visit);
+  kde_cuda_model_free(model);
+}
+
+void plan_checks(bool quick)
+{
+  printf("\n== device plan vs prune.c (ok: no disorder, extra + missing <= 1e-4 of the host's"
+         " visits, results within the tolerance of a double reference) ==\n");
+  if (quick) {
+    check_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, 3, true, 0, true, true, 3000, 1500);
+    check_case(KDE_EPANECHNIKOV, KDE_PRECISION_DOUBLE, 2, false, 1, false, false, 3000, 0);
+    return;
+  }
+  const int64_t n = 60000, m = 40000;
+  for (int d = 1; d <= 3; d++)
+    for (int clustered = 0; clustered <= 1; clustered++) {
+      check_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, d, clustered, 0, d == 2, false, n, m);
+      check_case(KDE_GAUSSIAN, KDE_PRECISION_DOUBLE, d, clustered, 0, d == 3, true, n, m);
+      check_case(KDE_EPANECHNIKOV, KDE_PRECISION_SINGLE, d, clustered, 0, d == 1, false, n, m);
+      check_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, d, clustered, 1, false, true, n, 0);
+    }
+  check_case(KDE_EPANECHNIKOV, KDE_PRECISION_DOUBLE, 3, true, 1, false, true, n, 0);
+  check_case(KDE_EXPONENTIAL, KDE_PRECISION_SINGLE, 2, true, 0, true, false, n, m);
+  check_case(KDE_EXPONENTIAL, KDE_PRECISION_DOUBLE, 3, false, 1, false, true, n, 0);
+  /* ragged: a last unit of 1 point, a last query block of 1 query */
+  check_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, 3, false, 0, false, false, 5 * 256 + 1,
+             3 * 128 + 1);
+}
+
+/* Host vs device ordering and planning, full vs pruned evaluation. */
+void bench_case(int kernel, int precision, int64_t d, bool clustered, int64_t n, bool host,
+                bool full)
+{
+  const double tolerance = precision == KDE_PRECISION_SINGLE ? 1e-7 : 1e-14; /* R's defaults */
+  kde_status st;
+  const double t_data = now_ms();
+  training t = ordered_training(n, d, kernel, clustered, false, 5 + d);
+  std::vector<double> z = points(n, d, kernel, clustered, 7 + d);
+  queries q;
+  make_queries(z, n, d, false, 0, tolerance, q);
+  kde_cuda_model *model = make_model(t, kernel, precision, &st);
+  if (model == NULL) {
+    printf("FAIL bench model: %s\n", st.message);
+    failures++;
+    return;
+  }
+  const double data_ms = now_ms() - t_data;
+  char label[128];
+  snprintf(label, sizeof label, "%s %s d=%lld %s n=m=%.0e",
+           kernel == KDE_GAUSSIAN ? "gaussian" : "epanechnikov",
+           precision == KDE_PRECISION_SINGLE ? "single" : "double", (long long) d,
+           clustered ? "clustered" : "normal", (double) n);
+  const int64_t m = n, blocks = (m + kBlock - 1) / kBlock;
+  std::vector<int64_t> order(m), dev_off(blocks + 1), host_off;
+  std::vector<double> sorted((size_t) (m * d));
+  std::vector<int32_t> host_visit;
+  int32_t *dev_visit = NULL;
+  double ms[2] = {0, 0}, host_order_ms = NAN, host_plan_ms = NAN;
+  for (int rep = 0; rep < 2; rep++) { /* the second: warm */
+    free(dev_visit);
+    dev_visit = NULL;
+    if (kde_cuda_device_plan(model, &q.set, order.data(), sorted.data(), dev_off.data(),
+                             &dev_visit, ms, &st) != 0) {
+      printf("FAIL bench device plan: %s\n", st.message);
+      failures++;
+      kde_cuda_model_free(model);
+      return;
+    }
+  }
+  if (host) {
+    std::vector<int64_t> host_order(m);
+    std::vector<double> host_sorted((size_t) (m * d));
+    const double t0 = now_ms();
+    kde_kd_order(z.data(), m, d, kBlock, 0, 0, host_order.data());
+    for (int64_t k = 0; k < d; k++)
+      for (int64_t i = 0; i < m; i++) host_sorted[i + k * m] = z[host_order[i] + k * m];
+    host_order_ms = now_ms() - t0;
+    host_plan h;
+    make_host_plan(t, kernel, tolerance, 0, h);
+    host_plan_ms = plan_on_host(h, host_sorted, m, host_off, host_visit);
+    printf("     host k-d order visits %lld units per block (device Morton order: %.1f)\n",
+           (long long) (host_off[blocks] / blocks), (double) dev_off[blocks] / blocks);
+  }
+  printf("plan %s: order host %.0f ms device %.1f ms; plan host %.0f ms device %.1f ms;"
+         " visits/block %.1f of %lld units (setup %.0f ms)\n",
+         label, host_order_ms, ms[0], host_plan_ms, ms[1], (double) dev_off[blocks] / blocks,
+         (long long) ((n + kUnit - 1) / kUnit), data_ms);
+  free(dev_visit);
+
+  std::vector<double> out(m), ref(m);
+  kde_cuda_eval_stats stats;
+  double full_ms = NAN, full_kernel = NAN;
+  if (full) {
+    q.set.tolerance = 0;
+    double t0 = now_ms();
+    kde_cuda_log_density_stats(model, &q.set, NULL, ref.data(), &stats, &st);
+    full_ms = now_ms() - t0;
+    full_kernel = stats.kernel_ms;
+    q.set.tolerance = tolerance;
+  }
+  for (int rep = 0; rep < 2; rep++) { /* the second: warm */
+    const double t0 = now_ms();
+    kde_cuda_log_density_stats(model, &q.set, NULL, out.data(), &stats, &st);
+    const double pruned_ms = now_ms() - t0;
+    if (st.code != KDE_OK) {
+      printf("FAIL bench evaluation: %s\n", st.message);
+      failures++;
+      break;
+    }
+    if (rep == 0) continue;
+    double worst = 0;
+    if (full)
+      for (int64_t i = 0; i < m; i++)
+        worst = std::max(worst, fabs(out[i] - ref[i]) / std::max(1.0, fabs(ref[i])));
+    printf("eval %s: full %.0f ms (kernels %.0f), pruned %.0f ms (kernels %.0f, ordering"
+           " %.1f ms, %s plan), %.2fx; pairs %.4f; batches %lld; max |diff| %.1e\n",
+           label, full_ms, full_kernel, pruned_ms, stats.kernel_ms, stats.order_ms,
+           stats.device_plan ? "device" : "host/no", full_ms / pruned_ms,
+           stats.pairs_evaluated / stats.pairs_total, (long long) stats.batches, worst);
+  }
+  kde_cuda_model_free(model);
+}
+
+void plan_bench()
+{
+  printf("\n== planning and evaluation timings (KDEGPU_DEVICE_PLAN=%s) ==\n",
+         getenv("KDEGPU_DEVICE_PLAN") != NULL ? getenv("KDEGPU_DEVICE_PLAN") : "unset");
+  bench_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, 2, false, 1000000, true, true);
+  bench_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, 3, false, 1000000, true, true);
+  bench_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, 3, true, 1000000, true, true);
+  bench_case(KDE_GAUSSIAN, KDE_PRECISION_DOUBLE, 3, false, 1000000, true, true);
+  bench_case(KDE_EPANECHNIKOV, KDE_PRECISION_SINGLE, 3, false, 1000000, true, true);
+  if (getenv("PLAN_BIG") != NULL && strcmp(getenv("PLAN_BIG"), "0") == 0) return;
+  bench_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, 3, false, 10000000, true, true);
+  bench_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, 2, false, 10000000, false, true);
+}
+
+/* More of 1e7 (minutes): clustered, and double precision pruned only (its
+ * full sweep takes about 3 minutes on an H100). */
+void plan_bench_big()
+{
+  bench_case(KDE_GAUSSIAN, KDE_PRECISION_SINGLE, 3, true, 10000000, false, true);
+  bench_case(KDE_GAUSSIAN, KDE_PRECISION_DOUBLE, 3, false, 10000000, false, false);
+}
+
+} // namespace
+
+/* The modes of this file (harness.cu dispatches "plan*" here); returns the
+ * number of failures. */
+int plan_mode(const std::string &mode)
+{
+  failures = 0;
+  if (mode == "planquick") plan_checks(true);
+  if (mode == "plan" || mode == "plancheck") plan_checks(false);
+  if (mode == "plan" || mode == "planbench") plan_bench();
+  if (mode == "planbig") plan_bench_big();
+  return failures;
+}

@@ -1,0 +1,411 @@
+/*
+ * plan.cu: the pruning plan of a query batch, made on the device.
+ *
+ * prune.c states the proof and makes the CPU's decision
+ * (kde_tiles_to_visit); this file makes the same decision for every query
+ * block of a batch at once, with the same helpers (kde_box_distances,
+ * kde_log_profile, kde_prune_bucket, kde_prune_first_skipped) and in double
+ * precision, so that it skips the same units up to the rounding of sums
+ * taken in another order:
+ *
+ *   boxes:  one CUDA block per query block: the box of its rows;
+ *   count:  one CUDA block per query block, the units in block-stride: the
+ *           lower bound L (a log-sum-exp reduction), the bucket sums, the
+ *           first skipped bucket, then each unit's decision as a bit mask
+ *           (32 units a word, one warp ballot each) and the block's count;
+ *   scan:   CUB's exclusive sum of the counts: where each block's list
+ *           starts (visit_offset);
+ *   fill:   one CUDA block per query block: the set bits of its mask row in
+ *           ascending order (an ordered compaction, a block-wide prefix sum
+ *           of the words' bit counts per chunk of words).
+ *
+ * The mask makes the count and the fill agree by construction (the fill
+ * recomputes nothing) and costs 1/32 of the worst-case lists.
+ */
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kdegpu/kernels.h"
+#include "kde_cuda_common.h"
+#include "model.cuh"
+#include "plan.cuh"
+#include "prune.h"
+#include "spatial.h"
+#include "tuning.cuh"
+
+namespace kdegpu {
+
+constexpr int kPlanWarps = kPlanThreads / 32;
+static_assert(KDE_PRUNE_BUCKETS == 64, "each lane sums two buckets");
+
+kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica *rep,
+                                 double tolerance, int leave_one_out)
+{
+  kde_prune_plan p;
+  const int64_t n_units = model->n_points / kUnit;
+  p.kernel = model->kernel;
+  p.dim = model->dim;
+  p.n_tiles = n_units;
+  p.lo = rep->units;
+  p.hi = rep->units + n_units * model->dim;
+  p.log_weight = rep->units + 2 * n_units * model->dim;
+  p.log_weight_rest = p.log_weight + n_units;
+  p.tolerance = tolerance;
+  p.leave_one_out = leave_one_out;
+  return p;
+}
+
+/* ---- boxes of the query blocks ------------------------------------------ */
+
+__global__ void __launch_bounds__(kBlockQueries)
+    kde_plan_box_kernel(const double *z, int64_t ldz, int64_t rows, int dim, double *box)
+{
+  __shared__ double s_lo[kBlockQueries / 32], s_hi[kBlockQueries / 32];
+  const int64_t b = blockIdx.x, row = b * kBlockQueries + threadIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int k = 0; k < dim; k++) {
+    /* rows past the batch (the last block may be short) take no part */
+    const double v = row < rows ? z[k * ldz + row] : 0.0;
+    double lo = row < rows ? v : INFINITY, hi = row < rows ? v : -INFINITY;
+    for (int s = 16; s > 0; s >>= 1) {
+      lo = fmin(lo, __shfl_xor_sync(0xffffffffu, lo, s));
+      hi = fmax(hi, __shfl_xor_sync(0xffffffffu, hi, s));
+    }
+    if (lane == 0) {
+      s_lo[warp] = lo;
+      s_hi[warp] = hi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kBlockQueries / 32; w++) {
+        lo = fmin(lo, s_lo[w]);
+        hi = fmax(hi, s_hi[w]);
+      }
+      box[b * 2 * dim + k] = lo;
+      box[b * 2 * dim + dim + k] = hi;
+    }
+    __syncthreads(); /* s_lo, s_hi are reused by the next coordinate */
+  }
+}
+
+int plan_block_boxes(const double *z, int64_t ldz, int64_t rows, int dim, double *box,
+                     cudaStream_t stream, kde_status *status)
+{
+  const int64_t blocks = ceil_div(rows, kBlockQueries);
+  if (blocks < 1) return 0;
+  kde_plan_box_kernel<<<(unsigned) blocks, kBlockQueries, 0, stream>>>(z, ldz, rows, dim, box);
+  KDE_CUDA_LAUNCHED("query block box kernel");
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* ---- the decision -------------------------------------------------------- */
+
+/* How a block decides: compact support, every unit, or the bounds. */
+enum { kDecideSupport = 0, kDecideAll = 1, kDecideBounds = 2 };
+
+/* Unit t's decision for the block's box (kde_tiles_to_visit's last loops). */
+__device__ __forceinline__ bool unit_visited(const kde_prune_plan &p, const double *q_lo,
+                                             const double *q_hi, int64_t t, int how,
+                                             double log_budget, int first_skipped)
+{
+  if (how == kDecideAll) return true;
+  double min2, max2;
+  kde_box_distances(q_lo, q_hi, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, &min2, &max2);
+  if (how == kDecideSupport) return min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN;
+  const double key = (p.log_weight[t] + kde_log_profile(p.kernel, min2)) - log_budget;
+  return kde_prune_bucket(key) < first_skipped;
+}
+
+/* The log-sum-exp of the block's states, merged in a fixed order (lanes by
+ * xor-butterfly, then warps in turn), known to every thread. */
+__device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s_sum)
+{
+  for (int o = 16; o > 0; o >>= 1) {
+    kde_lse other;
+    other.max = __shfl_xor_sync(0xffffffffu, s.max, o);
+    other.sum = __shfl_xor_sync(0xffffffffu, s.sum, o);
+    s = kde_lse_merge(s, other);
+  }
+  if (threadIdx.x % 32 == 0) {
+    s_max[threadIdx.x / 32] = s.max;
+    s_sum[threadIdx.x / 32] = s.sum;
+  }
+  __syncthreads();
+  s = kde_lse_make(s_max[0], s_sum[0]);
+  for (int w = 1; w < kPlanWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
+  return s;
+}
+
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_count_kernel(const kde_prune_plan p, const double *box, int64_t words,
+                          uint32_t *mask, int64_t *count)
+{
+  __shared__ double s_box[2 * kPlanMaxDim];
+  __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
+  __shared__ double s_max[kPlanWarps], s_sum[kPlanWarps];
+  __shared__ long long s_visits[kPlanWarps];
+  __shared__ int s_first;
+  const int64_t b = blockIdx.x, n = p.n_tiles, d = p.dim;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s_box[i] = box[b * 2 * d + i];
+  __syncthreads();
+  const double *q_lo = s_box, *q_hi = s_box + d;
+
+  int how = kde_kernel_is_compact(p.kernel) ? kDecideSupport
+            : p.tolerance > 0               ? kDecideBounds
+                                            : kDecideAll;
+  double log_budget = 0.0;
+  int first_skipped = KDE_PRUNE_BUCKETS;
+  if (how == kDecideBounds) {
+    /* L: the proven lower bound of every query's sum */
+    const double *rest = p.leave_one_out ? p.log_weight_rest : p.log_weight;
+    kde_lse lower = kde_lse_empty();
+    for (int64_t t = threadIdx.x; t < n; t += kPlanThreads) {
+      double min2, max2;
+      kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+      lower = kde_lse_add(lower, rest[t] + kde_log_profile(p.kernel, max2));
+    }
+    lower = block_lse(lower, s_max, s_sum);
+    log_budget = log(p.tolerance) + kde_lse_log(lower);
+    if (!(log_budget > -INFINITY)) how = kDecideAll; /* no lower bound */
+  }
+  if (how == kDecideBounds) { /* the same for every thread: L is */
+    /* Bounds relative to the budget, summed per bucket. Lane l owns buckets
+     * l and l + 32 and adds the warp's terms in lane order: a fixed order
+     * (no atomics), so the same data give the same plan on every run. */
+    double own_lo = 0.0, own_hi = 0.0;
+    for (int64_t c = 0; c < n; c += kPlanThreads) {
+      const int64_t t = c + threadIdx.x;
+      int bucket = -1;
+      double value = 0.0;
+      if (t < n) {
+        double min2, max2;
+        kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+        const double key = (p.log_weight[t] + kde_log_profile(p.kernel, min2)) - log_budget;
+        bucket = kde_prune_bucket(key);
+        if (bucket >= 0) value = exp(key);
+      }
+      for (int src = 0; src < 32; src++) {
+        const int sb = __shfl_sync(0xffffffffu, bucket, src);
+        const double sv = __shfl_sync(0xffffffffu, value, src);
+        if (sb == lane) own_lo += sv;
+        if (sb == lane + 32) own_hi += sv;
+      }
+    }
+    s_bucket[warp][lane] = own_lo;
+    s_bucket[warp][lane + 32] = own_hi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double sum[KDE_PRUNE_BUCKETS];
+      for (int k = 0; k < KDE_PRUNE_BUCKETS; k++) {
+        sum[k] = s_bucket[0][k];
+        for (int w = 1; w < kPlanWarps; w++) sum[k] += s_bucket[w][k];
+      }
+      s_first = kde_prune_first_skipped(sum);
+    }
+    __syncthreads();
+    first_skipped = s_first;
+  }
+
+  /* The decisions: warp w takes words w, w + 8, ...; lane j unit 32 word + j. */
+  long long visits = 0;
+  for (int64_t word = warp; word < words; word += kPlanWarps) {
+    const int64_t t = word * 32 + lane;
+    const bool v = t < n && unit_visited(p, q_lo, q_hi, t, how, log_budget, first_skipped);
+    const uint32_t bits = __ballot_sync(0xffffffffu, v);
+    if (lane == 0) mask[b * words + word] = bits;
+    visits += __popc(bits);
+  }
+  if (lane == 0) s_visits[warp] = visits;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    long long total = 0;
+    for (int w = 0; w < kPlanWarps; w++) total += s_visits[w];
+    count[b] = total;
+  }
+}
+
+/* ---- the lists ------------------------------------------------------------ */
+
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_fill_kernel(const uint32_t *mask, int64_t words, const int64_t *offset,
+                         int32_t *visit)
+{
+  typedef cub::BlockScan<int, kPlanThreads> scan;
+  __shared__ typename scan::TempStorage temp;
+  const int64_t b = blockIdx.x;
+  const uint32_t *row = mask + b * words;
+  int64_t at = offset[b];
+  for (int64_t c = 0; c < words; c += kPlanThreads) {
+    const int64_t word = c + threadIdx.x;
+    uint32_t bits = word < words ? row[word] : 0u;
+    int before = 0, chunk = 0;
+    scan(temp).ExclusiveSum(__popc(bits), before, chunk);
+    int32_t *dst = visit + at + before;
+    while (bits != 0u) { /* ascending: lowest set bit first */
+      *dst++ = (int32_t) (word * 32 + __ffs((int) bits) - 1);
+      bits &= bits - 1u;
+    }
+    at += chunk;
+    __syncthreads(); /* temp is reused by the next chunk */
+  }
+}
+
+int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
+               kde_replica *rep, plan_counts *counts, kde_status *status)
+{
+  const int64_t words = ceil_div(plan->n_tiles, 32);
+  int64_t tail[2] = {0, 0};
+  size_t temp_bytes = 0;
+  int64_t *count, *offset;
+  counts->blocks = blocks;
+  counts->total = counts->last_count = 0;
+  if (blocks < 1) return 0;
+  if (plan->dim > kPlanMaxDim) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "internal: the device plan serves d <= %d",
+                   kPlanMaxDim);
+    return -1;
+  }
+  if (buffer_reserve(&rep->plan_mask, (size_t) (blocks * words) * sizeof(uint32_t),
+                     status) != 0 ||
+      buffer_reserve(&rep->plan_count, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0 ||
+      buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0)
+    return -1;
+  count = (int64_t *) rep->plan_count.ptr;
+  offset = (int64_t *) rep->visit_offset.ptr;
+  KDE_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, count, offset, blocks + 1,
+                                             rep->stream));
+  if (buffer_reserve(&rep->plan_temp, temp_bytes > 0 ? temp_bytes : 1, status) != 0)
+    return -1;
+
+  kde_plan_count_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
+      *plan, box, words, (uint32_t *) rep->plan_mask.ptr, count);
+  KDE_CUDA_LAUNCHED("plan count kernel");
+  /* count[blocks] = 0, so that the exclusive sum ends with the total */
+  KDE_CUDA_TRY(cudaMemsetAsync(count + blocks, 0, sizeof(int64_t), rep->stream));
+  KDE_CUDA_TRY(cub::DeviceScan::ExclusiveSum(rep->plan_temp.ptr, temp_bytes, count, offset,
+                                             blocks + 1, rep->stream));
+  KDE_CUDA_TRY(cudaMemcpyAsync(tail, offset + blocks - 1, sizeof tail, cudaMemcpyDeviceToHost,
+                               rep->stream));
+  KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  counts->total = tail[1];
+  counts->last_count = tail[1] - tail[0];
+  return 0;
+cleanup:
+  return -1;
+}
+
+int plan_fill(const kde_prune_plan *plan, const plan_counts *counts, kde_replica *rep,
+              kde_status *status)
+{
+  const int64_t words = ceil_div(plan->n_tiles, 32);
+  if (counts->blocks < 1) return 0;
+  if (buffer_reserve(&rep->visit, (size_t) (counts->total > 0 ? counts->total : 1) *
+                                      sizeof(int32_t), status) != 0)
+    return -1;
+  kde_plan_fill_kernel<<<(unsigned) counts->blocks, kPlanThreads, 0, rep->stream>>>(
+      (const uint32_t *) rep->plan_mask.ptr, words, (const int64_t *) rep->visit_offset.ptr,
+      (int32_t *) rep->visit.ptr);
+  KDE_CUDA_LAUNCHED("plan fill kernel");
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* ---- a batch's plan ------------------------------------------------------ */
+
+/* The pairs of a batch's lists: `total` units visited by its blocks of
+ * kBlockQueries queries (`last` by the last block, maybe shorter), each unit
+ * kUnit points. When the devices split the training set, each evaluates
+ * its share (job_units of n_units) of the same lists: counted as that. */
+static double planned_pairs(int64_t n_batch, int64_t blocks, int64_t total, int64_t last,
+                            int64_t job_units, int64_t n_units)
+{
+  const int64_t last_rows = n_batch - (blocks - 1) * kBlockQueries;
+  const double pairs = ((double) (total - last) * kBlockQueries + (double) last * last_rows) *
+                       (double) kUnit;
+  return pairs * (double) job_units / (double) n_units;
+}
+
+/* Visiting almost every unit: the plain sweep costs less. */
+static int nearly_all(int64_t total, int64_t blocks, int64_t job_units)
+{
+  return (double) total >= 0.9 * (double) blocks * (double) job_units;
+}
+
+int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
+                      const kde_prune_plan *host_plan, int64_t n_batch, int64_t job_units,
+                      batch_plan *out, kde_status *status)
+{
+  const kde_prune_plan plan = device_prune_plan(model, rep, host_plan->tolerance,
+                                                host_plan->leave_one_out);
+  plan_counts counts;
+  out->visiting = 0;
+  out->pairs = 0;
+  if (plan_count(&plan, (const double *) rep->plan_box.ptr, ceil_div(n_batch, kBlockQueries),
+                 rep, &counts, status) != 0)
+    return -1;
+  if (counts.blocks < 1 || nearly_all(counts.total, counts.blocks, job_units)) return 0;
+  if (plan_fill(&plan, &counts, rep, status) != 0) return -1;
+  out->pairs = planned_pairs(n_batch, counts.blocks, counts.total, counts.last_count,
+                             job_units, plan.n_tiles);
+  out->visiting = 1;
+  return 0;
+}
+
+int plan_batch_host(const kde_prune_plan *plan, const double *queries, int64_t n_query,
+                    int threads, int64_t first, int64_t n_batch, int64_t job_units,
+                    kde_replica *rep, batch_plan *out, kde_status *status)
+{
+  const int64_t blocks = ceil_div(n_batch, kBlockQueries);
+  int64_t *offsets = NULL;
+  int32_t *visit = NULL;
+  int ok = 0;
+  out->visiting = 0;
+  out->pairs = 0;
+  KDE_HOST_ALLOC(offsets, blocks + 1, "the pruning plan");
+  if (kde_plan_query_blocks(plan, queries, n_query, first, n_batch, kBlockQueries, threads,
+                            offsets, NULL) != 0) {
+    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory planning the evaluation");
+    goto cleanup;
+  }
+  if (blocks < 1 || nearly_all(offsets[blocks], blocks, job_units)) {
+    ok = 1;
+    goto cleanup;
+  }
+  KDE_HOST_ALLOC(visit, offsets[blocks], "the pruning plan");
+  if (kde_plan_query_blocks(plan, queries, n_query, first, n_batch, kBlockQueries, threads,
+                            offsets, visit) != 0) {
+    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory planning the evaluation");
+    goto cleanup;
+  }
+  if (buffer_reserve(&rep->visit, (size_t) (offsets[blocks] > 0 ? offsets[blocks] : 1) *
+                                      sizeof(int32_t), status) != 0 ||
+      buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0)
+    goto cleanup;
+  /* pageable sources: the calls return once the data have left them */
+  if (offsets[blocks] > 0)
+    KDE_CUDA_TRY(cudaMemcpyAsync(rep->visit.ptr, visit, (size_t) offsets[blocks] * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, rep->stream));
+  KDE_CUDA_TRY(cudaMemcpyAsync(rep->visit_offset.ptr, offsets,
+                               (size_t) (blocks + 1) * sizeof(int64_t),
+                               cudaMemcpyHostToDevice, rep->stream));
+  out->pairs = planned_pairs(n_batch, blocks, offsets[blocks], offsets[blocks] - offsets[blocks - 1],
+                             job_units, plan->n_tiles);
+  out->visiting = 1;
+  ok = 1;
+cleanup:
+  free(offsets);
+  free(visit);
+  return ok ? 0 : -1;
+}
+
+} // namespace kdegpu

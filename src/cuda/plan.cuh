@@ -1,0 +1,122 @@
+/*
+ * plan.cuh: the pruning plan made on the device (plan.cu) and the queries'
+ * spatial order made there (order.cu), shared with evaluate.cu.
+ *
+ * The decision is prune.c's (kde_tiles_to_visit, the one statement of the
+ * proof), made per query block by one CUDA block in double precision; what
+ * it decides goes to the kernels as today's host plan did: the units each
+ * block of kBlockQueries queries visits, ascending (visit, visit_offset in
+ * kde_args; block_visits in accumulate.cuh).
+ */
+#ifndef KDEGPU_CUDA_PLAN_CUH
+#define KDEGPU_CUDA_PLAN_CUH
+
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+#include "kde_cuda.h"
+#include "model.cuh"
+#include "prune.h"
+
+namespace kdegpu {
+
+/* The device plan serves query blocks of up to this many dimensions (the
+ * model keeps unit boxes for d <= 4 only; a box lives in shared memory). */
+constexpr int kPlanMaxDim = 8;
+/* Threads of the planning kernels: one block per query block, the units in
+ * block-stride. 8 warps: enough to hide the double-precision latency of a
+ * box pair without starving the small grids of a short batch. */
+constexpr int kPlanThreads = 256;
+
+/* The decision's inputs on one replica (prune.c's kde_prune_plan, its
+ * arrays on that device; uploaded with the model). */
+kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica *rep,
+                                 double tolerance, int leave_one_out);
+
+/* The box of each block of kBlockQueries rows of z (rows [0, rows), column
+ * k at z + k * ldz, double): box[b * 2 * dim + k] the low and box[b * 2 *
+ * dim + dim + k] the high corner, as kde_rows_box computes them. */
+int plan_block_boxes(const double *z, int64_t ldz, int64_t rows, int dim, double *box,
+                     cudaStream_t stream, kde_status *status);
+
+/* What planning one batch found. */
+typedef struct {
+  int64_t blocks;     /* query blocks */
+  int64_t total;      /* units visited, all blocks together */
+  int64_t last_count; /* units visited by the last block */
+} plan_counts;
+
+/* The plan of `blocks` query blocks with boxes `box` (device) on rep's
+ * stream: each block's decision (its visited units as a bit mask in
+ * rep->plan_mask) and the exclusive scan of their counts in
+ * rep->visit_offset[0..blocks]; returns, through `counts`, the total read
+ * back (one small synchronising copy), so the caller can reserve the lists
+ * or decide to sweep. */
+int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
+               kde_replica *rep, plan_counts *counts, kde_status *status);
+
+/* The lists themselves, rep->visit[visit_offset[b] ..) for each block b,
+ * ascending, from the mask plan_count left (rep->visit holds counts->total
+ * units). */
+int plan_fill(const kde_prune_plan *plan, const plan_counts *counts, kde_replica *rep,
+              kde_status *status);
+
+/* A batch's plan, for its device's kernels. */
+typedef struct {
+  int visiting; /* 1: the lists are in rep->visit and rep->visit_offset; 0:
+                   the batch sweeps every unit (a plan that would visit
+                   nearly all of them is not used) */
+  double pairs; /* the pairs its lists evaluate, when visiting */
+} batch_plan;
+
+/* The plan of the n_batch queries whose boxes plan_block_boxes left in
+ * rep->plan_box, made on rep's device for the decision's inputs of
+ * host_plan (tolerance, leave one out) against that device's units. The
+ * job covers job_units of the model's units. */
+int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
+                      const kde_prune_plan *host_plan, int64_t n_batch, int64_t job_units,
+                      batch_plan *out, kde_status *status);
+
+/* The same made on the host (prune.c, kde_plan_query_blocks) for rows
+ * [first, first + n_batch) of the ordered whitened queries (host, n_query x
+ * dim), uploaded to rep's device (KDEGPU_DEVICE_PLAN=0). */
+int plan_batch_host(const kde_prune_plan *plan, const double *queries, int64_t n_query,
+                    int threads, int64_t first, int64_t n_batch, int64_t job_units,
+                    kde_replica *rep, batch_plan *out, kde_status *status);
+
+/* The queries in a spatial order, made on rep's device: the raw queries
+ * uploaded, whitened there (with rep->whitening when the query set has a
+ * transform), Morton-ordered over their bounding box (CUB radix sort) unless
+ * they leave one out (the training set's k-d order already is one). On
+ * success *sorted is a device array (m x dim, column-major, the caller
+ * cudaFrees it) and order[0..m) (host; NULL when leaving one out) the
+ * caller's row of each ordered one. Returns 1 when done, 0 when it would
+ * take more than `bytes_allowed` of the device (nothing allocated then: the
+ * caller orders on the host), -1 on failure. */
+int order_queries(const kde_cuda_model *model, const kde_query_set *query,
+                  kde_replica *rep, double bytes_allowed, double **sorted,
+                  int64_t *order, kde_status *status);
+
+/* The queries of a pruned evaluation, whitened and in a spatial order. */
+typedef struct {
+  const double *z;        /* ordered, whitened: n_query x dim, on the host or
+                             on the first device (on_device) */
+  int64_t *order;         /* the caller's row of each; NULL leaving one out */
+  double *host_sorted, *host_whitened, *on_device; /* what z points into */
+  double reserved;        /* device bytes on_device holds, on reserved_on */
+  const kde_replica *reserved_on;
+} ordered_queries;
+
+/* Orders an evaluation's queries: with on_device, on the first device
+ * (order_queries), kept there for one device and copied to the host for
+ * several (whose uploads read them); otherwise, or when the device lacks
+ * the room, on the host (kde_whiten, kde_kd_order, as the CPU backend).
+ * Returns 0, or -1 with the status set and nothing left allocated. */
+int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
+                             int on_device, ordered_queries *oq, kde_status *status);
+void ordered_queries_free(const kde_cuda_model *model, ordered_queries *oq);
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_PLAN_CUH */
