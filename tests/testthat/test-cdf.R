@@ -126,7 +126,8 @@ test_that("quantile() inverts the CDF for every kernel", {
 
 test_that("type, quantile() and their arguments are checked", {
   fit <- kde_gpu(faithful$eruptions, backend = "cpu")
-  expect_error(predict(fit, 2, type = "gradient"), "`type` must be one of \"density\", \"cdf\"")
+  expect_error(predict(fit, 2, type = "survival"),
+               "`type` must be one of \"density\", \"cdf\", \"gradient\", \"hessian\"")
   expect_error(predict(fit, 2, type = "cdf", log = TRUE), "`log` applies to type = \"density\"")
   expect_error(predict(fit, type = "cdf", leave_one_out = TRUE),
                "`leave_one_out` applies to type = \"density\"")
