@@ -1,7 +1,7 @@
 /*
  * The C interface between the .Call glue (api.c) and the backends
  * (kde_cpu.c, src/cuda/). Backends see plain C arrays, never a SEXP, and
- * report failure through kde_status; only api.c turns a status into an R
+ * report failure through kde_status; only api_glue.c turns a status into an R
  * error.
  */
 #ifndef KDEGPU_KDE_BACKEND_H
@@ -16,9 +16,9 @@ extern "C" {
 #endif
 
 /* Polled on the calling thread between chunks of work with the fraction of
- * the evaluation done so far (0..1), which api.c turns into a progress bar
+ * the evaluation done so far (0..1), which api_glue.c turns into a progress bar
  * for long interactive runs; returns non-zero when the user asked to stop.
- * Never longjmps (see api.c). */
+ * Never longjmps (see api_glue.c). */
 typedef int (*kde_interrupt_probe)(double done);
 
 /*

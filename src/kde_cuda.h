@@ -2,7 +2,7 @@
  * The CUDA backend's C interface. Implemented by src/cuda/ (its layout and
  * design: src/cuda/kernels.cuh) when configure finds nvcc, and by
  * kde_cuda_stub.c (every call reports KDE_ERR_UNAVAILABLE) when it does
- * not, so api.c needs no #ifdef.
+ * not, so api_cuda.c needs no #ifdef.
  */
 #ifndef KDEGPU_KDE_CUDA_H
 #define KDEGPU_KDE_CUDA_H

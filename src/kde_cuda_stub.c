@@ -1,6 +1,6 @@
 /*
  * kde_cuda_stub.c: the CUDA interface (kde_cuda.h) for builds without nvcc.
- * Every call reports KDE_ERR_UNAVAILABLE, so api.c needs no #ifdef and the R
+ * Every call reports KDE_ERR_UNAVAILABLE, so api_cuda.c needs no #ifdef and the R
  * error tells the user how to get the CUDA backend.
  */
 #include <stdio.h>

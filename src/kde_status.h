@@ -2,7 +2,7 @@
  * kde_status.h: how every C and CUDA layer reports failure, in one place.
  *
  * A backend never calls R: it records a code and a message in a kde_status
- * and returns; only the glue (api.c) turns a status into an R condition.
+ * and returns; only the glue (api_glue.c, raise_status) turns a status into an R condition.
  * The first error recorded wins, so a cleanup path that fails again does
  * not hide the cause. Valid C99 and C++.
  */

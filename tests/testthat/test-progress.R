@@ -4,7 +4,7 @@
 # The CPU backend's chunking (src/kde_cpu.c): it polls for interrupts, and
 # so draws the bar, between chunks of floor(PAIRS_PER_POLL * threads /
 # (n d)) queries rounded up to a whole number of QUERY_BLOCKs, and the bar
-# shows the share of queries done, as "%3.0f%%" (src/api.c). The constants
+# shows the share of queries done, as "%3.0f%%" (src/api_glue.c). The constants
 # are read from the C source when the tests run from a checkout; the values
 # below are those in src/kde_cpu.c, for an installed package's tests.
 cpu_chunk_constants <- function() {

@@ -1,0 +1,47 @@
+/* What the .Call entry points share (api_glue.c): argument checkers that
+ * raise an R error naming the argument, the progress bar and interrupt
+ * poll, status -> R condition, and the CUDA gate after fork(). Only the
+ * api*.c files include this: it is the SEXP side of the package. */
+#ifndef KDEGPU_API_GLUE_H
+#define KDEGPU_API_GLUE_H
+
+#include <stdint.h>
+#include <Rinternals.h>
+
+#include "kde_backend.h"
+#include "kde_status.h"
+
+/* A double matrix whose dim attribute matches its length; its data. */
+const double *arg_matrix_shape(SEXP x, const char *name, int64_t *nrow,
+                               int64_t *ncol);
+/* The same, and every value finite. */
+const double *arg_matrix(SEXP x, const char *name, int threads,
+                         int64_t *nrow, int64_t *ncol);
+const double *arg_double_vector(SEXP x, const char *name, int64_t length);
+double arg_double_scalar(SEXP x, const char *name);
+int arg_int_scalar(SEXP x, const char *name);
+int arg_flag(SEXP x, const char *name);
+int arg_kernel(SEXP x);
+void arg_weights(SEXP weight, int64_t n, kde_training_set *train);
+kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP kernel,
+                                  SEXP tile_size, int threads);
+kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
+                            SEXP log_const, SEXP leave_one_out,
+                            SEXP tolerance, int64_t dim, int64_t n_train,
+                            int threads);
+int arg_threads(SEXP threads);
+
+/* Starts the progress bar of the running evaluation (`delay` seconds). */
+void progress_begin(SEXP delay);
+/* The backends' poll between chunks (kde_interrupt_probe): nonzero when
+ * the user interrupted. */
+int poll_between_chunks(double done);
+/* Ends the bar; an error or interrupt status becomes an R condition. */
+void raise_status(const kde_status *status);
+/* The attribute "pairs_share" of an evaluation's result. */
+void set_pairs_share(SEXP out, double share);
+/* Whether this process may call the CUDA runtime (not a forked child of
+ * one that did); remembers that it did. */
+int cuda_allowed(kde_status *status);
+
+#endif

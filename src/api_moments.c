@@ -1,0 +1,191 @@
+/*
+ * The .Call glue of the pair-sum engines behind plug-in bandwidths and
+ * derivatives: Gaussian moment sums (moments.h, on either backend) and
+ * kernel-derivative sums (derivatives.h).
+ */
+#include <math.h>
+#include <string.h>
+#include <limits.h>
+
+#define R_NO_REMAP
+#include <R.h>
+#include <Rinternals.h>
+
+#include "api.h"
+#include "api_glue.h"
+#include "kde_backend.h"
+#include "kde_cuda.h"
+#include "moments.h"
+#include "derivatives.h"
+#include "threads.h"
+
+/* ---- Gaussian moment sums (moments.h) ----------------------------------- */
+
+/* Multi-indices beyond this many would take more memory per query than any
+ * caller needs (d = 100 at degree 2 has 5151). */
+#define MOMENT_COUNT_LIMIT 100000
+
+static int arg_degree(SEXP degree)
+{
+  int p = arg_int_scalar(degree, "degree");
+  if (p < 0 || p > KDE_MOMENT_MAX_DEGREE)
+    Rf_error("`degree` must be in 0..%d, not %d", KDE_MOMENT_MAX_DEGREE, p);
+  return p;
+}
+
+/* The problem from (train, weight, query, degree, pairs); log weights in
+ * R's memory. Weights need not sum to 1. */
+static kde_moment_problem arg_moment_problem(SEXP train, SEXP weight,
+                                             SEXP query, SEXP degree,
+                                             SEXP pairs, int threads,
+                                             int64_t *count)
+{
+  kde_moment_problem pr;
+  int64_t query_dim;
+  pr.train = arg_matrix(train, "train", threads, &pr.n_train, &pr.dim);
+  if (pr.n_train < 1 || pr.dim < 1)
+    Rf_error("`train` must have at least one row and one column");
+  pr.query = arg_matrix(query, "query", threads, &pr.n_query, &query_dim);
+  if (query_dim != pr.dim)
+    Rf_error("`query` must have %lld columns, like `train`, not %lld",
+             (long long) pr.dim, (long long) query_dim);
+  const double *w = arg_double_vector(weight, "weight", pr.n_train);
+  double *log_w = (double *) R_alloc((size_t) pr.n_train, sizeof(double));
+  for (int64_t j = 0; j < pr.n_train; j++) {
+    if (!R_FINITE(w[j]) || w[j] < 0)
+      Rf_error("`weight` must be finite and non-negative (element %lld is not)",
+               (long long) j + 1);
+    log_w[j] = w[j] > 0 ? log(w[j]) : -INFINITY;
+  }
+  pr.log_weight = log_w;
+  pr.degree = arg_degree(degree);
+  pr.pairs = arg_int_scalar(pairs, "pairs");
+  if (pr.pairs < KDE_PAIRS_ALL || pr.pairs > KDE_PAIRS_ABOVE)
+    Rf_error("`pairs` must be 0 (all), 1 (leave one out) or 2 (j > i), not %d",
+             pr.pairs);
+  if (pr.pairs != KDE_PAIRS_ALL && pr.n_query != pr.n_train)
+    Rf_error("`pairs` %d needs the queries to be the training points", pr.pairs);
+  *count = kde_moment_count(pr.dim, pr.degree, MOMENT_COUNT_LIMIT);
+  if (*count < 0)
+    Rf_error("%lld dimensions at degree %d give more than %d moment sums per query",
+             (long long) pr.dim, pr.degree, MOMENT_COUNT_LIMIT);
+  return pr;
+}
+
+/* list(log_scale = n_query values, sums = n_query x count matrix). */
+static SEXP moment_result(int64_t n_query, int64_t count)
+{
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, 2));
+  SET_VECTOR_ELT(out, 0, Rf_allocVector(REALSXP, (R_xlen_t) n_query));
+  SET_VECTOR_ELT(out, 1, Rf_allocMatrix(REALSXP, (int) n_query, (int) count));
+  SET_STRING_ELT(names, 0, Rf_mkChar("log_scale"));
+  SET_STRING_ELT(names, 1, Rf_mkChar("sums"));
+  Rf_setAttrib(out, R_NamesSymbol, names);
+  UNPROTECT(2);
+  return out;
+}
+
+SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
+                        SEXP pairs, SEXP threads, SEXP progress_delay)
+{
+  int64_t count;
+  int n_threads = arg_threads(threads);
+  kde_moment_problem pr = arg_moment_problem(train, weight, query, degree,
+                                             pairs, n_threads, &count);
+  if (pr.n_query > INT_MAX) Rf_error("`query` has too many rows");
+  SEXP out = PROTECT(moment_result(pr.n_query, count));
+  kde_status status;
+  kde_status_clear(&status);
+  progress_begin(progress_delay);
+  kde_cpu_moments(&pr, n_threads, poll_between_chunks,
+                  REAL(VECTOR_ELT(out, 0)), REAL(VECTOR_ELT(out, 1)), &status);
+  UNPROTECT(1);
+  raise_status(&status);
+  return out;
+}
+
+SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
+                         SEXP pairs, SEXP device, SEXP memory_budget,
+                         SEXP threads, SEXP progress_delay)
+{
+  int64_t count;
+  int n_threads = arg_threads(threads);
+  kde_moment_problem pr = arg_moment_problem(train, weight, query, degree,
+                                             pairs, n_threads, &count);
+  if (pr.n_query > INT_MAX) Rf_error("`query` has too many rows");
+  int gpu = arg_int_scalar(device, "device");
+  if (gpu < 0) Rf_error("`device` must be a non-negative device index");
+  double budget = arg_double_scalar(memory_budget, "memory_budget");
+  SEXP out = PROTECT(moment_result(pr.n_query, count));
+  kde_status status;
+  kde_status_clear(&status);
+  progress_begin(progress_delay);
+  if (cuda_allowed(&status) && pr.n_query > 0)
+    kde_cuda_moments(&pr, gpu, budget, poll_between_chunks,
+                     REAL(VECTOR_ELT(out, 0)), REAL(VECTOR_ELT(out, 1)), &status);
+  UNPROTECT(1);
+  raise_status(&status);
+  return out;
+}
+
+/* The multi-indices of kde_moment_index, as a count x dim integer matrix
+ * (row m: the exponents of moment sum m). */
+SEXP kdegpu_moment_index(SEXP dim, SEXP degree)
+{
+  int d = arg_int_scalar(dim, "dim");
+  int p = arg_degree(degree);
+  if (d < 1) Rf_error("`dim` must be at least 1");
+  int64_t count = kde_moment_count(d, p, MOMENT_COUNT_LIMIT);
+  if (count < 0)
+    Rf_error("%d dimensions at degree %d give more than %d moment sums", d, p,
+             MOMENT_COUNT_LIMIT);
+  SEXP out = PROTECT(Rf_allocMatrix(INTSXP, (int) count, d));
+  kde_moment_index(d, p, count, INTEGER(out), NULL, NULL);
+  UNPROTECT(1);
+  return out;
+}
+
+/* ---- kernel-derivative sums (derivatives.h) ------------------------------ */
+
+/* list(log_scale, s0, k1sum, first = m x d, second = m x d*d or NULL). */
+SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
+                                SEXP query, SEXP second, SEXP threads,
+                                SEXP progress_delay)
+{
+  int n_threads = arg_threads(threads);
+  kde_derivative_problem p;
+  int64_t query_dim;
+  p.kernel = arg_kernel(kernel);
+  p.train = arg_matrix(train, "train", n_threads, &p.n_train, &p.dim);
+  if (p.n_train < 1 || p.dim < 1)
+    Rf_error("`train` must have at least one row and one column");
+  p.query = arg_matrix(query, "query", n_threads, &p.n_query, &query_dim);
+  if (query_dim != p.dim)
+    Rf_error("`query` must have %lld columns, like `train`", (long long) p.dim);
+  if (p.n_query > INT_MAX || p.dim * p.dim > INT_MAX / (p.n_query > 0 ? p.n_query : 1))
+    Rf_error("`query` has too many rows");
+  p.log_weight = arg_double_vector(log_weight, "log_weight", p.n_train);
+  for (int64_t j = 0; j < p.n_train; j++)
+    if (ISNAN(p.log_weight[j]) || p.log_weight[j] == INFINITY)
+      Rf_error("`log_weight` must be below Inf and not NaN (element %lld)", (long long) j + 1);
+  int want_second = arg_flag(second, "second");
+  const int m = (int) p.n_query, d = (int) p.dim;
+
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 5));
+  SET_VECTOR_ELT(out, 0, Rf_allocVector(REALSXP, m));
+  SET_VECTOR_ELT(out, 1, Rf_allocVector(REALSXP, m));
+  SET_VECTOR_ELT(out, 2, Rf_allocVector(REALSXP, m));
+  SET_VECTOR_ELT(out, 3, Rf_allocMatrix(REALSXP, m, d));
+  if (want_second) SET_VECTOR_ELT(out, 4, Rf_allocMatrix(REALSXP, m, d * d));
+  kde_status status;
+  kde_status_clear(&status);
+  progress_begin(progress_delay);
+  kde_cpu_derivative_sums(&p, n_threads, poll_between_chunks, REAL(VECTOR_ELT(out, 0)),
+                          REAL(VECTOR_ELT(out, 1)), REAL(VECTOR_ELT(out, 2)),
+                          REAL(VECTOR_ELT(out, 3)),
+                          want_second ? REAL(VECTOR_ELT(out, 4)) : NULL, &status);
+  UNPROTECT(1);
+  raise_status(&status);
+  return out;
+}
