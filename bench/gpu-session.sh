@@ -10,8 +10,10 @@
 #     bash bench/gpu-session.sh
 #
 # Steps: tests (the whole testthat suite, CUDA backend), harness (the CUDA
-# harness's correctness mode), bench (bench/gpu.R, written to
-# $OUT/gpu.csv), prune (bench/prune.R, to $OUT/prune.csv), sanitize (compute-sanitizer memcheck on a short R workload).
+# harness's correctness mode), plan (its device-plan mode against prune.c),
+# bench (bench/gpu.R, written to $OUT/gpu.csv), prune (bench/prune.R, to
+# $OUT/prune.csv), derivatives and bandwidth (bench/<step>.R, to
+# $OUT/<step>.csv), sanitize (compute-sanitizer memcheck on a short R workload).
 set -uo pipefail
 final=${OUT:-/tmp/kdegpu-out}
 out=$(mktemp -d)
@@ -20,7 +22,9 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  [ -f "$out/prune.csv" ] && cp "$out/prune.csv" "$final/"
+  for csv in prune derivatives bandwidth; do
+    [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
+  done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
   cat "$out/summary.txt"
 }
@@ -57,8 +61,14 @@ for s in ${STEPS:-tests harness bench}; do
       step harness env SANITIZE=0 PROFILE=0 MODE=test OUT="$out/harness" bash bench/cuda/run.sh ;;
     bench)
       step bench Rscript bench/gpu.R "$out/gpu.csv" ;;
+    plan)
+      step plan env SANITIZE=0 PROFILE=0 MODE=plan OUT="$out/harness-plan" bash bench/cuda/run.sh ;;
     prune)
       step prune Rscript bench/prune.R "$out/prune.csv" ;;
+    derivatives)
+      step derivatives Rscript bench/derivatives.R "$out/derivatives.csv" ;;
+    bandwidth)
+      step bandwidth Rscript bench/bandwidth.R "$out/bandwidth.csv" ;;
     sanitize)
       step sanitize compute-sanitizer --tool memcheck --leak-check full Rscript -e '
         library(kdegpu); set.seed(1); x <- matrix(rnorm(3e4), ncol = 3)
