@@ -32,7 +32,9 @@ trap finish EXIT
 step() {
   local name=$1; shift
   local t0=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
+  # STEP_TIMEOUT (seconds, per step) keeps one slow step from eating the
+  # device call's limit, so that the logs of the others still come back.
+  timeout "${STEP_TIMEOUT:-3000}" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   summary+=("$name: rc=$rc, $((SECONDS - t0)) s; $(tail -n 1 "$out/$name.log")")
   return $rc
