@@ -45,14 +45,21 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
       "has the %s kernel; mean shift needs the gaussian, epanechnikov, biweight, cosine ",
       "or optcosine kernel."), fit$kernel))
   }
-  check_differentiable(fit, "gradient")
+  if (is_bounded(fit)) {
+    stop_arg("fit", "has `lower`/`upper` bounds; mean shift is not available for a bounded ",
+             "fit yet.")
+  }
+  if (!is.null(fit$adaptive)) {
+    stop_arg("fit", "is adaptive; mean shift is not available for an adaptive fit yet.")
+  }
   x <- if (is.null(start)) fit$x else
     match_columns(as_point_matrix(start, "start", fit$d), fit$x)
   spread <- apply(fit$x, 2L, stats::IQR)
   if (all(spread == 0)) spread <- apply(fit$x, 2L, function(v) diff(range(v)))
-  tol <- positive_number_or_default(tol, "tol", 1e-3 * min(spread[spread > 0], 1))
-  merge_tol <- positive_number_or_default(merge_tol, "merge_tol",
-                                          1e-2 * max(spread[spread > 0], 1))
+  spread <- spread[spread > 0]
+  if (!length(spread)) spread <- 1 # every point the same
+  tol <- positive_number_or_default(tol, "tol", 1e-3 * min(spread))
+  merge_tol <- positive_number_or_default(merge_tol, "merge_tol", 1e-2 * max(spread))
   max_iter <- check_count(max_iter, "max_iter")
 
   # steps in whitened units, z = (x - center) A, mapped back by A^-1

@@ -47,8 +47,15 @@ static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
     /* w k e^-M times k1 / k and k2 / k (finite where k > 0) */
     const double term = exp(log_term - scale);
     sum0 += term;
-    if (t == 0) continue; /* v = 0: no direction; k1, k2 may be infinite */
     const double r1 = kde_profile_ratio1(kernel, t), a1 = term * r1;
+    if (t == 0) {
+      /* v = 0: no direction, nothing for first and second; k1 still adds
+       * to k1sum (the Hessian's 2 k1 I term, the mean-shift denominator)
+       * where it is finite, i.e. but for the cusps of the triangular and
+       * exponential kernels */
+      if (isfinite(a1)) sum1 += a1;
+      continue;
+    }
     sum1 += a1;
     for (int64_t c = 0; c < d; c++) first[c] += a1 * v[c];
     if (second != NULL) {

@@ -28,9 +28,10 @@ extern "C" {
  * grad f = -2 C e^M first A', Hessian f = C e^M A (4 second + 2 k1sum I) A',
  * and the mean-shift step in whitened units is first / k1sum. The shared
  * scale e^-M keeps ratios finite far from the data. A term at t = 0 (a
- * query on a training point) adds nothing to `first` and `second` (v = 0),
- * though k1 is infinite there for the kernels with a cusp. Terms with k = 0
- * (outside a compact support) add nothing.
+ * query on a training point) adds nothing to `first` and `second` (v = 0)
+ * and adds its k1 to `k1sum` where that is finite: not for the kernels
+ * with a cusp, whose k1 is infinite there. Terms with k = 0 (outside a
+ * compact support) add nothing.
  */
 typedef struct {
   int kernel;                /* kde_kernel */
