@@ -138,7 +138,13 @@ print.kde_modes <- function(x, ...) {
               nrow(x$modes), if (nrow(x$modes) == 1L) "" else "s", length(x$label)))
   if (!all(x$converged)) cat(sprintf("; %d did not converge", sum(!x$converged)))
   cat("):\n")
-  table <- data.frame(x$modes, density = x$density, points = sizes, check.names = FALSE)
+  modes <- x$modes
+  if (is.null(colnames(modes))) {
+    colnames(modes) <- if (ncol(modes) == 1L) "x" else paste0("x", seq_len(ncol(modes)))
+  }
+  # rows numbered as the modes are in `label`, not by the training points' names
+  table <- data.frame(modes, density = unname(x$density), points = sizes,
+                      check.names = FALSE, row.names = NULL)
   print(table, digits = 4)
   invisible(x)
 }
