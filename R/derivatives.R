@@ -1,9 +1,11 @@
 # Derivatives of the estimate: gradients, Hessians and the score
 # (predict(type = "gradient" / "hessian")), and the mean-shift step behind
-# kde_modes(). The Gaussian kernel's sums come from the moment-sum engine
-# (moments.R; CPU or GPU, the fit's backend), the other kernels' from
-# src/derivatives.c (CPU). Both give, per query, in whitened units
-# (z = (x - center) A, v = z_j - z_q, t = |v|^2, k1 = dk/dt, k2 = d^2k/dt^2):
+# kde_modes() and kde_gpu(debias = TRUE). A CUDA fit's sums come from the
+# fused derivative kernels (src/cuda/derivatives.cu; every kernel, the fit's
+# precision); a CPU fit's from the moment-sum engine for the Gaussian
+# (moments.R) and from src/derivatives.c for the others. All give, per
+# query, in whitened units (z = (x - center) A, v = z_j - z_q, t = |v|^2,
+# k1 = dk/dt, k2 = d^2k/dt^2):
 #   log_scale M, s0 = sum w k e^-M, k1sum = sum w k1 e^-M,
 #   first = sum w k1 v e^-M (m x d), second = sum w k2 v v' e^-M (m x d x d).
 
@@ -25,14 +27,26 @@ check_differentiable <- function(object, what) {
   }
 }
 
-derivative_sums <- function(object, zq, second = FALSE) {
+# Dimensions the GPU's derivative sums serve (kDerivMaxDim in
+# src/cuda/derivatives.cuh); beyond, a CUDA fit's sums run on the CPU.
+cuda_derivative_max_dim <- 128L
+
+derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
   d <- object$d
   m <- nrow(zq)
+  if (object$backend == "cuda" && d <= cuda_derivative_max_dim) {
+    res <- .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object),
+                 kernel_index(object$kernel), object$z, log(object$tile_weights), zq, second,
+                 resolve_tolerance(tolerance, object), cpu_threads(), progress_delay())
+    names(res) <- c("log_scale", "s0", "k1sum", "first", "second")
+    if (second) dim(res$second) <- c(m, d, d)
+    return(res)
+  }
   if (object$kernel == "gaussian") {
     # k = e^(-t/2): k1 = -k / 2, k2 = k / 4 (kernels.h)
     degree <- if (second) 2L else 1L
     moments <- gaussian_moments(object$z, object$tile_weights, zq, degree, "all",
-                                object$backend)
+                                "cpu")
     index <- moment_index(d, degree)
     total <- rowSums(index)
     column_of <- function(a) which(total == sum(a) & colSums(t(index) == a) == d)
@@ -59,12 +73,13 @@ derivative_sums <- function(object, zq, second = FALSE) {
 # coordinates). grad f = -2 C e^M first A'; Hess f = C e^M A (4 second +
 # 2 k1sum I) A'; with log = TRUE the same divided by f = C e^M s0 (no
 # overflow: M cancels), less score score' for the Hessian of log f.
-evaluate_derivative <- function(object, query, type, log) {
+evaluate_derivative <- function(object, query, type, log, tolerance = NULL) {
   check_differentiable(object, type)
   A <- object$transform
   d <- object$d
   m <- nrow(query)
-  sums <- derivative_sums(object, whiten(object, query), second = type == "hessian")
+  sums <- derivative_sums(object, whiten(object, query), second = type == "hessian",
+                          tolerance = tolerance)
   scale <- if (log) 1 / sums$s0 else exp(object$log_const + sums$log_scale)
   scale[!is.finite(sums$log_scale)] <- if (log) NaN else 0
   gradient <- -2 * (sums$first * scale) %*% t(A)

@@ -6,9 +6,8 @@
 #' and each start point's mode (its modal cluster), as [ks::kms()] gives
 #' them. Each step is exact: the kernel-weighted mean of the training
 #' points with weights from the kernel's derivative (for the Gaussian,
-#' the Gaussian itself), computed on the fit's backend for the Gaussian
-#' kernel (the GPU's moment-sum engine when the fit is on the GPU) and on
-#' the CPU for the others. Only the points still moving are recomputed.
+#' the Gaussian itself), computed on the fit's backend (on the GPU in the
+#' fit's precision). Only the points still moving are recomputed.
 #'
 #' @param fit A [kde_gpu()] fit with the gaussian, epanechnikov, biweight,
 #'   cosine or optcosine kernel (the others' mean-shift weights are

@@ -27,9 +27,10 @@
 #'   they stay finite and accurate far into a Gaussian tail where \eqn{\hat
 #'   f} underflows; `NaN` where the estimate is 0 (outside a compact
 #'   kernel's reach). Every kernel but the rectangular (flat inside its
-#'   support): exact sums in double precision; the Gaussian on the fit's
-#'   backend (the GPU's moment-sum engine, double sums with single-precision
-#'   exponentials, about 1e-7 relative), the other kernels on the CPU.
+#'   support), on the fit's backend: the CPU's sums are exact in double
+#'   precision; a GPU fit's are fused sums in the fit's precision (single:
+#'   about 1e-5 relative to a point's largest entry; double: about 1e-12),
+#'   within `tolerance` as below.
 #'   Kernels with a kink give the derivative almost everywhere: at the edge
 #'   of a compact support the terms of points exactly at distance 1 count
 #'   as outside, and the triangular and exponential kernels (a cusp at 0)
@@ -68,6 +69,11 @@
 #'   data; `tolerance = 0` computes the full sum. In 1 to 5 dimensions most
 #'   pairs are far apart in bandwidth units, which is where the speed comes
 #'   from; in many dimensions little can be skipped and nothing is lost.
+#'   For `type = "gradient"` and `"hessian"` on the GPU the same proof
+#'   skips tiles at a tolerance reduced by the farthest query-to-point
+#'   distance, so that each of the sums behind them stays within
+#'   `tolerance` times the density's (in whitened units); the CPU computes
+#'   them in full.
 #'   How much was skipped shows in the fit's [print()][kde_gpu-methods]:
 #'   the share of the query x training pairs that the last evaluation of
 #'   the fit in this R session computed (1 when nothing was skipped; the CUDA
@@ -123,7 +129,7 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
     if (!is.null(engine)) stop_arg("cluster", sprintf("applies to type = \"density\", not \"%s\".", type))
     query <- if (at_training_points) object$x else
       match_columns(as_point_matrix(newdata, "newdata", object$d), object$x)
-    out <- evaluate_derivative(object, query, type, log)
+    out <- evaluate_derivative(object, query, type, log, tolerance)
     rownames(out) <- if (at_training_points) rownames(object$x) else query_names(newdata, object$d)
     return(out)
   }

@@ -43,5 +43,8 @@ SEXP kdegpu_moment_index(SEXP dim, SEXP degree);
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
                                 SEXP query, SEXP second, SEXP threads,
                                 SEXP progress_delay);
+SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
+                                 SEXP query, SEXP second, SEXP tolerance, SEXP threads,
+                                 SEXP progress_delay);
 
 #endif

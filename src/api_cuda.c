@@ -139,8 +139,7 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP tile_size,
 }
 
 /* The model behind a handle, and its shape (n_train, dim). */
-static kde_cuda_model *arg_cuda_model(SEXP handle, int64_t *n_train,
-                                      int64_t *dim)
+kde_cuda_model *arg_cuda_model(SEXP handle, int64_t *n_train, int64_t *dim)
 {
   if (!is_cuda_model_handle(handle))
     Rf_error("`model` must be a CUDA model made by kdegpu");

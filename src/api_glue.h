@@ -30,6 +30,9 @@ kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
                             SEXP tolerance, int64_t dim, int64_t n_train,
                             int threads);
 int arg_threads(SEXP threads);
+/* The CUDA model behind a fit's handle (api_cuda.c), and its shape. */
+struct kde_cuda_model;
+struct kde_cuda_model *arg_cuda_model(SEXP handle, int64_t *n_train, int64_t *dim);
 
 /* Starts the progress bar of the running evaluation (`delay` seconds). */
 void progress_begin(SEXP delay);

@@ -148,19 +148,18 @@ SEXP kdegpu_moment_index(SEXP dim, SEXP degree)
 
 /* ---- kernel-derivative sums (derivatives.h) ------------------------------ */
 
-/* list(log_scale, s0, k1sum, first = m x d, second = m x d*d or NULL). */
-SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
-                                SEXP query, SEXP second, SEXP threads,
-                                SEXP progress_delay)
+/* The problem from (kernel, train, log_weight, query); whether `second`. */
+static kde_derivative_problem arg_derivative_problem(SEXP kernel, SEXP train,
+                                                     SEXP log_weight, SEXP query,
+                                                     int threads)
 {
-  int n_threads = arg_threads(threads);
   kde_derivative_problem p;
   int64_t query_dim;
   p.kernel = arg_kernel(kernel);
-  p.train = arg_matrix(train, "train", n_threads, &p.n_train, &p.dim);
+  p.train = arg_matrix(train, "train", threads, &p.n_train, &p.dim);
   if (p.n_train < 1 || p.dim < 1)
     Rf_error("`train` must have at least one row and one column");
-  p.query = arg_matrix(query, "query", n_threads, &p.n_query, &query_dim);
+  p.query = arg_matrix(query, "query", threads, &p.n_query, &query_dim);
   if (query_dim != p.dim)
     Rf_error("`query` must have %lld columns, like `train`", (long long) p.dim);
   if (p.n_query > INT_MAX || p.dim * p.dim > INT_MAX / (p.n_query > 0 ? p.n_query : 1))
@@ -169,15 +168,32 @@ SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
   for (int64_t j = 0; j < p.n_train; j++)
     if (ISNAN(p.log_weight[j]) || p.log_weight[j] == INFINITY)
       Rf_error("`log_weight` must be below Inf and not NaN (element %lld)", (long long) j + 1);
-  int want_second = arg_flag(second, "second");
-  const int m = (int) p.n_query, d = (int) p.dim;
+  return p;
+}
 
+/* list(log_scale, s0, k1sum, first = m x d, second = m x d*d or NULL). */
+static SEXP derivative_result(const kde_derivative_problem *p, int want_second)
+{
+  const int m = (int) p->n_query, d = (int) p->dim;
   SEXP out = PROTECT(Rf_allocVector(VECSXP, 5));
   SET_VECTOR_ELT(out, 0, Rf_allocVector(REALSXP, m));
   SET_VECTOR_ELT(out, 1, Rf_allocVector(REALSXP, m));
   SET_VECTOR_ELT(out, 2, Rf_allocVector(REALSXP, m));
   SET_VECTOR_ELT(out, 3, Rf_allocMatrix(REALSXP, m, d));
   if (want_second) SET_VECTOR_ELT(out, 4, Rf_allocMatrix(REALSXP, m, d * d));
+  UNPROTECT(1);
+  return out;
+}
+
+SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
+                                SEXP query, SEXP second, SEXP threads,
+                                SEXP progress_delay)
+{
+  int n_threads = arg_threads(threads);
+  kde_derivative_problem p = arg_derivative_problem(kernel, train, log_weight, query,
+                                                    n_threads);
+  int want_second = arg_flag(second, "second");
+  SEXP out = PROTECT(derivative_result(&p, want_second));
   kde_status status;
   kde_status_clear(&status);
   progress_begin(progress_delay);
@@ -185,6 +201,39 @@ SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
                           REAL(VECTOR_ELT(out, 1)), REAL(VECTOR_ELT(out, 2)),
                           REAL(VECTOR_ELT(out, 3)),
                           want_second ? REAL(VECTOR_ELT(out, 4)) : NULL, &status);
+  UNPROTECT(1);
+  raise_status(&status);
+  return out;
+}
+
+/* The same on the GPU, for the fit whose CUDA model is `model` (made from
+ * these training points and weights); the fit's precision, within relative
+ * `tolerance` (kde_cuda_derivative_sums). */
+SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
+                                 SEXP query, SEXP second, SEXP tolerance, SEXP threads,
+                                 SEXP progress_delay)
+{
+  int64_t n_train, dim;
+  int n_threads = arg_threads(threads);
+  kde_status status;
+  kde_status_clear(&status);
+  if (!cuda_allowed(&status)) raise_status(&status);
+  kde_cuda_model *handle = arg_cuda_model(model, &n_train, &dim);
+  kde_derivative_problem p = arg_derivative_problem(kernel, train, log_weight, query,
+                                                    n_threads);
+  if (p.n_train != n_train || p.dim != dim)
+    Rf_error("`train` must be the %lld x %lld training set of `model`", (long long) n_train,
+             (long long) dim);
+  int want_second = arg_flag(second, "second");
+  double tol = arg_double_scalar(tolerance, "tolerance");
+  if (!(tol >= 0 && tol < 1)) Rf_error("`tolerance` must be in [0, 1)");
+  SEXP out = PROTECT(derivative_result(&p, want_second));
+  progress_begin(progress_delay);
+  if (p.n_query > 0)
+    kde_cuda_derivative_sums(handle, &p, tol, n_threads, poll_between_chunks,
+                             REAL(VECTOR_ELT(out, 0)), REAL(VECTOR_ELT(out, 1)),
+                             REAL(VECTOR_ELT(out, 2)), REAL(VECTOR_ELT(out, 3)),
+                             want_second ? REAL(VECTOR_ELT(out, 4)) : NULL, &status);
   UNPROTECT(1);
   raise_status(&status);
   return out;

@@ -1,6 +1,7 @@
 /* Kernel-derivative sums for every kernel on the CPU (derivatives.c): the
- * gradient, Hessian and mean-shift step of a kernel estimate. The Gaussian
- * kernel has its own engine (moments.h), which also runs on the GPU. */
+ * gradient, Hessian and mean-shift step of a kernel estimate. The CUDA
+ * backend computes the same (kde_cuda_derivative_sums, kde_cuda.h); a CPU
+ * fit's Gaussian sums come from the moment engine (moments.h). */
 #ifndef KDEGPU_DERIVATIVES_H
 #define KDEGPU_DERIVATIVES_H
 

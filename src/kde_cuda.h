@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include "kde_backend.h"
+#include "derivatives.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +59,23 @@ void kde_cuda_model_free(kde_cuda_model *model);
 void kde_cuda_log_density(kde_cuda_model *model, const kde_query_set *query,
                           kde_interrupt_probe interrupted, double *out,
                           kde_status *status);
+
+/*
+ * The kernel-derivative sums of derivatives.h (the same contract as
+ * kde_cpu_derivative_sums) for the fit behind `model`, on its first
+ * device, in its precision. `problem` holds the fit's training points as
+ * the model was made from them (same order and weights), for the layouts
+ * its kernels cannot read; its kernel and shape must be the model's, and
+ * its queries whitened. `tolerance` (as kde_query_set's) lets a fit whose
+ * points are in a spatial order skip what provably matters less: every sum
+ * stays within tolerance times s0 of the full one (compact kernels skip
+ * only exact zeros). `threads`: host threads for the queries' order when
+ * it is made on the host. `second` may be NULL.
+ */
+void kde_cuda_derivative_sums(kde_cuda_model *model, const kde_derivative_problem *problem,
+                              double tolerance, int threads, kde_interrupt_probe interrupted,
+                              double *log_scale, double *s0, double *k1sum, double *first,
+                              double *second, kde_status *status);
 
 /*
  * Draws from the estimate: each draw picks training point j with

@@ -84,3 +84,21 @@ void kde_cuda_moments(const kde_moment_problem *problem, int device,
   (void) sums;
   kde_stub_unavailable(status);
 }
+
+void kde_cuda_derivative_sums(kde_cuda_model *model, const kde_derivative_problem *problem,
+                              double tolerance, int threads, kde_interrupt_probe interrupted,
+                              double *log_scale, double *s0, double *k1sum, double *first,
+                              double *second, kde_status *status)
+{
+  (void) model;
+  (void) problem;
+  (void) tolerance;
+  (void) threads;
+  (void) interrupted;
+  (void) log_scale;
+  (void) s0;
+  (void) k1sum;
+  (void) first;
+  (void) second;
+  kde_stub_unavailable(status);
+}

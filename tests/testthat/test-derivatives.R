@@ -463,8 +463,8 @@ test_that("debias = TRUE is refused where it is not defined", {
 
 # ---- CUDA --------------------------------------------------------------------------
 
-# The Gaussian sums run on the GPU's moment engine (double sums with
-# single-precision exponentials); the other kernels' on the CPU.
+# Every kernel's sums run on the GPU's fused derivative kernels
+# (src/cuda/derivatives.cu), in the fit's precision.
 test_that("CUDA: Gaussian derivatives, far-tail score, modes and SD-KDE match the references", {
   skip_without_gpu()
   tol <- 1e-5
@@ -486,7 +486,7 @@ test_that("CUDA: Gaussian derivatives, far-tail score, modes and SD-KDE match th
                       paste(lab, "Hessian of log f"))
     }
   }
-  # a non-Gaussian kernel on a CUDA fit: its sums on the CPU
+  # a non-Gaussian kernel on a CUDA fit
   x <- ref_data(50, 2, seed = 302)
   H <- ref_full_H(2, 0.7, seed = 312)
   q <- dd_smooth_queries(x, H, "biweight", m = 12, seed = 332)
@@ -525,3 +525,124 @@ test_that("CUDA: Gaussian derivatives, far-tail score, modes and SD-KDE match th
   expect_lt(max(abs(predict(fit, q) / dd_gauss_ref(moved, q, H)$f - 1)), tol,
             label = "cuda debias density")
 })
+
+# A CUDA fit's derivatives against the CPU backend's for the same data: the
+# gradient, the Hessian and those of log f through predict(), and the raw
+# sums (derivative_sums()) through what does not depend on their scale M:
+# log_scale + log s0 (log f less its constant), and k1sum, first and second
+# over s0. Errors are relative to each point's largest entry, or to the
+# natural size of its entries where that is larger (f / bw, f / bw^2, 1 /
+# bw, 1 / bw^2: where the terms cancel, as near an inflection point, the
+# rounding is that of the terms). Points where the estimate is 0 (beyond a
+# compact kernel's reach) must agree on that.
+dd_expect_backends <- function(gpu, cpu, q, tol, label) {
+  f <- predict(cpu, q, tolerance = 0)
+  bw <- sqrt(min(eigen(cpu$H, symmetric = TRUE, only.values = TRUE)$values))
+  for (type in c("gradient", "hessian")) {
+    for (log in c(FALSE, TRUE)) {
+      a <- predict(gpu, q, type = type, log = log)
+      e <- predict(cpu, q, type = type, log = log)
+      lab <- paste(label, type, if (log) "of log f")
+      nan <- apply(matrix(is.nan(e), nrow(q)), 1L, any)
+      expect_identical(apply(matrix(is.nan(a), nrow(q)), 1L, any), nan,
+                       label = paste("where", lab, "is NaN"))
+      if (all(nan)) next
+      keep <- which(!nan)
+      sub <- function(v) if (type == "gradient") v[keep, , drop = FALSE] else v[keep, , , drop = FALSE]
+      # 1e-300: rows exactly 0 on both (no training point within reach)
+      floor <- pmax(if (log) rep(1, length(keep)) else f[keep], 1e-300) /
+        bw^(if (type == "gradient") 1 else 2)
+      dd_expect_close(sub(a), sub(e), tol, lab, floor = floor)
+    }
+  }
+  zq <- kdegpu:::whiten(cpu, q)
+  sa <- kdegpu:::derivative_sums(gpu, zq, second = TRUE)
+  se <- kdegpu:::derivative_sums(cpu, zq, second = TRUE)
+  live <- se$s0 > 0
+  expect_identical(sa$s0 > 0, live, label = paste(label, "sums: which points the kernels reach"))
+  if (!any(live)) return(invisible())
+  level_a <- (sa$log_scale + log(sa$s0))[live]
+  level_e <- (se$log_scale + log(se$s0))[live]
+  expect_lte(max(abs(level_a - level_e) / pmax(1, abs(level_e))), tol,
+             label = paste(label, "sums: log_scale + log s0"))
+  ratios <- function(s) cbind(s$k1sum, s$first, matrix(s$second, length(s$s0)))[live, , drop = FALSE] /
+    s$s0[live]
+  # floor: a point on a lone training point of a cusp kernel has only its
+  # own term, which adds nothing to these
+  dd_expect_close(ratios(sa), ratios(se), tol, paste(label, "sums: k1sum, first, second over s0"),
+                  floor = 1e-300)
+}
+
+# Queries whose pairs are all clear of a compact kernel's edge (|t - 1| at
+# least `margin`), where float's rounding could move a term across the
+# support (k1, k2 jump there): rows of q in the fit's coordinates.
+dd_clear_of_edges <- function(fit, q, margin = 1e-3) {
+  if (!fit$kernel %in% ref_compact) return(q)
+  zq <- kdegpu:::whiten(fit, q)
+  keep <- apply(zq, 1L, function(z) all(abs(colSums((t(fit$z) - z)^2) - 1) > margin))
+  q[keep, , drop = FALSE]
+}
+
+test_that("CUDA: every kernel's derivative sums match the CPU's, d = 1, 2, 3, 5, 16, both precisions", {
+  skip_without_gpu()
+  for (precision in c("double", "single")) {
+    tol <- if (precision == "double") 1e-10 else 1e-4
+    for (d in c(1L, 2L, 3L, 5L, 16L)) {
+      n <- if (d >= 5L) 150L else 80L
+      x <- ref_data(n, d, seed = 700 + d)
+      H <- ref_full_H(d, if (d >= 5L) 1.2 else 0.6, seed = 710 + d)
+      set.seed(720 + d)
+      w <- rexp(n)
+      for (kernel in dd_kernels) {
+        # near the data, clear of the edges (and of the cusps: 1/s) by a
+        # margin that float's rounding of s leaves alone (a cosine term at
+        # s = 0.995 keeps 3 digits in float, at 0.98 5); training points
+        # exactly (the cusps' t = 0); in double also a point in the far tail
+        margin <- if (precision == "double") 0.005 else 0.02
+        q <- rbind(dd_smooth_queries(x, H, kernel, m = 40, seed = 730 + d, margin = margin),
+                   x[c(3, 7), , drop = FALSE])
+        if (precision == "double") q <- rbind(q, colMeans(x) + 6 * sqrt(diag(H)))
+        for (wt in list(NULL, w)) {
+          lab <- sprintf("cuda %s %s d=%d%s", precision, kernel, d,
+                         if (is.null(wt)) "" else " weighted")
+          cpu <- kde_gpu(x, H = H, kernel = kernel, weights = wt, backend = "cpu")
+          gpu <- kde_gpu(x, H = H, kernel = kernel, weights = wt, backend = "cuda",
+                         precision = precision)
+          dd_expect_backends(gpu, cpu, q, tol, lab)
+        }
+      }
+    }
+  }
+})
+
+test_that("CUDA: derivative sums match the CPU's over many tiles, pruned, in batches and shards", {
+  skip_without_gpu()
+  set.seed(900)
+  for (d in 2:4) {
+    n <- 3000L
+    x <- matrix(rnorm(n * d), n, d)
+    x[seq_len(n / 3), 1L] <- x[seq_len(n / 3), 1L] + 6 # two clusters
+    q <- rbind(x[sample.int(n, 300L), ] + 0.05 * matrix(rnorm(300L * d), 300L, d),
+               x[1:5, ])
+    # far out (compact kernels: nowhere in reach); in double only, where
+    # the Hessian of log f there (E[v v'] - E[v] E[v]', which cancels) has
+    # the digits to spare
+    far <- matrix(colMeans(x) + 9, 1L)
+    for (kernel in c("gaussian", "exponential", "epanechnikov", "biweight")) {
+      cpu <- kde_gpu(x, kernel = kernel, backend = "cpu")
+      for (precision in c("double", "single")) {
+        tol <- if (precision == "double") 1e-10 else 1e-4
+        qk <- dd_clear_of_edges(cpu, if (precision == "double") rbind(q, far) else q)
+        lab <- sprintf("cuda %s %s d=%d n=%d", precision, kernel, d, n)
+        gpu <- kde_gpu(x, kernel = kernel, backend = "cuda", precision = precision)
+        dd_expect_backends(gpu, cpu, qk, tol, lab)
+        # a budget too small for the training set: it streams in shards,
+        # the queries come in batches and are ordered on the host
+        old <- options(kdegpu.gpu_memory = 1.2e5)
+        dd_expect_backends(gpu, cpu, qk, tol, paste(lab, "small budget"))
+        options(old)
+      }
+    }
+  }
+})
+

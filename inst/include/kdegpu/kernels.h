@@ -263,75 +263,87 @@ KDE_HD double kde_cdf_between(int kernel, double a, double b, double scale)
  * are infinite there (the density has no derivative at a training point).
  * The rectangular kernel is flat inside its support: k1 = k2 = 0 (it has
  * no useful derivative; R refuses it). */
-KDE_HD double kde_sinc_minus_cos_over_x2(double x)
-{
-  const double x2 = x * x;
-  if (x2 < 0.25) /* |x| < 0.5: the next term is below 1e-11 relative */
-    return 1.0 / 3 - x2 * (1.0 / 30 - x2 * (1.0 / 840 - x2 * (1.0 / 45360 - x2 / 3991680)));
-  return (sin(x) / x - cos(x)) / x2;
-}
-
-KDE_HD double kde_sinc(double x)
-{
-  const double x2 = x * x;
-  if (x2 < 1e-4) return 1 - x2 / 6 * (1 - x2 / 20);
-  return sin(x) / x;
-}
-
-KDE_HD double kde_profile_d1(int kernel, double t)
-{
-  const double pi = M_PI;
-  const double s = sqrt(t);
-  if (kernel != KDE_GAUSSIAN && kernel != KDE_EXPONENTIAL && !(t < 1)) return 0;
-  switch (kernel) {
-  case KDE_GAUSSIAN:     return -0.5 * exp(-0.5 * t);
-  case KDE_EXPONENTIAL:  return -exp(-s) / (2 * s);
-  case KDE_EPANECHNIKOV: return -1;
-  case KDE_TRIANGULAR:   return -1 / (2 * s);
-  case KDE_BIWEIGHT:     return -2 * (1 - t);
-  case KDE_COSINE:       return -pi * pi / 4 * kde_sinc(pi * s);
-  case KDE_OPTCOSINE:    return -pi * pi / 8 * kde_sinc(0.5 * pi * s);
-  default:               return 0; /* rectangular */
+/* Written once for double (suffix none: the CPU, the CUDA double path) and
+ * float (suffix _f: the CUDA single-precision path). */
+#define KDE_DEFINE_DERIVATIVES(TYPE, SUFFIX, EXP, SQRT, SIN, COS)           \
+  KDE_HD TYPE kde_sinc_minus_cos_over_x2##SUFFIX(TYPE x)                    \
+  {                                                                         \
+    const TYPE x2 = x * x, one = 1;                                         \
+    if (x2 < (TYPE) 0.25) /* |x| < 0.5: the next term is below 1e-11 */     \
+      return one / 3 - x2 * (one / 30 - x2 * (one / 840 - x2 * (one / 45360 \
+             - x2 / 3991680)));                                             \
+    return (SIN(x) / x - COS(x)) / x2;                                      \
+  }                                                                         \
+                                                                            \
+  KDE_HD TYPE kde_sinc##SUFFIX(TYPE x)                                      \
+  {                                                                         \
+    const TYPE x2 = x * x, one = 1;                                         \
+    if (x2 < (TYPE) 1e-4) return one - x2 / 6 * (one - x2 / 20);            \
+    return SIN(x) / x;                                                      \
+  }                                                                         \
+                                                                            \
+  KDE_HD TYPE kde_profile_d1##SUFFIX(int kernel, TYPE t)                    \
+  {                                                                         \
+    const TYPE pi = (TYPE) M_PI, half = (TYPE) 0.5, one = 1;                \
+    const TYPE s = SQRT(t);                                                 \
+    if (kernel != KDE_GAUSSIAN && kernel != KDE_EXPONENTIAL && !(t < one))  \
+      return 0;                                                             \
+    switch (kernel) {                                                       \
+    case KDE_GAUSSIAN:     return -half * EXP(-half * t);                   \
+    case KDE_EXPONENTIAL:  return -EXP(-s) / (2 * s);                       \
+    case KDE_EPANECHNIKOV: return -one;                                     \
+    case KDE_TRIANGULAR:   return -one / (2 * s);                           \
+    case KDE_BIWEIGHT:     return -2 * (one - t);                           \
+    case KDE_COSINE:       return -pi * pi / 4 * kde_sinc##SUFFIX(pi * s);  \
+    case KDE_OPTCOSINE:                                                     \
+      return -pi * pi / 8 * kde_sinc##SUFFIX(half * pi * s);                \
+    default:               return 0; /* rectangular */                      \
+    }                                                                       \
+  }                                                                         \
+                                                                            \
+  KDE_HD TYPE kde_profile_d2##SUFFIX(int kernel, TYPE t)                    \
+  {                                                                         \
+    const TYPE pi = (TYPE) M_PI, half = (TYPE) 0.5, one = 1;                \
+    const TYPE s = SQRT(t);                                                 \
+    if (kernel != KDE_GAUSSIAN && kernel != KDE_EXPONENTIAL && !(t < one))  \
+      return 0;                                                             \
+    switch (kernel) {                                                       \
+    case KDE_GAUSSIAN:     return (TYPE) 0.25 * EXP(-half * t);             \
+    case KDE_EXPONENTIAL:  return EXP(-s) * (s + one) / (4 * s * t);        \
+    case KDE_EPANECHNIKOV: return 0;                                        \
+    case KDE_TRIANGULAR:   return one / (4 * s * t);                        \
+    case KDE_BIWEIGHT:     return 2;                                        \
+    case KDE_COSINE:                                                        \
+      return pi * pi * pi * pi / 8 * kde_sinc_minus_cos_over_x2##SUFFIX(pi * s); \
+    case KDE_OPTCOSINE:                                                     \
+      return pi * pi * pi * pi / 64 *                                       \
+             kde_sinc_minus_cos_over_x2##SUFFIX(half * pi * s);             \
+    default:               return 0;                                        \
+    }                                                                       \
+  }                                                                         \
+                                                                            \
+  /* k1 / k and k2 / k inside the support (k > 0), in closed form for the   \
+   * two unbounded kernels, whose k underflows far out while the ratio      \
+   * stays finite; t > 0. */                                                \
+  KDE_HD TYPE kde_profile_ratio1##SUFFIX(int kernel, TYPE t)                \
+  {                                                                         \
+    if (kernel == KDE_GAUSSIAN) return -(TYPE) 0.5;                         \
+    if (kernel == KDE_EXPONENTIAL) return -(TYPE) 0.5 / SQRT(t);            \
+    return kde_profile_d1##SUFFIX(kernel, t) / kde_profile##SUFFIX(kernel, t); \
+  }                                                                         \
+                                                                            \
+  KDE_HD TYPE kde_profile_ratio2##SUFFIX(int kernel, TYPE t)                \
+  {                                                                         \
+    if (kernel == KDE_GAUSSIAN) return (TYPE) 0.25;                         \
+    if (kernel == KDE_EXPONENTIAL) {                                        \
+      const TYPE s = SQRT(t);                                               \
+      return (s + 1) / (4 * s * t);                                         \
+    }                                                                       \
+    return kde_profile_d2##SUFFIX(kernel, t) / kde_profile##SUFFIX(kernel, t); \
   }
-}
 
-KDE_HD double kde_profile_d2(int kernel, double t)
-{
-  const double pi = M_PI;
-  const double s = sqrt(t);
-  if (kernel != KDE_GAUSSIAN && kernel != KDE_EXPONENTIAL && !(t < 1)) return 0;
-  switch (kernel) {
-  case KDE_GAUSSIAN:     return 0.25 * exp(-0.5 * t);
-  case KDE_EXPONENTIAL:  return exp(-s) * (s + 1) / (4 * s * t);
-  case KDE_EPANECHNIKOV: return 0;
-  case KDE_TRIANGULAR:   return 1 / (4 * s * t);
-  case KDE_BIWEIGHT:     return 2;
-  case KDE_COSINE:       return pi * pi * pi * pi / 8 * kde_sinc_minus_cos_over_x2(pi * s);
-  case KDE_OPTCOSINE:
-    return pi * pi * pi * pi / 64 * kde_sinc_minus_cos_over_x2(0.5 * pi * s);
-  default:               return 0;
-  }
-}
-
-/* k1 / k and k2 / k inside the support (k > 0), in closed form for the
- * two unbounded kernels, whose k underflows far out while the ratio stays
- * finite; t > 0. */
-KDE_HD double kde_profile_ratio1(int kernel, double t)
-{
-  if (kernel == KDE_GAUSSIAN) return -0.5;
-  if (kernel == KDE_EXPONENTIAL) return -0.5 / sqrt(t);
-  return kde_profile_d1(kernel, t) / kde_profile(kernel, t);
-}
-
-KDE_HD double kde_profile_ratio2(int kernel, double t)
-{
-  if (kernel == KDE_GAUSSIAN) return 0.25;
-  if (kernel == KDE_EXPONENTIAL) {
-    const double s = sqrt(t);
-    return (s + 1) / (4 * s * t);
-  }
-  return kde_profile_d2(kernel, t) / kde_profile(kernel, t);
-}
+KDE_DEFINE_DERIVATIVES(double, , exp, sqrt, sin, cos)
+KDE_DEFINE_DERIVATIVES(float, _f, expf, sqrtf, sinf, cosf)
 
 /* ---- Online log-sum-exp ------------------------------------------------ *
  * The state represents exp(max) * sum. The empty state is (-inf, 0); every

@@ -1,0 +1,488 @@
+/*
+ * derivatives.cu: the kernel-derivative sums of a CUDA fit (the contract:
+ * ../derivatives.h; the kernels: derivatives.cuh) on its first device:
+ * where the training points come from, the queries' spatial order and each
+ * batch's pruning plan (order.cu, plan.cu, as the density's), batches and
+ * training shards under the memory budget, the merge of the splits' states
+ * in double, and the results back in the caller's order.
+ *
+ * Training points: the kernels read the fit's own device copy when it is
+ * in the plain layout and resident (every fit but the single-precision
+ * Gaussian at d = 3 and d >= 16, whose tensor-core layouts hold fp16 or
+ * bfloat16 pieces, and fits too large for the budget); otherwise a plain
+ * copy packed on the host from the fit's points (the same order and units)
+ * is uploaded for the call, or streamed in shards.
+ *
+ * Pruning (d <= 4 on a spatially ordered fit, as the density): compact
+ * kernels skip exactly the units beyond the support. The Gaussian and
+ * exponential skip units by the density's proof (prune.c) at a tolerance
+ * divided by F = 1 + D / 2 (+ D^2 / 4 with second), D the largest distance
+ * between a query and a training point (in the kernel's units): a skipped
+ * pair's |k1 v| is at most D k / 2 and |k2 v v'| at most D^2 k / 4 for the
+ * Gaussian (for the exponential |k1 v| = k / 2 and the Hessian's bound
+ * holds away from the cusp), so every sum is within `tolerance` times s0
+ * of the full one.
+ */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kdegpu/kernels.h"
+#include "derivatives.h"
+#include "kde_cuda.h"
+#include "kde_cuda_common.h"
+#include "derivatives.cuh"
+#include "layout.cuh"
+#include "model.cuh"
+#include "numeric.cuh"
+#include "plan.cuh"
+#include "prune.h"
+#include "tuning.cuh"
+
+using namespace kdegpu;
+
+namespace {
+
+/* Work per batch (pairs times deriv_pair_cost): about 0.1 to 0.5 s on an
+ * H100, so that the interrupt poll and the progress bar run that often. */
+constexpr double kDerivWorkPerBatch = 3e12;
+/* One batch's states on the host, at most. */
+constexpr double kStagingBytes = 64.0 * 1024 * 1024;
+constexpr int kMergeThreads = 256;
+
+/* Operations per pair, for the size of a batch. */
+double deriv_pair_cost(int64_t d, bool second, bool is_double)
+{
+  const double c = 3.0 * (double) d + 10 + (second ? (double) (d * (d + 1)) : 0.0);
+  return is_double ? 4 * c : c;
+}
+
+/* Everything one call holds; deriv_free releases it. */
+template <typename T> struct deriv_run {
+  kde_cuda_model *model;
+  kde_replica *rep;
+  const kde_derivative_problem *p;
+  bool second;
+  int fields;
+  deriv_kernel_fn<T> fn;
+  size_t smem;
+  int64_t concurrency;       /* resident blocks, all SMs */
+  int64_t n_units;
+  /* training points: all on the device, or streamed from the host */
+  const T *dev_train, *host_train;
+  int expanded;
+  T *own_host, *own_dev, *shard;
+  double *weight;
+  int64_t shard_units;
+  /* queries: ordered (pruning) or as given */
+  int prune;
+  ordered_queries oq;
+  kde_prune_plan plan;
+  /* batches */
+  int64_t ldq_max, split_cap;
+  double *d_query, *d_acc, *staging;
+  T *d_part;
+};
+
+template <typename T> void deriv_free(deriv_run<T> *r, int failed)
+{
+  kde_replica *rep = r->rep;
+  if (rep != NULL && cudaSetDevice(rep->device) == cudaSuccess) {
+    /* on an error path work may still be queued on what is freed below */
+    (void) cudaStreamSynchronize(rep->stream);
+    if (r->own_dev != NULL) (void) cudaFree(r->own_dev);
+    if (r->shard != NULL) (void) cudaFree(r->shard);
+    if (r->d_part != NULL) (void) cudaFree(r->d_part);
+    if (r->d_acc != NULL) (void) cudaFree(r->d_acc);
+    if (r->d_query != NULL) (void) cudaFree(r->d_query);
+    if (failed || scratch_bytes(rep) > kKeepScratchBytes) scratch_release(rep);
+    (void) cudaGetLastError();
+  }
+  if (r->model != NULL) ordered_queries_free(r->model, &r->oq);
+  free(r->own_host);
+  free(r->weight);
+  free(r->staging);
+}
+
+/* The training points' source (see the top of the file). */
+template <typename T> int deriv_training(deriv_run<T> *r, kde_status *status)
+{
+  const kde_cuda_model *model = r->model;
+  const kde_derivative_problem *p = r->p;
+  kde_training_set ts;
+  kde_cuda_model shell;
+  if (model->layout == KDE_LAYOUT_PLAIN) {
+    r->expanded = model->expanded;
+    if (model->resident) r->dev_train = (const T *) r->rep->train;
+    else r->host_train = (const T *) model->host_train;
+    return 0;
+  }
+  memset(&ts, 0, sizeof ts);
+  ts.kernel = p->kernel;
+  ts.n_train = p->n_train;
+  ts.dim = p->dim;
+  ts.train = p->train;
+  ts.log_weight = p->log_weight;
+  KDE_HOST_ALLOC(r->weight, p->n_train, "the weights");
+  for (int64_t j = 0; j < p->n_train; j++) r->weight[j] = exp(p->log_weight[j]);
+  ts.weight = r->weight;
+  KDE_HOST_ALLOC(r->own_host, model->n_points * (p->dim + 1), "the training points");
+  /* the model's centre and scale, the plain layout, aux as the kernel
+   * wants it (the Gaussian's gradient: expanded, derivatives_kernels.cuh) */
+  shell = *model;
+  shell.layout = KDE_LAYOUT_PLAIN;
+  shell.expanded = p->kernel == KDE_GAUSSIAN && !r->second;
+  shell.tile_elems = (p->dim + 1) * kTileWidth;
+  pack_train<T>(&ts, &shell, r->own_host);
+  r->host_train = r->own_host;
+  r->expanded = shell.expanded;
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* F of the top of the file: 1 + D / 2 (+ D^2 / 4), D from the boxes of the
+ * queries and of the training units. */
+double derivative_factor(const kde_cuda_model *model, const kde_derivative_problem *p,
+                         bool second)
+{
+  const int64_t d = p->dim, m = p->n_query, n_units = model->n_points / kUnit;
+  double far2 = 0;
+  for (int64_t k = 0; k < d; k++) {
+    double t_lo = INFINITY, t_hi = -INFINITY, q_lo = INFINITY, q_hi = -INFINITY;
+    for (int64_t u = 0; u < n_units; u++) {
+      t_lo = fmin(t_lo, model->unit_lo[u * d + k]);
+      t_hi = fmax(t_hi, model->unit_hi[u * d + k]);
+    }
+    for (int64_t i = 0; i < m; i++) {
+      q_lo = fmin(q_lo, p->query[i + k * m]);
+      q_hi = fmax(q_hi, p->query[i + k * m]);
+    }
+    const double a = fmax(q_hi - t_lo, t_hi - q_lo);
+    far2 += a * a;
+  }
+  return 1 + 0.5 * sqrt(far2) + (second ? 0.25 * far2 : 0.0);
+}
+
+/* The queries' order and the plan's tolerance, when the fit prunes. */
+template <typename T>
+int deriv_order(deriv_run<T> *r, double tolerance, int threads, kde_status *status)
+{
+  const kde_derivative_problem *p = r->p;
+  kde_query_set qs;
+  const int compact = kde_kernel_is_compact(p->kernel);
+  r->oq.z = p->query;
+  r->prune = r->model->unit_lo != NULL && p->dim <= kPlanMaxDim && (compact || tolerance > 0);
+  if (!r->prune) return 0;
+  memset(&qs, 0, sizeof qs);
+  qs.n_query = p->n_query;
+  qs.query = p->query; /* whitened already */
+  qs.tolerance = tolerance;
+  qs.host_threads = threads;
+  if (order_evaluation_queries(r->model, &qs, 1, &r->oq, status) != 0) return -1;
+  r->plan.kernel = p->kernel;
+  r->plan.dim = p->dim;
+  r->plan.n_tiles = r->n_units;
+  r->plan.tolerance = compact ? 0.0 : tolerance / derivative_factor(r->model, p, r->second);
+  r->plan.leave_one_out = 0;
+  return 0;
+}
+
+/* Memory: the training points (unless the fit's own copy serves), then
+ * query batches and the splits' partial states, within the budget. */
+template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
+{
+  const kde_cuda_model *model = r->model;
+  kde_replica *rep = r->rep;
+  const int64_t d = r->p->dim, m = r->p->n_query;
+  const size_t point = (size_t) (d + 1) * sizeof(T);
+  const double train_bytes = (double) model->n_points * (double) point;
+  const double units = (double) r->n_units;
+  const int64_t need = ceil_div(m, kThreads) * kThreads;
+  double avail = rep->budget, per_row;
+  int64_t rows;
+  if (model->resident) avail -= (double) model->n_points * (double) point_bytes(model);
+  if (r->oq.on_device != NULL) avail -= r->oq.reserved;
+  r->shard_units = r->n_units;
+  if (r->dev_train == NULL && train_bytes <= 0.5 * avail) {
+    KDE_CUDA_TRY(cudaMalloc((void **) &r->own_dev, (size_t) train_bytes));
+    KDE_CUDA_TRY(cudaMemcpyAsync(r->own_dev, r->host_train, (size_t) train_bytes,
+                                 cudaMemcpyHostToDevice, rep->stream));
+    KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+    r->dev_train = r->own_dev;
+    r->host_train = NULL;
+    free(r->own_host);
+    r->own_host = NULL;
+    avail -= train_bytes;
+  } else if (r->dev_train == NULL) {
+    r->shard_units = (int64_t) (0.5 * avail / ((double) kUnit * (double) point));
+    if (r->shard_units > r->n_units) r->shard_units = r->n_units;
+    if (r->shard_units < 1) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "the GPU memory budget (%.0f bytes) is too small for the derivative"
+                     " sums; raise options(kdegpu.gpu_memory = ...)", rep->budget);
+      return -1;
+    }
+    KDE_CUDA_TRY(cudaMalloc((void **) &r->shard, (size_t) r->shard_units * kUnit * point));
+    avail -= (double) r->shard_units * kUnit * (double) point;
+  }
+  /* half the rest for rows: states, the uploaded rows, a plan's share */
+  per_row = (double) r->fields * (sizeof(double) + sizeof(T)) +
+            (r->oq.on_device != NULL ? 0.0 : (double) d * sizeof(double));
+  if (r->prune)
+    per_row += (0.9 * units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
+                (double) (2 * d + 1) * sizeof(double)) / kBlockQueries;
+  r->ldq_max = (int64_t) (0.5 * avail / per_row) / kThreads * kThreads;
+  if (r->ldq_max > need) r->ldq_max = need;
+  if (r->ldq_max > kMaxBatchRows) r->ldq_max = kMaxBatchRows;
+  rows = (int64_t) (kStagingBytes / ((double) r->fields * sizeof(double))) / kThreads * kThreads;
+  if (rows < kThreads) rows = kThreads;
+  if (r->ldq_max > rows) r->ldq_max = rows;
+  /* bounded work per batch, but a few full waves of blocks at least */
+  rows = (int64_t) (kDerivWorkPerBatch /
+                    deriv_pair_cost(d, r->second, sizeof(T) == sizeof(double)) /
+                    ((double) r->n_units * kUnit));
+  if (rows < 4 * r->concurrency * kThreads) rows = 4 * r->concurrency * kThreads;
+  rows = rows / kThreads * kThreads;
+  if (r->ldq_max > rows) r->ldq_max = rows;
+  if (r->ldq_max >= kThreads) { /* batches of equal size */
+    const int64_t n_batches = ceil_div(need, r->ldq_max);
+    r->ldq_max = ceil_div(ceil_div(need, n_batches), kThreads) * kThreads;
+  }
+  if (r->ldq_max < kThreads) {
+    kde_status_set(status, KDE_ERR_ALLOC,
+                   "the GPU memory budget (%.0f bytes) leaves no room for a batch of %d"
+                   " queries of the derivative sums; raise options(kdegpu.gpu_memory = ...)",
+                   rep->budget, kThreads);
+    return -1;
+  }
+  {
+    /* as many splits as deriv_splits may ask for a full batch, within
+     * the other half */
+    const double cap = 0.5 * avail / ((double) r->ldq_max * r->fields * sizeof(T));
+    int64_t most = ceil_div(4 * r->concurrency, r->ldq_max / kThreads);
+    if (most > r->n_units / kMinUnitsPerSplit) most = r->n_units / kMinUnitsPerSplit;
+    if (most > 65535) most = 65535;
+    r->split_cap = cap < (double) most ? (int64_t) cap : most;
+    if (r->split_cap < 1) r->split_cap = 1;
+  }
+  KDE_CUDA_TRY(cudaMalloc((void **) &r->d_part,
+                          (size_t) (r->split_cap * r->fields * r->ldq_max) * sizeof(T)));
+  KDE_CUDA_TRY(cudaMalloc((void **) &r->d_acc,
+                          (size_t) (r->fields * r->ldq_max) * sizeof(double)));
+  if (r->oq.on_device == NULL)
+    KDE_CUDA_TRY(cudaMalloc((void **) &r->d_query, (size_t) (d * r->ldq_max) * sizeof(double)));
+  KDE_HOST_ALLOC(r->staging, r->fields * r->ldq_max, "the derivative sums of a batch");
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* Splits of the training range for one launch (grid.y): none with enough
+ * query blocks, else enough blocks for 4 waves, each split at least
+ * kMinUnitsPerSplit units. */
+int64_t deriv_splits(int64_t blocks_q, int64_t units, int64_t concurrency, int64_t cap)
+{
+  int64_t s;
+  if (blocks_q >= 4 * concurrency) return 1;
+  s = ceil_div(4 * concurrency, blocks_q);
+  if (s > units / kMinUnitsPerSplit) s = units / kMinUnitsPerSplit;
+  if (s > cap) s = cap;
+  if (s < 1) s = 1;
+  return ceil_div(units, ceil_div(units, s)); /* whole units, none empty */
+}
+
+/* Rows [first, first + rows) of the (ordered) queries: plan, every shard,
+ * merge; their states end in r->staging ([fields][rows]). */
+template <typename T>
+int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, kde_status *status)
+{
+  kde_replica *rep = r->rep;
+  const int64_t d = r->p->dim, m = r->p->n_query;
+  const int64_t ldq = ceil_div(rows, kThreads) * kThreads, blocks_q = ldq / kThreads;
+  const size_t point = (size_t) (d + 1) * sizeof(T);
+  const double *qz = r->oq.on_device != NULL ? r->oq.on_device + first : r->d_query;
+  const int64_t ldz = r->oq.on_device != NULL ? m : r->ldq_max;
+  int visiting = 0;
+  if (r->oq.on_device == NULL)
+    KDE_CUDA_TRY(cudaMemcpy2DAsync(r->d_query, (size_t) r->ldq_max * sizeof(double),
+                                   r->oq.z + first, (size_t) m * sizeof(double),
+                                   (size_t) rows * sizeof(double), (size_t) d,
+                                   cudaMemcpyHostToDevice, rep->stream));
+  if (r->prune) {
+    batch_plan bp;
+    if (buffer_reserve(&rep->plan_box, (size_t) (2 * d * blocks_q) * sizeof(double), status) !=
+            0 ||
+        plan_block_boxes(qz, ldz, rows, (int) d, (double *) rep->plan_box.ptr, rep->stream,
+                         status) != 0 ||
+        plan_batch_device(r->model, rep, &r->plan, rows, r->n_units, &bp, status) != 0)
+      return -1;
+    visiting = bp.visiting;
+  }
+  for (int64_t shard_first = 0; shard_first < r->n_units; shard_first += r->shard_units) {
+    const int64_t units = r->n_units - shard_first < r->shard_units ? r->n_units - shard_first
+                                                                    : r->shard_units;
+    const int64_t splits = deriv_splits(blocks_q, units, r->concurrency, r->split_cap);
+    const int64_t offset = shard_first * kUnit * (d + 1);
+    deriv_args<T> a;
+    if (r->dev_train == NULL)
+      KDE_CUDA_TRY(cudaMemcpyAsync(r->shard, r->host_train + offset, (size_t) units * kUnit * point,
+                                   cudaMemcpyHostToDevice, rep->stream));
+    a.train = r->dev_train != NULL ? r->dev_train + offset : r->shard;
+    a.n_points = units * kUnit;
+    a.split_points = ceil_div(units, splits) * kUnit;
+    a.train_base = shard_first * kUnit;
+    a.query = qz;
+    a.ldz = ldz;
+    a.n_query = rows;
+    a.center = rep->model_center;
+    a.dim = (int) d;
+    a.expanded = r->expanded;
+    a.part = r->d_part;
+    a.ldq = ldq;
+    a.fields = r->fields;
+    a.visit = visiting ? (const int32_t *) rep->visit.ptr : NULL;
+    a.visit_offset = visiting ? (const int64_t *) rep->visit_offset.ptr : NULL;
+    r->fn<<<dim3((unsigned) blocks_q, (unsigned) splits), kThreads, r->smem, rep->stream>>>(a);
+    KDE_CUDA_LAUNCHED("derivative-sum kernel");
+    kde_deriv_merge_kernel<T><<<(unsigned) ceil_div(rows, kMergeThreads), kMergeThreads, 0,
+                                rep->stream>>>(r->d_part, (int) splits, r->fields, ldq, rows,
+                                               r->d_acc, r->ldq_max, shard_first == 0);
+    KDE_CUDA_LAUNCHED("derivative-sum merge kernel");
+  }
+  KDE_CUDA_TRY(cudaMemcpy2DAsync(r->staging, (size_t) rows * sizeof(double), r->d_acc,
+                                 (size_t) r->ldq_max * sizeof(double),
+                                 (size_t) rows * sizeof(double), (size_t) r->fields,
+                                 cudaMemcpyDeviceToHost, rep->stream));
+  KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* A batch's states (r->staging) into the results, in the caller's order:
+ * M from log2 to natural units, second's triangle to both halves. */
+template <typename T>
+void deriv_scatter(const deriv_run<T> *r, int64_t first, int64_t rows, double *log_scale,
+                   double *s0, double *k1sum, double *first_out, double *second_out)
+{
+  const int64_t d = r->p->dim, m = r->p->n_query;
+  const int64_t *order = r->prune ? r->oq.order : NULL;
+  const double *st = r->staging;
+#define DERIV_DST(i) (order != NULL ? order[first + (i)] : first + (i))
+  for (int64_t i = 0; i < rows; i++) {
+    const double top = st[kFieldMax * rows + i];
+    log_scale[DERIV_DST(i)] = top > -INFINITY ? top * kLn2 : -INFINITY;
+    s0[DERIV_DST(i)] = st[kFieldS0 * rows + i];
+    k1sum[DERIV_DST(i)] = st[kFieldK1 * rows + i];
+  }
+  for (int64_t c = 0; c < d; c++)
+    for (int64_t i = 0; i < rows; i++)
+      first_out[DERIV_DST(i) + c * m] = st[(kFieldFirst + c) * rows + i];
+  if (second_out != NULL)
+    for (int64_t b = 0; b < d; b++)
+      for (int64_t c = 0; c <= b; c++) {
+        const double *src = st + (kFieldFirst + d + b * (b + 1) / 2 + c) * rows;
+        for (int64_t i = 0; i < rows; i++) {
+          second_out[DERIV_DST(i) + (c + b * d) * m] = src[i];
+          second_out[DERIV_DST(i) + (b + c * d) * m] = src[i];
+        }
+      }
+#undef DERIV_DST
+}
+
+template <typename T>
+void derivative_sums_impl(kde_cuda_model *model, const kde_derivative_problem *p,
+                          double tolerance, int threads, kde_interrupt_probe interrupted,
+                          double *log_scale, double *s0, double *k1sum, double *first,
+                          double *second, kde_status *status)
+{
+  deriv_run<T> r;
+  int prev = -1, failed = 1, blocks_per_sm = 0;
+  memset(&r, 0, sizeof r);
+  r.model = model;
+  r.p = p;
+  r.second = second != NULL;
+  r.fields = deriv_fields((int) p->dim, r.second);
+  r.n_units = model->n_points / kUnit;
+  r.fn = select_deriv_kernel<T>(p->kernel, (int) p->dim, r.second, &r.smem);
+  if (r.fn == NULL) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "the GPU derivative sums need a kernel with a derivative and at most %d"
+                   " dimensions", kDerivMaxDim);
+    return;
+  }
+  KDE_CUDA_TRY(cudaGetDevice(&prev));
+  r.rep = &model->rep[0];
+  KDE_CUDA_TRY(cudaSetDevice(r.rep->device));
+  if (r.smem > r.rep->smem_optin) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "the GPU derivative sums at d = %lld need %.0f bytes of shared memory,"
+                   " more than this GPU has (%.0f)", (long long) p->dim, (double) r.smem,
+                   (double) r.rep->smem_optin);
+    goto cleanup;
+  }
+  if (r.smem > 48 * 1024)
+    KDE_CUDA_TRY(cudaFuncSetAttribute(r.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int) r.smem));
+  KDE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, r.fn, kThreads,
+                                                             r.smem));
+  r.concurrency = (int64_t) (blocks_per_sm > 0 ? blocks_per_sm : 1) * r.rep->multiprocessors;
+  if (deriv_training(&r, status) != 0 || deriv_order(&r, tolerance, threads, status) != 0 ||
+      deriv_size(&r, status) != 0)
+    goto cleanup;
+  for (int64_t at = 0; at < p->n_query; at += r.ldq_max) {
+    const int64_t rows = p->n_query - at < r.ldq_max ? p->n_query - at : r.ldq_max;
+    if (deriv_batch(&r, at, rows, status) != 0) goto cleanup;
+    deriv_scatter(&r, at, rows, log_scale, s0, k1sum, first, second);
+    if (at + rows < p->n_query && interrupted != NULL &&
+        interrupted((double) (at + rows) / (double) p->n_query)) {
+      kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
+      goto cleanup;
+    }
+  }
+  failed = 0;
+cleanup:
+  deriv_free(&r, failed);
+  if (prev >= 0) (void) cudaSetDevice(prev);
+}
+
+} // namespace
+
+extern "C" void kde_cuda_derivative_sums(kde_cuda_model *model,
+                                         const kde_derivative_problem *problem,
+                                         double tolerance, int threads,
+                                         kde_interrupt_probe interrupted, double *log_scale,
+                                         double *s0, double *k1sum, double *first,
+                                         double *second, kde_status *status)
+{
+  kde_status_clear(status);
+  if (model == NULL || problem == NULL || problem->n_query < 0 ||
+      (problem->n_query > 0 && (problem->query == NULL || log_scale == NULL || s0 == NULL ||
+                                k1sum == NULL || first == NULL))) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "internal: invalid problem passed to the CUDA derivative sums");
+    return;
+  }
+  if (problem->kernel != model->kernel || problem->dim != model->dim ||
+      problem->n_train != model->n_train || problem->train == NULL ||
+      problem->log_weight == NULL) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "internal: the derivative sums' training set is not the CUDA model's");
+    return;
+  }
+  if (!(tolerance >= 0 && tolerance < 1)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "the tolerance must be in [0, 1)");
+    return;
+  }
+  if (problem->n_query == 0) return;
+  if (model->precision == KDE_PRECISION_SINGLE)
+    derivative_sums_impl<float>(model, problem, tolerance, threads, interrupted, log_scale, s0,
+                                k1sum, first, second, status);
+  else
+    derivative_sums_impl<double>(model, problem, tolerance, threads, interrupted, log_scale,
+                                 s0, k1sum, first, second, status);
+}

@@ -1,0 +1,12 @@
+/*
+ * derivatives_single.cu: the single-precision kernels of the derivative sums
+ * (derivatives_kernels.cuh), apart from the other precision's so that the
+ * two compile side by side.
+ */
+#include "derivatives_kernels.cuh"
+
+namespace kdegpu {
+
+template deriv_kernel_fn<float> select_deriv_kernel<float>(int, int, bool, size_t *);
+
+} // namespace kdegpu
