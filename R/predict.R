@@ -69,11 +69,11 @@
 #'   data; `tolerance = 0` computes the full sum. In 1 to 5 dimensions most
 #'   pairs are far apart in bandwidth units, which is where the speed comes
 #'   from; in many dimensions little can be skipped and nothing is lost.
-#'   For `type = "gradient"` and `"hessian"` on the GPU the same proof
-#'   skips tiles at a tolerance reduced by the farthest query-to-point
-#'   distance, so that each of the sums behind them stays within
-#'   `tolerance` times the density's (in whitened units); the CPU computes
-#'   them in full.
+#'   For `type = "gradient"` and `"hessian"` on the GPU the same proof,
+#'   with each tile's bound multiplied by what bounds its derivative terms
+#'   (its distance to the queries), keeps each of the sums behind them
+#'   within `tolerance` times the density's (in whitened units); the CPU
+#'   computes them in full.
 #'   How much was skipped shows in the fit's [print()][kde_gpu-methods]:
 #'   the share of the query x training pairs that the last evaluation of
 #'   the fit in this R session computed (1 when nothing was skipped; the CUDA

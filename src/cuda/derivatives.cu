@@ -2,7 +2,7 @@
  * derivatives.cu: the kernel-derivative sums of a CUDA fit (the contract:
  * ../derivatives.h; the kernels: derivatives.cuh) on its first device:
  * where the training points come from, the queries' spatial order and each
- * batch's pruning plan (order.cu, plan.cu, as the density's), batches and
+ * batch's pruning plan (order.cu, derivatives_plan.cu), batches and
  * training shards under the memory budget, the merge of the splits' states
  * in double, and the results back in the caller's order.
  *
@@ -13,15 +13,12 @@
  * copy packed on the host from the fit's points (the same order and units)
  * is uploaded for the call, or streamed in shards.
  *
- * Pruning (d <= 4 on a spatially ordered fit, as the density): compact
- * kernels skip exactly the units beyond the support. The Gaussian and
- * exponential skip units by the density's proof (prune.c) at a tolerance
- * divided by F = 1 + D / 2 (+ D^2 / 4 with second), D the largest distance
- * between a query and a training point (in the kernel's units): a skipped
- * pair's |k1 v| is at most D k / 2 and |k2 v v'| at most D^2 k / 4 for the
- * Gaussian (for the exponential |k1 v| = k / 2 and the Hessian's bound
- * holds away from the cusp), so every sum is within `tolerance` times s0
- * of the full one.
+ * Pruning (d <= 4 on a spatially ordered fit, as the density): the
+ * queries in the density's spatial order (order.cu), each batch's plan by
+ * derivatives_plan.cu: compact kernels skip exactly the units beyond the
+ * support; the Gaussian and exponential skip units whose bounds, times
+ * what bounds their pairs' derivative terms, add up to at most `tolerance`
+ * times a lower bound of s0, so every sum is within that of the full one.
  */
 #include <cuda_runtime.h>
 
@@ -80,7 +77,7 @@ template <typename T> struct deriv_run {
   /* queries: ordered (pruning) or as given */
   int prune;
   ordered_queries oq;
-  kde_prune_plan plan;
+  double plan_tolerance;
   /* batches */
   int64_t ldq_max, split_cap;
   double *d_query, *d_acc, *staging;
@@ -144,29 +141,6 @@ cleanup:
   return -1;
 }
 
-/* F of the top of the file: 1 + D / 2 (+ D^2 / 4), D from the boxes of the
- * queries and of the training units. */
-double derivative_factor(const kde_cuda_model *model, const kde_derivative_problem *p,
-                         bool second)
-{
-  const int64_t d = p->dim, m = p->n_query, n_units = model->n_points / kUnit;
-  double far2 = 0;
-  for (int64_t k = 0; k < d; k++) {
-    double t_lo = INFINITY, t_hi = -INFINITY, q_lo = INFINITY, q_hi = -INFINITY;
-    for (int64_t u = 0; u < n_units; u++) {
-      t_lo = fmin(t_lo, model->unit_lo[u * d + k]);
-      t_hi = fmax(t_hi, model->unit_hi[u * d + k]);
-    }
-    for (int64_t i = 0; i < m; i++) {
-      q_lo = fmin(q_lo, p->query[i + k * m]);
-      q_hi = fmax(q_hi, p->query[i + k * m]);
-    }
-    const double a = fmax(q_hi - t_lo, t_hi - q_lo);
-    far2 += a * a;
-  }
-  return 1 + 0.5 * sqrt(far2) + (second ? 0.25 * far2 : 0.0);
-}
-
 /* The queries' order and the plan's tolerance, when the fit prunes. */
 template <typename T>
 int deriv_order(deriv_run<T> *r, double tolerance, int threads, kde_status *status)
@@ -183,11 +157,7 @@ int deriv_order(deriv_run<T> *r, double tolerance, int threads, kde_status *stat
   qs.tolerance = tolerance;
   qs.host_threads = threads;
   if (order_evaluation_queries(r->model, &qs, 1, &r->oq, status) != 0) return -1;
-  r->plan.kernel = p->kernel;
-  r->plan.dim = p->dim;
-  r->plan.n_tiles = r->n_units;
-  r->plan.tolerance = compact ? 0.0 : tolerance / derivative_factor(r->model, p, r->second);
-  r->plan.leave_one_out = 0;
+  r->plan_tolerance = compact ? 0.0 : tolerance;
   return 0;
 }
 
@@ -318,7 +288,7 @@ int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, kde_status *status
             0 ||
         plan_block_boxes(qz, ldz, rows, (int) d, (double *) rep->plan_box.ptr, rep->stream,
                          status) != 0 ||
-        plan_batch_device(r->model, rep, &r->plan, rows, r->n_units, &bp, status) != 0)
+        deriv_plan_batch(r->model, rep, r->plan_tolerance, r->second, rows, &bp, status) != 0)
       return -1;
     visiting = bp.visiting;
   }

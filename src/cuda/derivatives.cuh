@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model.cuh"
+#include "plan.cuh"
 #include "tuning.cuh"
 
 namespace kdegpu {
@@ -93,6 +95,13 @@ constexpr int kDerivMaxDim = 128;
  * rectangular kernel (no derivative) or dim > kDerivMaxDim. */
 template <typename T>
 deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, size_t *smem);
+
+/* The plan of a batch of n_batch queries whose blocks' boxes are in
+ * rep->plan_box (derivatives_plan.cu): the lists in rep->visit and
+ * rep->visit_offset, as plan_batch_device leaves them, with bounds that
+ * cover first, k1sum and (with `second`) second. */
+int deriv_plan_batch(const kde_cuda_model *model, kde_replica *rep, double tolerance,
+                     bool second, int64_t n_batch, batch_plan *out, kde_status *status);
 
 /* acc = merge(acc (unless first), every split's partial state), field by
  * field, in double: M the largest of their maxima, each sum rescaled to it. */
