@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Host emulation of the GPU derivative sums (no GPU needed): the real
+# kernels of src/cuda/derivatives_kernels.cuh and the count kernel of
+# src/cuda/derivatives_plan.cu, compiled by g++ (C++20) against the shims in
+# shim/ (one std::thread per CUDA thread, std::barrier for __syncthreads,
+# static for __shared__), checked against a double loop of derivatives.h's
+# contract:
+#   derivatives       every kernel, d = 1..40, both precisions, both storage
+#                     forms of the Gaussian, splits, shards and visit lists
+#   derivatives_plan  the plan's masks against a host port of the decision,
+#                     and pruned sums within tolerance * s0 of the full ones
+# Slow (minutes): it is for the logic, not the speed.
+#   bash bench/cuda/emulate/run.sh [derivatives|derivatives_plan] [kernel code]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+build="$here/build"
+mkdir -p "$build"
+cp "$here"/shim/* "$build"/
+for f in derivatives.cuh derivatives_kernels.cuh tuning.cuh kernel_facts.cuh tile_copy.cuh; do
+  cp "$root/src/cuda/$f" "$build/"
+done
+# the plan's device code, without its host function (CUB, the runtime)
+python3 - "$root/src/cuda/derivatives_plan.cu" "$build/deriv_plan_kernel.inc" <<'PY'
+import sys
+s = open(sys.argv[1]).read()
+a, b = s.index('namespace kdegpu {'), s.index('int deriv_plan_batch(')
+open(sys.argv[2], 'w').write(s[a:b] + '} // namespace kdegpu\n')
+PY
+which=${1:-derivatives}
+g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I"$build" -I"$root/src" \
+  -I"$root/inst/include" "$here/$which.cpp" -o "$build/$which"
+"$build/$which" "${@:2}"
