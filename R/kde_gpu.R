@@ -78,9 +78,11 @@
 #' leaves out a point together with its mirror images), [logLik()],
 #' [sample()][sample.kde_gpu] (draws from the unbounded estimate, folded
 #' back), [quantile()][quantile.kde_gpu], [kde_grid()] and [plot()] (default
-#' limits within the bounds) all honour the bounds. The bandwidth rules see
-#' the data as they are; the cross-validation selectors (`"lscv"`,
-#' `"mlcv"`) are for unbounded estimates and are refused with bounds.
+#' limits within the bounds) all honour the bounds. The bandwidth rules and
+#' the plug-in selectors (`"SJ"`, `"sj-dpi"`, `"plugin"`) see the data as
+#' they are: they choose the bandwidth of the unbounded estimate, which the
+#' reflection then folds; the cross-validation selectors (`"lscv"`,
+#' `"mlcv"`) would score the unbounded estimate and are refused with bounds.
 #'
 #' @section Interrupts and forked processes:
 #' Ctrl-C stops an evaluation within about a second, frees its memory (host
@@ -181,7 +183,8 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
       tolower(bw) %in% cv_rules) {
     stop_arg("bw", sprintf(paste0(
       "= \"%s\" selects a bandwidth for an unbounded estimate; with `lower` or `upper` ",
-      "give `bw` or `H`, or a rule (\"nrd0\", \"nrd\", \"scott\", \"silverman\")."), bw))
+      "give `bw` or `H`, a rule (\"nrd0\", \"nrd\", \"scott\", \"silverman\") or a ",
+      "plug-in selector (\"SJ\", \"sj-dpi\", \"plugin\")."), bw))
   }
   requested_backend <- backend
   backend <- choose_backend(backend)

@@ -119,7 +119,7 @@ merge_end_points <- function(x, density, merge_tol) {
     representative <- c(representative, i)
     cell_label[[cell[[i]]]] <- length(representative)
   }
-  list(representative = representative, density = density[representative],
+  list(representative = representative, density = unname(density[representative]),
        label = cell_label[cell])
 }
 
