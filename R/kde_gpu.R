@@ -160,7 +160,7 @@
 kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
                     backend = c("auto", "cuda", "cpu"),
                     precision = c("double", "single"), adjust = 1, lower = -Inf,
-                    upper = Inf, debias = FALSE) {
+                    upper = Inf, debias = FALSE, adaptive = FALSE, alpha = 1 / 2) {
   data_name <- deparse1(substitute(x))
   call <- match.call()
   backend <- match_choice(backend, c("auto", "cuda", "cpu"), "backend")
@@ -172,11 +172,25 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     stop_arg("debias", sprintf("needs the gaussian kernel (score debiasing is defined for it), not %s.",
                                kernel))
   }
+  check_flag(adaptive, "adaptive")
+  # alpha only means something for an adaptive fit: given alone it is
+  # more likely a mistake than a wish for the fixed estimate
+  if (!missing(alpha) && !adaptive) {
+    stop_arg("alpha", "applies to adaptive fits only: add `adaptive = TRUE`.")
+  }
+  alpha <- check_alpha(alpha)
+  if (adaptive && debias) {
+    stop_arg("adaptive", "cannot be combined with `debias = TRUE` yet: choose one.")
+  }
   x <- as_point_matrix(x, "x")
   weights <- normalise_weights(weights, nrow(x))
   bounds <- resolve_bounds(lower, upper, x)
   bounded <- any(is.finite(c(bounds$lower, bounds$upper)))
   if (debias && bounded) stop_arg("debias", "is not available with `lower`/`upper` bounds.")
+  if (adaptive && bounded) {
+    stop_arg("adaptive", "is not available with `lower`/`upper` bounds yet; drop the bounds ",
+             "or fit a fixed-bandwidth estimate.")
+  }
   if (bounded && is.character(bw) && length(bw) == 1L && !is.na(bw) &&
       tolower(bw) %in% cv_rules) {
     stop_arg("bw", sprintf(paste0(
@@ -204,6 +218,14 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     dimnames(moved) <- dimnames(x)
     object <- new_kde_gpu(moved, weights, bandwidth, kernel, backend, precision, call, data_name)
   }
+  if (adaptive) {
+    # the fixed estimate at its own points is the pilot (self terms kept)
+    pilot <- log_density_at_training_points(object, leave_one_out = FALSE)
+    lambda <- local_factors(pilot, weights, alpha)
+    release_device_copy(object)
+    object <- set_local_factors(object, lambda, alpha)
+    if (backend == "cuda") cuda_model(object)
+  }
   object$debias <- debias
   # Cluster workers choose their own backend unless the user asked for one.
   object$requested_backend <- requested_backend
@@ -215,7 +237,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
 }
 
 new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
-                        call, data_name) {
+                        call, data_name, lambda = NULL) {
   H <- bandwidth$H
   dimnames(H) <- list(colnames(x), colnames(x))
   white <- whitening(H, kernel)
@@ -236,9 +258,10 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     data.name = data_name,
     # Evaluation state: the whitened, centred training points in a spatial
     # (k-d) order whose tiles of 256 points are compact (z; its row i is
-    # point order[i] of x, its weight tile_weights[i]), so that evaluations
-    # skip what provably cannot matter, and the constant that turns a
-    # kernel sum into a log-density.
+    # point order[i] of x, its kernel's weight tile_weights[i] and, for an
+    # adaptive fit, its scale tile_scale[i]; see set_local_factors()), so
+    # that evaluations skip what provably cannot matter, and the constant
+    # that turns a kernel sum into a log-density.
     center = center,
     transform = white$transform,
     chol_H = white$R,
@@ -247,6 +270,7 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     order = NULL,
     tile_size = NULL,
     tile_weights = NULL,
+    tile_scale = NULL,
     id = new_data_id(), # names the data on cluster workers
     device = new.env(parent = emptyenv())
   ), class = "kde_gpu")
@@ -258,8 +282,51 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
   object$order <- if (spatial) .Call(C_kdegpu_spatial_order, z, cpu_threads()) else seq_len(nrow(z))
   object$z <- z[object$order, , drop = FALSE]
   object$tile_weights <- weights[object$order]
+  if (!is.null(lambda)) object <- set_local_factors(object, lambda)
   if (backend == "cuda") cuda_model(object)
   object
+}
+
+# ---- the sample-point adaptive estimator ----------------------------------
+
+# Abramson's local factors from the pilot log-densities at the training
+# points: lambda_j = (f(x_j) / g)^-alpha, log g = sum_j w_j log f(x_j) (the
+# weighted geometric mean, over points of positive weight: a point of
+# weight 0 may have pilot 0, and it adds nothing to the estimate anyway, so
+# its factor is 1 there).
+local_factors <- function(pilot, weights, alpha) {
+  positive <- weights > 0
+  log_g <- sum(weights[positive] * pilot[positive])
+  lambda <- exp(-alpha * (pilot - log_g))
+  lambda[!is.finite(pilot) | !is.finite(lambda)] <- 1
+  lambda
+}
+
+# Point j's kernel gets covariance lambda_j^2 H: in whitened coordinates its
+# s^2 is divided by lambda_j^2 (the backends' tile_scale) and its weight
+# multiplied by lambda_j^-d. Those kernel weights are normalised to sum 1
+# (as the backends expect; nothing then overflows, however small lambda),
+# and the log of their total goes into log_const. `alpha`: NA for the fits
+# made inside (margins, cluster shards) from an adaptive fit's factors.
+set_local_factors <- function(object, lambda, alpha = NA_real_) {
+  log_w <- log(object$weights) - object$d * log(lambda)
+  top <- max(log_w)
+  kernel_weights <- exp(log_w - top)
+  total <- sum(kernel_weights)
+  object$tile_weights <- (kernel_weights / total)[object$order]
+  object$tile_scale <- as.double(lambda[object$order])
+  object$log_const <- object$log_const + top + log(total)
+  object$adaptive <- list(alpha = alpha, lambda = as.double(lambda))
+  object$id <- new_data_id()
+  object
+}
+
+check_alpha <- function(alpha) {
+  if (!is.numeric(alpha) || length(alpha) != 1L || is.na(alpha) || !is.finite(alpha) ||
+      alpha < 0 || alpha > 1) {
+    stop_arg("alpha", "must be one number in [0, 1] (1/2: Abramson's square-root law).")
+  }
+  as.double(alpha)
 }
 
 match_choice <- function(value, choices, arg) {

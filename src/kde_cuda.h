@@ -73,6 +73,8 @@ typedef struct {
   int64_t dim;              /* 1 .. KDE_SAMPLE_MAX_DIM */
   const double *train;      /* n_train x dim, original coordinates */
   const double *cumulative; /* n_train: cumulative weights, last positive 1 */
+  const double *scale;      /* NULL, or n_train factors lambda_j of an
+                               adaptive fit: point j's noise is lambda_j z */
   const double *chol_h;     /* dim x dim: noise z becomes z %*% chol_h */
   int64_t size;             /* draws */
   uint32_t seed[2];

@@ -113,8 +113,8 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
                  transform = NULL, kernel = 0L, log_const = 0,
                  leave_one_out = FALSE, threads = 1L, progress = -1,
                  tile_size = 0L, tolerance = 0) {
-    out <- .Call(entry, train, weight, tile_size, query, center, transform, kernel, log_const,
-                 leave_one_out, tolerance, threads, progress)
+    out <- .Call(entry, train, weight, NULL, tile_size, query, center, transform, kernel,
+                 log_const, leave_one_out, tolerance, threads, progress)
     # the share of pairs computed comes as an attribute (for the fit's print())
     expect_equal(attr(out, "pairs_share"), 1)
     as.vector(out)
