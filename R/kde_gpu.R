@@ -82,6 +82,49 @@
 #' the data as they are; the cross-validation selectors (`"lscv"`,
 #' `"mlcv"`) are for unbounded estimates and are refused with bounds.
 #'
+#' @section Adaptive bandwidths:
+#' With `adaptive = TRUE` the fit is the sample-point adaptive estimator
+#' (Abramson, 1982; Silverman, 1986, section 5.3): training point j gets
+#' its own bandwidth matrix \eqn{\lambda_j^2 H},
+#' \deqn{\hat f(x) = \sum_j w_j |\lambda_j^2 H|^{-1/2} K(H^{-1/2} (x - x_j) /
+#' \lambda_j),}{f(x) = sum_j w_j |lambda_j^2 H|^(-1/2) K(H^(-1/2) (x - x_j) / lambda_j),}
+#' with local factors \eqn{\lambda_j = (\tilde f(x_j) / g)^{-\alpha}}{lambda_j
+#' = (f~(x_j) / g)^(-alpha)}: the pilot \eqn{\tilde f}{f~} is the fixed-bandwidth
+#' estimate with the same kernel, `H` and weights (whatever chose `H`: a
+#' rule, a selector, `adjust`), evaluated at the training points with each
+#' point's own term included (as in Silverman's definition; without it a
+#' compact kernel's pilot could be 0 at an isolated point), and \eqn{\log g
+#' = \sum_j w_j \log \tilde f(x_j)}{log g = sum_j w_j log f~(x_j)} is its
+#' weighted geometric mean, so the factors' weighted geometric mean is 1.
+#' Points in sparse regions get wider kernels, points in dense ones
+#' narrower. `alpha` is the sensitivity: 1/2 (the default) is Abramson's
+#' square-root law, 0 gives the fixed estimate and larger values adapt more
+#' strongly (1/d is another choice in the literature). A point of weight 0 whose pilot is 0 gets factor 1 (it
+#' contributes nothing). The factors are `object$adaptive$lambda`.
+#'
+#' Evaluation is exact and fused as for a fixed fit (one more per-point
+#' value in the tiles, on both backends; the GPU's tensor-core paths fall
+#' back to its FMA kernels, so the single-precision Gaussian at d = 3 and
+#' d >= 16 runs slower than a fixed fit), and skipping tiles keeps its
+#' guarantee:
+#' each tile's bounds use its widest and its narrowest kernel.
+#' [predict()][predict.kde_gpu] (densities, `type = "cdf"`, leave-one-out,
+#' which keeps the full fit's factors), [logLik()],
+#' [sample()][sample.kde_gpu] (point j's noise has covariance
+#' \eqn{\lambda_j^2 H}, on the GPU too), [quantile()][quantile.kde_gpu],
+#' grids, margins, plots, clusters and GPU memory budgets all honour the
+#' factors. Not yet available: bounds (`lower`, `upper`), `debias`, and
+#' derivatives (`type = "gradient"`, `"hessian"`, [kde_modes()]).
+#'
+#' Unlike `ks::kde.sp()` (ks 1.14: d = 2 only; local bandwidths from a
+#' pilot's fourth derivatives on data scaled by the columns' standard
+#' deviations, ignoring `H`; kernels cut off 3.7 standard deviations out on
+#' a grid; weights ignored in the final sum), the factors here follow
+#' Abramson's law from the fixed estimate with the given `H`, in any
+#' dimension, for every kernel and with weights, and are evaluated exactly
+#' anywhere. Given the same local bandwidths the two are the same sum
+#' (tests/testthat/test-adaptive.R compares them).
+#'
 #' @section Interrupts and forked processes:
 #' Ctrl-C stops an evaluation within about a second, frees its memory (host
 #' and GPU) and signals R's own interrupt condition, so
@@ -135,11 +178,28 @@
 #'   removes the leading \eqn{O(h^2)} bias term, so the bandwidth that
 #'   suits it is larger than for the plain estimate. The fit's `x` holds
 #'   the moved points.
+#' @param adaptive If `TRUE`, the sample-point adaptive estimate (see
+#'   Adaptive bandwidths): each point's bandwidth is scaled by a local
+#'   factor from a pilot estimate, the fixed-bandwidth fit with the same
+#'   `H`. Not with `lower`/`upper` bounds or `debias`.
+#' @param alpha The sensitivity of the local factors, a number in \[0, 1\]:
+#'   \eqn{\lambda_j = (\tilde f(x_j) / g)^{-\alpha}}{lambda_j = (f~(x_j) /
+#'   g)^(-alpha)}; 1/2 (the default) is Abramson's square-root law, 0 the
+#'   fixed estimate. Only for `adaptive = TRUE` (an error otherwise).
 #' @return An object of class `"kde_gpu"`: a list with the data `x`, the
 #'   normalised `weights`, `n`, `d`, the bandwidth matrix `H` (and `bw`,
 #'   its square root on the diagonal, when `H` is diagonal), `kernel`,
-#'   `backend`, `precision`, `call`, `data.name`, and the bounds `lower`
-#'   and `upper` (one per column, infinite where there is none).
+#'   `backend`, `precision`, `call`, `data.name`, the bounds `lower`
+#'   and `upper` (one per column, infinite where there is none), and for
+#'   an adaptive fit `adaptive`, a list with `alpha` and the local factors
+#'   `lambda` (one per point, in the data's order).
+#' @references Abramson, I. S. (1982). On bandwidth variation in kernel
+#'   estimates: a square root law. *The Annals of Statistics* 10(4),
+#'   1217-1223.
+#'
+#'   Silverman, B. W. (1986). *Density Estimation for Statistics and Data
+#'   Analysis*. Chapman and Hall, London. Section 5.3 (the adaptive kernel
+#'   estimate).
 #' @seealso [predict.kde_gpu()], [sample.kde_gpu()], [plot.kde_gpu()],
 #'   [logLik.kde_gpu()], [as.density()], [kdegpu-options] (the options
 #'   kdegpu reads)
@@ -151,6 +211,11 @@
 #' # 2-D with a full bandwidth matrix (Scott's rule by default)
 #' fit2 <- kde_gpu(faithful, kernel = "epanechnikov", backend = "cpu")
 #' predict(fit2, faithful[1:3, ], log = TRUE)
+#'
+#' # adaptive bandwidths: wider kernels in the sparse tail
+#' fit_a <- kde_gpu(rivers, adaptive = TRUE, backend = "cpu")
+#' fit_a
+#' range(fit_a$adaptive$lambda)
 #'
 #' # positive data: the reflection estimator, 0 below the bound
 #' fit3 <- kde_gpu(rivers, lower = 0, backend = "cpu")

@@ -198,8 +198,10 @@ as.density.kde_gpu <- function(x, n = 512L, from = NULL, to = NULL, cut = 3, ...
   n <- check_count(n, "n")
   bw <- sqrt(x$H[1L, 1L])
   # by default within the bounds of a bounded fit
-  if (is.null(from)) from <- max(min(x$x) - cut * bw, bound_or(x$lower, -Inf))
-  if (is.null(to)) to <- min(max(x$x) + cut * bw, bound_or(x$upper, Inf))
+  # an adaptive fit's point j reaches lambda_j bandwidths
+  reach <- cut * bw * if (is.null(x$adaptive)) 1 else x$adaptive$lambda
+  if (is.null(from)) from <- max(min(x$x - reach), bound_or(x$lower, -Inf))
+  if (is.null(to)) to <- min(max(x$x + reach), bound_or(x$upper, Inf))
   grid <- seq(from, to, length.out = n)
   structure(list(
     x = grid, y = predict(x, grid), bw = bw, n = x$n,

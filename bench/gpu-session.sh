@@ -11,7 +11,9 @@
 #
 # Steps: tests (the whole testthat suite, CUDA backend), harness (the CUDA
 # harness's correctness mode), bench (bench/gpu.R, written to
-# $OUT/gpu.csv), prune (bench/prune.R, to $OUT/prune.csv), sanitize (compute-sanitizer memcheck on a short R workload).
+# $OUT/gpu.csv), prune (bench/prune.R, to $OUT/prune.csv), adaptive
+# (bench/check_adaptive_gpu.R: adaptive fits, cuda vs cpu, and timings),
+# sanitize (compute-sanitizer memcheck on a short R workload).
 set -uo pipefail
 final=${OUT:-/tmp/kdegpu-out}
 out=$(mktemp -d)
@@ -59,6 +61,8 @@ for s in ${STEPS:-tests harness bench}; do
       step bench Rscript bench/gpu.R "$out/gpu.csv" ;;
     prune)
       step prune Rscript bench/prune.R "$out/prune.csv" ;;
+    adaptive)
+      step adaptive Rscript bench/check_adaptive_gpu.R ;;
     sanitize)
       step sanitize compute-sanitizer --tool memcheck --leak-check full Rscript -e '
         library(kdegpu); set.seed(1); x <- matrix(rnorm(3e4), ncol = 3)

@@ -62,8 +62,8 @@ void kde_cuda_log_density(kde_cuda_model *model, const kde_query_set *query,
 /*
  * Draws from the estimate: each draw picks training point j with
  * probability w_j (through the cumulative weights) and adds kernel noise
- * with covariance H, as z %*% chol_h for a standard draw z of the kernel
- * (identity covariance). Random numbers come from a counter-based
+ * with covariance H (lambda_j^2 H given `scale`), as z %*% chol_h for a
+ * standard draw z of the kernel (identity covariance). Random numbers come from a counter-based
  * generator (Philox4x32-10) keyed by `seed`, so draw i depends on (seed, i)
  * only: the same seed gives the same draws on any device and batch size.
  */
