@@ -93,7 +93,9 @@
 #' estimate with the same kernel, `H` and weights (whatever chose `H`: a
 #' rule, a selector, `adjust`), evaluated at the training points with each
 #' point's own term included (as in Silverman's definition; without it a
-#' compact kernel's pilot could be 0 at an isolated point), and \eqn{\log g
+#' compact kernel's pilot could be 0 at an isolated point) and in double
+#' precision on the fit's backend whatever `precision` says (so the factors
+#' agree across backends and precisions to rounding), and \eqn{\log g
 #' = \sum_j w_j \log \tilde f(x_j)}{log g = sum_j w_j log f~(x_j)} is its
 #' weighted geometric mean, so the factors' weighted geometric mean is 1.
 #' Points in sparse regions get wider kernels, points in dense ones
@@ -284,9 +286,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     object <- new_kde_gpu(moved, weights, bandwidth, kernel, backend, precision, call, data_name)
   }
   if (adaptive) {
-    # the fixed estimate at its own points is the pilot (self terms kept)
-    pilot <- log_density_at_training_points(object, leave_one_out = FALSE)
-    lambda <- local_factors(pilot, weights, alpha)
+    lambda <- local_factors(pilot_log_density(object), weights, alpha)
     release_device_copy(object)
     object <- set_local_factors(object, lambda, alpha)
     if (backend == "cuda") cuda_model(object)
@@ -353,6 +353,19 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
 }
 
 # ---- the sample-point adaptive estimator ----------------------------------
+
+# The pilot: the fixed estimate at its own points, self terms kept, always
+# in double precision (a single-precision CUDA fit gets a double copy for
+# it), so that the local factors, part of the estimate's definition, are
+# the same on every backend and precision to rounding.
+pilot_log_density <- function(object) {
+  if (object$backend == "cuda" && object$precision == "single") {
+    object$precision <- "double"
+    object$device <- new.env(parent = emptyenv())
+    on.exit(release_device_copy(object))
+  }
+  log_density_at_training_points(object, leave_one_out = FALSE)
+}
 
 # Abramson's local factors from the pilot log-densities at the training
 # points: lambda_j = (f(x_j) / g)^-alpha, log g = sum_j w_j log f(x_j) (the

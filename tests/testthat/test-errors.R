@@ -192,6 +192,6 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
   expect_error(ok(threads = 1:2), "`threads`")
   # R itself refuses a call with the wrong number of arguments.
   expect_error(.Call(entry, train, weight, query, NULL, NULL, 0L, 0, FALSE),
-               "expecting 12")
-  expect_error(.Call(entry), "expecting 12")
+               "expecting 13")
+  expect_error(.Call(entry), "expecting 13")
 })
