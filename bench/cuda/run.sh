@@ -27,10 +27,11 @@ flags="-O3 -std=c++17 -arch=$ARCH -I$root/inst/include -I$root/src"
 
 # The backend's sources (src/cuda/*.cu) and their objects in build/, one per
 # source; and the package's host C sources that they call (the k-d order,
-# the boxes, the pruning proof, the whitening, the thread count).
+# the boxes, the pruning proof, the whitening, the thread count, the moment
+# index of moments.cu).
 sources() { ls "$root"/src/cuda/*.cu 2>/dev/null; }
 objects() { for f in $(sources); do printf '%s\n' "$here/build/$(basename "${f%.cu}").o"; done; }
-host_sources="prune spatial threads whiten"
+host_sources="moments prune spatial threads whiten"
 host_objects() { for f in $host_sources; do printf '%s\n' "$here/build/host_$f.o"; done; }
 CC=${CC:-cc}
 
