@@ -133,7 +133,8 @@ cuda_model <- function(object) {
       !identical(cache$config, config)) {
     if (!is.null(cache$handle)) .Call(C_kdegpu_cuda_model_release, cache$handle)
     cache$handle <- .Call(
-      C_kdegpu_cuda_model_create, object$z, object$tile_weights, object$tile_size,
+      C_kdegpu_cuda_model_create, object$z, object$tile_weights, object$tile_scale,
+      object$tile_size,
       kernel_index(object$kernel),
       if (object$precision == "single") 1L else 0L, config$devices, config$budget,
       cpu_threads()
@@ -170,8 +171,8 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
     .Call(C_kdegpu_log_density_cuda, cuda_model(object), query, center, transform,
           object$log_const, leave_one_out, tolerance, cpu_threads(), progress_delay())
   } else {
-    .Call(C_kdegpu_log_density_cpu, object$z, object$tile_weights, object$tile_size,
-          query, center, transform, kernel_index(object$kernel), object$log_const,
+    .Call(C_kdegpu_log_density_cpu, object$z, object$tile_weights, object$tile_scale,
+          object$tile_size, query, center, transform, kernel_index(object$kernel), object$log_const,
           leave_one_out, tolerance, cpu_threads(), progress_delay())
   }
   # The share of the query x training pairs the backend computed (below 1

@@ -200,11 +200,17 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
             class = c("kdegpu_bandwidth", class(out)))
 }
 
+# The bandwidth alone: its numbers, dim and names, without the class and
+# the search's attributes.
+bare_bandwidth <- function(x) {
+  if (!inherits(x, "kdegpu_bandwidth")) return(x)
+  attributes(x) <- attributes(x)[intersect(names(attributes(x)), c("dim", "dimnames", "names"))]
+  x
+}
+
 #' @export
 print.kdegpu_bandwidth <- function(x, ...) {
-  value <- x
-  attributes(value) <- attributes(x)[intersect(names(attributes(x)), c("dim", "dimnames", "names"))]
-  print(value, ...)
+  print(bare_bandwidth(x), ...)
   cat(sprintf("criterion at the optimum: %.8g (%d evaluations)\n",
               attr(x, "criterion"), nrow(attr(x, "trace"))))
   invisible(x)
@@ -246,4 +252,12 @@ bandwidth_by_cv <- function(x, weights, rule, kernel, backend, precision) {
   H <- attr(selector(x, type = type, weights = weights, kernel = kernel,
                      backend = backend, precision = precision), "H")
   list(H = H, type = type, method = rule)
+}
+
+# Arithmetic on a selected bandwidth (2 * H, H / 4) gives a plain number or
+# matrix: the criterion and trace describe the selected one only.
+#' @export
+Ops.kdegpu_bandwidth <- function(e1, e2) {
+  if (missing(e2)) return(get(.Generic)(bare_bandwidth(e1)))
+  get(.Generic)(bare_bandwidth(e1), bare_bandwidth(e2))
 }

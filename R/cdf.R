@@ -21,7 +21,7 @@ evaluate_cdf <- function(object, query) {
   images <- list(vapply(per_coordinate, nrow, 0L),
                  as.double(unlist(lapply(per_coordinate, `[[`, "sign"))),
                  as.double(unlist(lapply(per_coordinate, `[[`, "shift"))))
-  .Call(C_kdegpu_cdf_cpu, object$x, object$weights, sqrt(diag(object$H)),
+  .Call(C_kdegpu_cdf_cpu, object$x, object$weights, object$adaptive$lambda, sqrt(diag(object$H)),
         kernel_index(object$kernel), query, as.double(lower), as.double(upper), images,
         cpu_threads(), progress_delay())
 }
@@ -82,8 +82,10 @@ support_ends <- function(fit) {
     if (fit$kernel == "gaussian") 40 * sd else 800 * sd
   }
   keep <- fit$weights > 0
-  from <- min(fit$x[keep, 1L]) - reach
-  to <- max(fit$x[keep, 1L]) + reach
+  # an adaptive fit's kernels reach lambda_j times as far
+  reach <- reach * if (is.null(fit$adaptive)) 1 else fit$adaptive$lambda[keep]
+  from <- min(fit$x[keep, 1L] - reach)
+  to <- max(fit$x[keep, 1L] + reach)
   lower <- if (is.null(fit$lower)) -Inf else fit$lower
   upper <- if (is.null(fit$upper)) Inf else fit$upper
   lo <- max(from, lower)

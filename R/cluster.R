@@ -40,14 +40,15 @@ cluster_engine <- function(cluster) {
            "(the current future::plan()).")
 }
 
-# What the workers need to know of a data set: its points, weights, an id,
-# and where it was sent already (an environment shared by copies of a fit).
-cluster_data <- function(x, weights, id, sent) {
-  list(x = x, weights = weights, id = id, sent = sent)
+# What the workers need to know of a data set: its points, weights, an
+# adaptive fit's local factors (NULL otherwise), an id, and where it was
+# sent already (an environment shared by copies of a fit).
+cluster_data <- function(x, weights, id, sent, lambda = NULL) {
+  list(x = x, weights = weights, lambda = lambda, id = id, sent = sent)
 }
 
 fit_cluster_data <- function(object) {
-  cluster_data(object$x, object$weights, object$id, object$device)
+  cluster_data(object$x, object$weights, object$id, object$device, object$adaptive$lambda)
 }
 
 # Contiguous, ordered index chunks, at most `k`, none empty.
@@ -57,14 +58,16 @@ split_indices <- function(n, k) {
   lapply(seq_len(k), function(i) seq.int(ends[i] + 1, ends[i + 1L]))
 }
 
-# A worker's shard: its points, their weights renormalised, and the log of
-# the weight share they carry (-Inf for a shard of zero weight).
+# A worker's shard: its points, their weights renormalised, their local
+# factors (adaptive fits; they stay the whole fit's), and the log of the
+# weight share they carry (-Inf for a shard of zero weight).
 make_shards <- function(data, k) {
   lapply(split_indices(nrow(data$x), k), function(index) {
     w <- data$weights[index]
     share <- sum(w)
     list(x = data$x[index, , drop = FALSE], index = index,
-         weights = if (share > 0) w / share else w, log_share = log(share))
+         weights = if (share > 0) w / share else w, log_share = log(share),
+         lambda = data$lambda[index])
   })
 }
 
@@ -100,7 +103,7 @@ worker_evaluate <- function(shard, task) {
   backend <- switch(task$backend, cpu = "cpu", cuda = "cuda",
                     auto = if (.Call(C_kdegpu_cuda_device_count) > 0L) "cuda" else "cpu")
   fit <- new_kde_gpu(shard$x, shard$weights, list(H = task$H, type = "full", method = "given"),
-                     task$kernel, backend, task$precision, NULL, "shard")
+                     task$kernel, backend, task$precision, NULL, "shard", lambda = shard$lambda)
   on.exit(release_device_copy(fit))
   out <- evaluate_log_density(fit, task$points, tolerance = task$tolerance)
   if (task$leave_one_out) {

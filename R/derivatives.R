@@ -32,6 +32,9 @@ check_differentiable <- function(object, what) {
 cuda_derivative_max_dim <- 128L
 
 derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
+  # every caller refuses adaptive fits first (check_differentiable, kde_modes):
+  # their kernels differ per point, which none of the engines below knows
+  stopifnot(is.null(object$adaptive))
   d <- object$d
   m <- nrow(zq)
   if (object$backend == "cuda" && d <= cuda_derivative_max_dim) {

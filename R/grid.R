@@ -132,9 +132,11 @@ grid_axes <- function(fit, columns, n, lims, cut) {
     stop_arg("cut", "must be one non-negative number (bandwidths beyond the data).")
   }
   if (is.null(lims)) {
-    bandwidths <- sqrt(diag(fit$H))[columns]
-    lower <- apply(fit$x[, columns, drop = FALSE], 2L, min) - cut * bandwidths
-    upper <- apply(fit$x[, columns, drop = FALSE], 2L, max) + cut * bandwidths
+    # each point's own bandwidths (lambda_j times H's for an adaptive fit)
+    reach <- outer(if (is.null(fit$adaptive)) rep(1, fit$n) else fit$adaptive$lambda,
+                   cut * sqrt(diag(fit$H))[columns])
+    lower <- apply(fit$x[, columns, drop = FALSE] - reach, 2L, min)
+    upper <- apply(fit$x[, columns, drop = FALSE] + reach, 2L, max)
     # within the bounds of a bounded fit (where its density is not 0)
     lower <- pmax(lower, bound_or(fit$lower, -Inf)[columns])
     upper <- pmin(upper, bound_or(fit$upper, Inf)[columns])

@@ -78,9 +78,56 @@
 #' leaves out a point together with its mirror images), [logLik()],
 #' [sample()][sample.kde_gpu] (draws from the unbounded estimate, folded
 #' back), [quantile()][quantile.kde_gpu], [kde_grid()] and [plot()] (default
-#' limits within the bounds) all honour the bounds. The bandwidth rules see
-#' the data as they are; the cross-validation selectors (`"lscv"`,
-#' `"mlcv"`) are for unbounded estimates and are refused with bounds.
+#' limits within the bounds) all honour the bounds. The bandwidth rules and
+#' the plug-in selectors (`"SJ"`, `"sj-dpi"`, `"plugin"`) see the data as
+#' they are: they choose the bandwidth of the unbounded estimate, which the
+#' reflection then folds; the cross-validation selectors (`"lscv"`,
+#' `"mlcv"`) would score the unbounded estimate and are refused with bounds.
+#'
+#' @section Adaptive bandwidths:
+#' With `adaptive = TRUE` the fit is the sample-point adaptive estimator
+#' (Abramson, 1982; Silverman, 1986, section 5.3): training point j gets
+#' its own bandwidth matrix \eqn{\lambda_j^2 H},
+#' \deqn{\hat f(x) = \sum_j w_j |\lambda_j^2 H|^{-1/2} K(H^{-1/2} (x - x_j) /
+#' \lambda_j),}{f(x) = sum_j w_j |lambda_j^2 H|^(-1/2) K(H^(-1/2) (x - x_j) / lambda_j),}
+#' with local factors \eqn{\lambda_j = (\tilde f(x_j) / g)^{-\alpha}}{lambda_j
+#' = (f~(x_j) / g)^(-alpha)}: the pilot \eqn{\tilde f}{f~} is the fixed-bandwidth
+#' estimate with the same kernel, `H` and weights (whatever chose `H`: a
+#' rule, a selector, `adjust`), evaluated at the training points with each
+#' point's own term included (as in Silverman's definition; without it a
+#' compact kernel's pilot could be 0 at an isolated point) and in double
+#' precision on the fit's backend whatever `precision` says (so the factors
+#' agree across backends and precisions to rounding), and \eqn{\log g
+#' = \sum_j w_j \log \tilde f(x_j)}{log g = sum_j w_j log f~(x_j)} is its
+#' weighted geometric mean, so the factors' weighted geometric mean is 1.
+#' Points in sparse regions get wider kernels, points in dense ones
+#' narrower. `alpha` is the sensitivity: 1/2 (the default) is Abramson's
+#' square-root law, 0 gives the fixed estimate and larger values adapt more
+#' strongly (1/d is another choice in the literature). A point of weight 0 whose pilot is 0 gets factor 1 (it
+#' contributes nothing). The factors are `object$adaptive$lambda`.
+#'
+#' Evaluation is exact and fused as for a fixed fit (one more per-point
+#' value in the tiles, on both backends; the GPU's tensor-core paths fall
+#' back to its FMA kernels, so the single-precision Gaussian at d = 3 and
+#' d >= 16 runs slower than a fixed fit), and skipping tiles keeps its
+#' guarantee:
+#' each tile's bounds use its widest and its narrowest kernel.
+#' [predict()][predict.kde_gpu] (densities, `type = "cdf"`, leave-one-out,
+#' which keeps the full fit's factors), [logLik()],
+#' [sample()][sample.kde_gpu] (point j's noise has covariance
+#' \eqn{\lambda_j^2 H}, on the GPU too), [quantile()][quantile.kde_gpu],
+#' grids, margins, plots, clusters and GPU memory budgets all honour the
+#' factors. Not yet available: bounds (`lower`, `upper`), `debias`, and
+#' derivatives (`type = "gradient"`, `"hessian"`, [kde_modes()]).
+#'
+#' Unlike `ks::kde.sp()` (ks 1.14: d = 2 only; local bandwidths from a
+#' pilot's fourth derivatives on data scaled by the columns' standard
+#' deviations, ignoring `H`; kernels cut off 3.7 standard deviations out on
+#' a grid; weights ignored in the final sum), the factors here follow
+#' Abramson's law from the fixed estimate with the given `H`, in any
+#' dimension, for every kernel and with weights, and are evaluated exactly
+#' anywhere. Given the same local bandwidths the two are the same sum
+#' (tests/testthat/test-adaptive.R compares them).
 #'
 #' @section Interrupts and forked processes:
 #' Ctrl-C stops an evaluation within about a second, frees its memory (host
@@ -135,11 +182,28 @@
 #'   removes the leading \eqn{O(h^2)} bias term, so the bandwidth that
 #'   suits it is larger than for the plain estimate. The fit's `x` holds
 #'   the moved points.
+#' @param adaptive If `TRUE`, the sample-point adaptive estimate (see
+#'   Adaptive bandwidths): each point's bandwidth is scaled by a local
+#'   factor from a pilot estimate, the fixed-bandwidth fit with the same
+#'   `H`. Not with `lower`/`upper` bounds or `debias`.
+#' @param alpha The sensitivity of the local factors, a number in \[0, 1\]:
+#'   \eqn{\lambda_j = (\tilde f(x_j) / g)^{-\alpha}}{lambda_j = (f~(x_j) /
+#'   g)^(-alpha)}; 1/2 (the default) is Abramson's square-root law, 0 the
+#'   fixed estimate. Only for `adaptive = TRUE` (an error otherwise).
 #' @return An object of class `"kde_gpu"`: a list with the data `x`, the
 #'   normalised `weights`, `n`, `d`, the bandwidth matrix `H` (and `bw`,
 #'   its square root on the diagonal, when `H` is diagonal), `kernel`,
-#'   `backend`, `precision`, `call`, `data.name`, and the bounds `lower`
-#'   and `upper` (one per column, infinite where there is none).
+#'   `backend`, `precision`, `call`, `data.name`, the bounds `lower`
+#'   and `upper` (one per column, infinite where there is none), and for
+#'   an adaptive fit `adaptive`, a list with `alpha` and the local factors
+#'   `lambda` (one per point, in the data's order).
+#' @references Abramson, I. S. (1982). On bandwidth variation in kernel
+#'   estimates: a square root law. *The Annals of Statistics* 10(4),
+#'   1217-1223.
+#'
+#'   Silverman, B. W. (1986). *Density Estimation for Statistics and Data
+#'   Analysis*. Chapman and Hall, London. Section 5.3 (the adaptive kernel
+#'   estimate).
 #' @seealso [predict.kde_gpu()], [sample.kde_gpu()], [plot.kde_gpu()],
 #'   [logLik.kde_gpu()], [as.density()], [kdegpu-options] (the options
 #'   kdegpu reads)
@@ -152,6 +216,11 @@
 #' fit2 <- kde_gpu(faithful, kernel = "epanechnikov", backend = "cpu")
 #' predict(fit2, faithful[1:3, ], log = TRUE)
 #'
+#' # adaptive bandwidths: wider kernels in the sparse tail
+#' fit_a <- kde_gpu(rivers, adaptive = TRUE, backend = "cpu")
+#' fit_a
+#' range(fit_a$adaptive$lambda)
+#'
 #' # positive data: the reflection estimator, 0 below the bound
 #' fit3 <- kde_gpu(rivers, lower = 0, backend = "cpu")
 #' predict(fit3, c(-1, 0, 100))
@@ -160,7 +229,7 @@
 kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
                     backend = c("auto", "cuda", "cpu"),
                     precision = c("double", "single"), adjust = 1, lower = -Inf,
-                    upper = Inf, debias = FALSE) {
+                    upper = Inf, debias = FALSE, adaptive = FALSE, alpha = 1 / 2) {
   data_name <- deparse1(substitute(x))
   call <- match.call()
   backend <- match_choice(backend, c("auto", "cuda", "cpu"), "backend")
@@ -172,16 +241,31 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     stop_arg("debias", sprintf("needs the gaussian kernel (score debiasing is defined for it), not %s.",
                                kernel))
   }
+  check_flag(adaptive, "adaptive")
+  # alpha only means something for an adaptive fit: given alone it is
+  # more likely a mistake than a wish for the fixed estimate
+  if (!missing(alpha) && !adaptive) {
+    stop_arg("alpha", "applies to adaptive fits only: add `adaptive = TRUE`.")
+  }
+  alpha <- check_alpha(alpha)
+  if (adaptive && debias) {
+    stop_arg("adaptive", "cannot be combined with `debias = TRUE` yet: choose one.")
+  }
   x <- as_point_matrix(x, "x")
   weights <- normalise_weights(weights, nrow(x))
   bounds <- resolve_bounds(lower, upper, x)
   bounded <- any(is.finite(c(bounds$lower, bounds$upper)))
   if (debias && bounded) stop_arg("debias", "is not available with `lower`/`upper` bounds.")
+  if (adaptive && bounded) {
+    stop_arg("adaptive", "is not available with `lower`/`upper` bounds yet; drop the bounds ",
+             "or fit a fixed-bandwidth estimate.")
+  }
   if (bounded && is.character(bw) && length(bw) == 1L && !is.na(bw) &&
       tolower(bw) %in% cv_rules) {
     stop_arg("bw", sprintf(paste0(
       "= \"%s\" selects a bandwidth for an unbounded estimate; with `lower` or `upper` ",
-      "give `bw` or `H`, or a rule (\"nrd0\", \"nrd\", \"scott\", \"silverman\")."), bw))
+      "give `bw` or `H`, a rule (\"nrd0\", \"nrd\", \"scott\", \"silverman\") or a ",
+      "plug-in selector (\"SJ\", \"sj-dpi\", \"plugin\")."), bw))
   }
   requested_backend <- backend
   backend <- choose_backend(backend)
@@ -204,6 +288,12 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     dimnames(moved) <- dimnames(x)
     object <- new_kde_gpu(moved, weights, bandwidth, kernel, backend, precision, call, data_name)
   }
+  if (adaptive) {
+    lambda <- local_factors(pilot_log_density(object), weights, alpha)
+    release_device_copy(object)
+    object <- set_local_factors(object, lambda, alpha)
+    if (backend == "cuda") cuda_model(object)
+  }
   object$debias <- debias
   # Cluster workers choose their own backend unless the user asked for one.
   object$requested_backend <- requested_backend
@@ -215,7 +305,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
 }
 
 new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
-                        call, data_name) {
+                        call, data_name, lambda = NULL) {
   H <- bandwidth$H
   dimnames(H) <- list(colnames(x), colnames(x))
   white <- whitening(H, kernel)
@@ -236,9 +326,10 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     data.name = data_name,
     # Evaluation state: the whitened, centred training points in a spatial
     # (k-d) order whose tiles of 256 points are compact (z; its row i is
-    # point order[i] of x, its weight tile_weights[i]), so that evaluations
-    # skip what provably cannot matter, and the constant that turns a
-    # kernel sum into a log-density.
+    # point order[i] of x, its kernel's weight tile_weights[i] and, for an
+    # adaptive fit, its scale tile_scale[i]; see set_local_factors()), so
+    # that evaluations skip what provably cannot matter, and the constant
+    # that turns a kernel sum into a log-density.
     center = center,
     transform = white$transform,
     chol_H = white$R,
@@ -247,6 +338,7 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     order = NULL,
     tile_size = NULL,
     tile_weights = NULL,
+    tile_scale = NULL,
     id = new_data_id(), # names the data on cluster workers
     device = new.env(parent = emptyenv())
   ), class = "kde_gpu")
@@ -258,8 +350,64 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
   object$order <- if (spatial) .Call(C_kdegpu_spatial_order, z, cpu_threads()) else seq_len(nrow(z))
   object$z <- z[object$order, , drop = FALSE]
   object$tile_weights <- weights[object$order]
+  if (!is.null(lambda)) object <- set_local_factors(object, lambda)
   if (backend == "cuda") cuda_model(object)
   object
+}
+
+# ---- the sample-point adaptive estimator ----------------------------------
+
+# The pilot: the fixed estimate at its own points, self terms kept, always
+# in double precision (a single-precision CUDA fit gets a double copy for
+# it), so that the local factors, part of the estimate's definition, are
+# the same on every backend and precision to rounding.
+pilot_log_density <- function(object) {
+  if (object$backend == "cuda" && object$precision == "single") {
+    object$precision <- "double"
+    object$device <- new.env(parent = emptyenv())
+    on.exit(release_device_copy(object))
+  }
+  log_density_at_training_points(object, leave_one_out = FALSE)
+}
+
+# Abramson's local factors from the pilot log-densities at the training
+# points: lambda_j = (f(x_j) / g)^-alpha, log g = sum_j w_j log f(x_j) (the
+# weighted geometric mean, over points of positive weight: a point of
+# weight 0 may have pilot 0, and it adds nothing to the estimate anyway, so
+# its factor is 1 there).
+local_factors <- function(pilot, weights, alpha) {
+  positive <- weights > 0
+  log_g <- sum(weights[positive] * pilot[positive])
+  lambda <- exp(-alpha * (pilot - log_g))
+  lambda[!is.finite(pilot) | !is.finite(lambda)] <- 1
+  lambda
+}
+
+# Point j's kernel gets covariance lambda_j^2 H: in whitened coordinates its
+# s^2 is divided by lambda_j^2 (the backends' tile_scale) and its weight
+# multiplied by lambda_j^-d. Those kernel weights are normalised to sum 1
+# (as the backends expect; nothing then overflows, however small lambda),
+# and the log of their total goes into log_const. `alpha`: NA for the fits
+# made inside (margins, cluster shards) from an adaptive fit's factors.
+set_local_factors <- function(object, lambda, alpha = NA_real_) {
+  log_w <- log(object$weights) - object$d * log(lambda)
+  top <- max(log_w)
+  kernel_weights <- exp(log_w - top)
+  total <- sum(kernel_weights)
+  object$tile_weights <- (kernel_weights / total)[object$order]
+  object$tile_scale <- as.double(lambda[object$order])
+  object$log_const <- object$log_const + top + log(total)
+  object$adaptive <- list(alpha = alpha, lambda = as.double(lambda))
+  object$id <- new_data_id()
+  object
+}
+
+check_alpha <- function(alpha) {
+  if (!is.numeric(alpha) || length(alpha) != 1L || is.na(alpha) || !is.finite(alpha) ||
+      alpha < 0 || alpha > 1) {
+    stop_arg("alpha", "must be one number in [0, 1] (1/2: Abramson's square-root law).")
+  }
+  as.double(alpha)
 }
 
 match_choice <- function(value, choices, arg) {

@@ -112,19 +112,23 @@ margin_density <- function(fit, columns, points) {
   keep <- fit$weights > 0
   train <- fit$x[keep, columns, drop = FALSE] %*% R_inverse
   weights <- fit$weights[keep]
+  # an adaptive fit's margin: point j's margin kernel has radius lambda_j
+  # (covariance lambda_j^2 H[S, S]) and weight w_j lambda_j^-k
+  scale <- fit$adaptive$lambda[keep]
+  if (!is.null(scale)) weights <- weights * scale^-k
   query <- points %*% R_inverse
   total <- if (is_compact_kernel(fit$kernel)) {
     compact_margin_sum(query, train, weights, profile,
-                       kernel_constants(fit$kernel, fit$d)$scale)
+                       kernel_constants(fit$kernel, fit$d)$scale, scale)
   } else {
-    margin_sum(query, train, weights, profile)
+    margin_sum(query, train, weights, profile, scale)
   }
   total / prod(diag(R))
 }
 
-# sum_j w_j m(|q_i - x_j|) for every query row, in chunks of training points
-# that keep the work matrix near 2^20 values.
-margin_sum <- function(query, train, weights, profile) {
+# sum_j w_j m(|q_i - x_j| / scale_j) for every query row (scale NULL: 1),
+# in chunks of training points that keep the work matrix near 2^20 values.
+margin_sum <- function(query, train, weights, profile, scale = NULL) {
   chunk <- max(1L, floor(2^20 / max(1L, nrow(query))))
   total <- numeric(nrow(query))
   for (start in seq(1L, nrow(train), by = chunk)) {
@@ -133,6 +137,7 @@ margin_sum <- function(query, train, weights, profile) {
     for (axis in seq_len(ncol(query))) {
       squared <- squared + outer(query[, axis], train[rows, axis], "-")^2
     }
+    if (!is.null(scale)) squared <- squared / rep(scale[rows]^2, each = nrow(query))
     total <- total + drop(matrix(profile(sqrt(squared)), nrow(query)) %*% weights[rows])
   }
   total
@@ -143,7 +148,8 @@ margin_sum <- function(query, train, weights, profile) {
 # only the training points inside its bounding box widened by `reach`
 # (found among the points sorted along the first axis), so the work
 # follows the pairs that can matter, not all of them.
-compact_margin_sum <- function(query, train, weights, profile, reach) {
+compact_margin_sum <- function(query, train, weights, profile, reach, scale = NULL) {
+  if (!is.null(scale)) reach <- reach * max(scale)
   k <- ncol(query)
   tiles_per_axis <- max(1L, ceiling((nrow(query) / 128)^(1 / k)))
   tile <- rep(0L, nrow(query))
@@ -156,6 +162,7 @@ compact_margin_sum <- function(query, train, weights, profile, reach) {
   by_first <- order(train[, 1L])
   train <- train[by_first, , drop = FALSE]
   weights <- weights[by_first]
+  scale <- scale[by_first]
   total <- numeric(nrow(query))
   for (members in split(seq_len(nrow(query)), tile)) {
     lower <- apply(query[members, , drop = FALSE], 2L, min) - reach
@@ -172,7 +179,7 @@ compact_margin_sum <- function(query, train, weights, profile, reach) {
     }
     if (length(slice) == 0L) next
     total[members] <- margin_sum(query[members, , drop = FALSE], train[slice, , drop = FALSE],
-                                 weights[slice], profile)
+                                 weights[slice], profile, scale[slice])
   }
   total
 }
@@ -183,5 +190,6 @@ margin_fit <- function(fit, columns) {
   x <- fit$x[, columns, drop = FALSE]
   new_kde_gpu(x, fit$weights,
               list(H = fit$H[columns, columns, drop = FALSE], type = "full", method = "given"),
-              fit$kernel, fit$backend, fit$precision, fit$call, fit$data.name)
+              fit$kernel, fit$backend, fit$precision, fit$call, fit$data.name,
+              lambda = fit$adaptive$lambda)
 }

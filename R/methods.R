@@ -28,13 +28,15 @@ backend_label <- function(object) {
 
 #' Print and summarise a kernel density estimate
 #'
-#' `print()` shows the data, kernel, bandwidth and backend of a
+#' `print()` shows the data, kernel, bandwidth (for an adaptive fit also
+#' its `alpha` and the range of its local factors) and backend of a
 #' [kde_gpu()] fit, and, once it has been evaluated, the share of the
 #' query x training pairs that its last evaluation computed: below 100% when
 #' the spatial tiles let it skip pairs that provably cannot matter (see
 #' `tolerance` in [predict()][predict.kde_gpu]); `summary()` adds the
-#' bandwidth matrix, the effective sample size and a summary of the data,
-#' and keeps that share as `pairs_share`. [plot()][plot.kde_gpu] draws it.
+#' bandwidth matrix, the effective sample size, a summary of the local
+#' factors of an adaptive fit (`lambda`) and of the data, and keeps that
+#' share as `pairs_share`. [plot()][plot.kde_gpu] draws it.
 #'
 #' @param x,object A [kde_gpu()] fit (or its summary, for `print`).
 #' @param digits Significant digits of the bandwidths `print()` shows.
@@ -63,6 +65,7 @@ print.kde_gpu <- function(x, digits = 4L, ...) {
   cat("  kernel:    ", x$kernel, if (isTRUE(x$debias)) " (score-debiased points, SD-KDE)", "\n",
       sep = "")
   cat("  bandwidth: ", bandwidth_label(x, digits), "\n", sep = "")
+  if (!is.null(x$adaptive)) cat("  adaptive:  ", adaptive_label(x, digits), "\n", sep = "")
   bounds <- bounds_label(x)
   if (!is.null(bounds)) {
     cat(sprintf("  support:   %s (reflection, %d image%s)\n", bounds, nrow(x$images$sign),
@@ -74,6 +77,15 @@ print.kde_gpu <- function(x, digits = 4L, ...) {
     cat(sprintf("  last evaluation: %.3g%% of the query x training pairs computed\n",
                 100 * share))
   invisible(x)
+}
+
+# An adaptive fit's line: its alpha and the range of its local factors
+# (each point's bandwidth is lambda_j times the one above).
+adaptive_label <- function(object, digits = 4L) {
+  lambda <- range(object$adaptive$lambda[object$weights > 0])
+  sprintf("sample-point (Abramson), alpha = %s, local factors %s to %s",
+          format(signif(object$adaptive$alpha, digits)), format(signif(lambda[1L], 3L)),
+          format(signif(lambda[2L], 3L)))
 }
 
 # The share of the query x training pairs that the fit's last evaluation in
@@ -93,6 +105,7 @@ summary.kde_gpu <- function(object, ...) {
     H = object$H,
     n_effective = 1 / sum(object$weights^2),
     data = summary(object$x),
+    lambda = if (!is.null(object$adaptive)) summary(object$adaptive$lambda),
     pairs_share = pairs_share(object)
   ), class = "summary.kde_gpu")
 }
@@ -105,6 +118,10 @@ print.summary.kde_gpu <- function(x, ...) {
   cat(sprintf("  effective sample size: %.1f\n", x$n_effective))
   cat("\nBandwidth matrix H (kernel covariance):\n")
   print(signif(x$H, 4))
+  if (!is.null(x$lambda)) {
+    cat("\nLocal bandwidth factors lambda (point j's bandwidth matrix is lambda_j^2 H):\n")
+    print(x$lambda)
+  }
   cat("\nData:\n")
   print(x$data)
   invisible(x)
@@ -181,8 +198,10 @@ as.density.kde_gpu <- function(x, n = 512L, from = NULL, to = NULL, cut = 3, ...
   n <- check_count(n, "n")
   bw <- sqrt(x$H[1L, 1L])
   # by default within the bounds of a bounded fit
-  if (is.null(from)) from <- max(min(x$x) - cut * bw, bound_or(x$lower, -Inf))
-  if (is.null(to)) to <- min(max(x$x) + cut * bw, bound_or(x$upper, Inf))
+  # an adaptive fit's point j reaches lambda_j bandwidths
+  reach <- cut * bw * if (is.null(x$adaptive)) 1 else x$adaptive$lambda
+  if (is.null(from)) from <- max(min(x$x - reach), bound_or(x$lower, -Inf))
+  if (is.null(to)) to <- min(max(x$x + reach), bound_or(x$upper, Inf))
   grid <- seq(from, to, length.out = n)
   structure(list(
     x = grid, y = predict(x, grid), bw = bw, n = x$n,

@@ -20,6 +20,10 @@
 #' @param merge_tol End points closer than this belong to one mode.
 #'   `NULL`: 0.01 times the largest interquartile range, as ks::kms.
 #' @param max_iter The most steps per point (400, as ks::kms).
+#' @param min_size Modal clusters of at most this many start points are
+#'   merged, smallest first, into the cluster of the nearest other mode,
+#'   whose mode stays (ks::kms's `min.clust.size`, with its default: 1% of
+#'   the start points, rounded). `0` keeps every mode.
 #' @param ... Not used: an argument given here is an error that names it.
 #' @return An object of class `"kde_modes"`: a list with `modes` (one row
 #'   per mode, ordered by decreasing density), `density` (the estimate at
@@ -36,8 +40,10 @@
 #' plot(faithful, col = m$label)
 #' points(m$modes, pch = 4, cex = 2, lwd = 3)
 #' @export
-kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter = 400L, ...) {
-  check_dots_empty("kde_modes()", c("fit", "start", "tol", "merge_tol", "max_iter"), list(), ...)
+kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter = 400L,
+                      min_size = NULL, ...) {
+  check_dots_empty("kde_modes()", c("fit", "start", "tol", "merge_tol", "max_iter", "min_size"),
+                   list(), ...)
   check_fit(fit, "fit")
   if (!fit$kernel %in% c("gaussian", "epanechnikov", "biweight", "cosine", "optcosine")) {
     stop_arg("fit", sprintf(paste0(
@@ -60,6 +66,8 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
   tol <- positive_number_or_default(tol, "tol", 1e-3 * min(spread))
   merge_tol <- positive_number_or_default(merge_tol, "merge_tol", 1e-2 * max(spread))
   max_iter <- check_count(max_iter, "max_iter")
+  min_size <- if (is.null(min_size)) as.integer(round(0.01 * nrow(x))) else
+    check_count(min_size, "min_size")
 
   # steps in whitened units, z = (x - center) A, mapped back by A^-1
   A_inverse <- solve(fit$transform)
@@ -79,7 +87,7 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
     converged[active[done]] <- TRUE
     active <- active[!done & !stuck]
   }
-  merged <- merge_end_points(x, predict(fit, x), merge_tol)
+  merged <- merge_small_clusters(merge_end_points(x, predict(fit, x), merge_tol), x, min_size)
   modes <- x[merged$representative, , drop = FALSE]
   rownames(modes) <- NULL
   structure(list(
@@ -90,7 +98,8 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
     iterations = iterations,
     converged = converged,
     tol = tol,
-    merge_tol = merge_tol
+    merge_tol = merge_tol,
+    min_size = min_size
   ), class = "kde_modes")
 }
 
@@ -118,8 +127,29 @@ merge_end_points <- function(x, density, merge_tol) {
     representative <- c(representative, i)
     cell_label[[cell[[i]]]] <- length(representative)
   }
-  list(representative = representative, density = density[representative],
+  list(representative = representative, density = unname(density[representative]),
        label = cell_label[cell])
+}
+
+# ks::kms's merging by size (ms.merge.num): while a cluster has at most
+# `min_size` points and more than one is left, the smallest joins the
+# cluster of the mode nearest to its own; labels are then renumbered in the
+# order of the modes that stay (still by decreasing density).
+merge_small_clusters <- function(merged, x, min_size) {
+  modes <- x[merged$representative, , drop = FALSE]
+  label <- merged$label
+  alive <- seq_len(nrow(modes))
+  repeat {
+    sizes <- tabulate(label, nbins = nrow(modes))[alive]
+    if (length(alive) < 2L || min(sizes) > min_size) break
+    small <- alive[[which.min(sizes)]]
+    others <- setdiff(alive, small)
+    gap <- colSums((t(modes[others, , drop = FALSE]) - modes[small, ])^2)
+    label[label == small] <- others[[which.min(gap)]]
+    alive <- others
+  }
+  list(representative = merged$representative[alive], density = merged$density[alive],
+       label = match(label, alive))
 }
 
 positive_number_or_default <- function(value, arg, default) {

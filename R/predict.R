@@ -15,7 +15,8 @@
 #'   x_d)}). Exact sums in double precision on the CPU, for fits on either
 #'   backend (`tolerance` does not apply); values in \eqn{[0, 1]},
 #'   non-decreasing, each kernel term taken from its smaller tail so that
-#'   small probabilities keep their relative accuracy. For a bounded fit
+#'   small probabilities keep their relative accuracy (an adaptive fit's
+#'   point j with its own sd, \eqn{\lambda_j} times the bandwidth). For a bounded fit
 #'   it is the CDF of the folded density: 0 below `lower`, 1 from `upper`
 #'   on. `newdata` may hold `-Inf` and `Inf` here.
 #'
@@ -43,7 +44,8 @@
 #'   point's density under the estimate built from all the *other* points
 #'   (weights renormalised): an outlier score, and the terms of
 #'   [logLik()][logLik.kde_gpu]. The self term is excluded exactly inside
-#'   the kernel sum, also for duplicated points.
+#'   the kernel sum, also for duplicated points. An adaptive fit keeps the
+#'   full fit's local factors (its pilot is not refitted without the point).
 #' @param cluster Where to evaluate: `NULL` (here), a cluster from
 #'   [parallel::makeCluster()], or `"future"` for the current
 #'   [future::plan()] (multisession, cluster, or a batch scheduler through

@@ -13,7 +13,8 @@
 #' @return For a fit: a matrix with `size` rows and the fit's columns (a
 #'   plain vector in 1-D). Otherwise what [base::sample()] returns.
 #' @details A draw picks a training point with probability equal to its
-#'   weight and adds kernel noise with covariance `H`: a uniform direction
+#'   weight and adds kernel noise with covariance `H` (\eqn{\lambda_j^2 H}
+#'   for point j of an adaptive fit, on either backend): a uniform direction
 #'   times a radius from the kernel's radial law (exact, through beta and
 #'   gamma variates or rejection), mapped through the Cholesky factor of
 #'   `H`. On the CPU backend all randomness comes from R's generator. A
@@ -61,8 +62,11 @@ sample.kde_gpu <- function(x, size, replace = TRUE, prob = NULL, ...) {
   draws <- if (samples_on_gpu(x, size)) {
     gpu_draws(x, size)
   } else {
-    centres <- x$x[sample.int(x$n, size, replace = TRUE, prob = x$weights), , drop = FALSE]
-    centres + standard_kernel_noise(x$kernel, size, d) %*% x$chol_H
+    picked <- sample.int(x$n, size, replace = TRUE, prob = x$weights)
+    noise <- standard_kernel_noise(x$kernel, size, d) %*% x$chol_H
+    # an adaptive fit's point j has covariance lambda_j^2 H
+    if (!is.null(x$adaptive)) noise <- noise * x$adaptive$lambda[picked]
+    x$x[picked, , drop = FALSE] + noise
   }
   # a bounded fit: draws from the unbounded estimate, folded into the box
   if (is_bounded(x)) draws <- fold_points(draws, x$lower, x$upper)
@@ -85,7 +89,8 @@ gpu_draws <- function(fit, size) {
   key <- floor(stats::runif(2L) * 2^32)
   cumulative <- cumsum(fit$weights)
   cumulative <- cumulative / cumulative[length(cumulative)]
-  .Call(C_kdegpu_sample_cuda, fit$x, cumulative, fit$chol_H, kernel_index(fit$kernel),
+  .Call(C_kdegpu_sample_cuda, fit$x, cumulative, fit$adaptive$lambda, fit$chol_H,
+        kernel_index(fit$kernel),
         as.double(size), key, gpu_devices(available)[[1L]], gpu_memory_budget(),
         cpu_threads(), progress_delay())
 }

@@ -120,13 +120,24 @@ check_fit <- function(object, arg = "object") {
       is.character(object$kernel) && length(object$kernel) == 1L &&
       object$kernel %in% kernel_names &&
       (identical(object$backend, "cpu") || identical(object$backend, "cuda")) &&
-      intact_bounds(object)
+      intact_bounds(object) && intact_adaptive(object)
   }
   if (!isTRUE(intact)) {
     stop_arg(arg, "is not an intact kde_gpu() fit (damaged, or edited by hand?); ",
              "fit it again with kde_gpu().")
   }
   invisible(object)
+}
+
+# An adaptive fit's local factors (fixed fits have none): n positive
+# numbers, in the spatial order too (tile_scale).
+intact_adaptive <- function(object) {
+  if (is.null(object$adaptive) && is.null(object$tile_scale)) return(TRUE)
+  lambda <- object$adaptive$lambda
+  n <- object$n
+  is.list(object$adaptive) && is.double(lambda) && length(lambda) == n &&
+    all(is.finite(lambda) & lambda > 0) && is.double(object$tile_scale) &&
+    length(object$tile_scale) == n && isTRUE(all(object$tile_scale == lambda[object$order]))
 }
 
 # A fit's bounds, where it has them (fits made before they existed have

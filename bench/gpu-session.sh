@@ -13,7 +13,9 @@
 # harness's correctness mode), plan (its device-plan mode against prune.c),
 # bench (bench/gpu.R, written to $OUT/gpu.csv), prune (bench/prune.R, to
 # $OUT/prune.csv), derivatives and bandwidth (bench/<step>.R, to
-# $OUT/<step>.csv), sanitize (compute-sanitizer memcheck on a short R workload).
+# $OUT/<step>.csv), adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda
+# vs cpu, and timings), sanitize (compute-sanitizer memcheck on a short R
+# workload).
 set -uo pipefail
 final=${OUT:-/tmp/kdegpu-out}
 out=$(mktemp -d)
@@ -71,6 +73,8 @@ for s in ${STEPS:-tests harness bench}; do
       step derivatives Rscript bench/derivatives.R "$out/derivatives.csv" ;;
     bandwidth)
       step bandwidth Rscript bench/bandwidth.R "$out/bandwidth.csv" ;;
+    adaptive)
+      step adaptive Rscript bench/check_adaptive_gpu.R ;;
     sanitize)
       step sanitize compute-sanitizer --tool memcheck --leak-check full Rscript -e '
         library(kdegpu); set.seed(1); x <- matrix(rnorm(3e4), ncol = 3)

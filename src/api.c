@@ -26,14 +26,15 @@
 
 /* ---- CPU ---------------------------------------------------------------- */
 
-SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
-                            SEXP query, SEXP center, SEXP transform,
-                            SEXP kernel, SEXP log_const, SEXP leave_one_out,
-                            SEXP tolerance, SEXP threads, SEXP progress_delay)
+SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
+                            SEXP tile_size, SEXP query, SEXP center,
+                            SEXP transform, SEXP kernel, SEXP log_const,
+                            SEXP leave_one_out, SEXP tolerance, SEXP threads,
+                            SEXP progress_delay)
 {
   int n_threads = arg_threads(threads);
-  kde_training_set t = arg_training_set(train, weight, kernel, tile_size,
-                                        n_threads);
+  kde_training_set t = arg_training_set(train, weight, scale, kernel,
+                                        tile_size, n_threads);
   kde_query_set q = arg_query_set(query, center, transform, log_const,
                                   leave_one_out, tolerance, t.dim, t.n_train,
                                   n_threads);
@@ -53,10 +54,11 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
 }
 
 /* The CDF (cdf.c) of a product-kernel estimate, bounded coordinates folded
- * in; R checked the kernel and H. `images` is list(count, sign, shift). */
-SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP bandwidth, SEXP kernel,
-                    SEXP query, SEXP lower, SEXP upper, SEXP images,
-                    SEXP threads, SEXP progress_delay)
+ * in; R checked the kernel and H. `images` is list(count, sign, shift);
+ * `scale` NULL or an adaptive fit's lambda_j. */
+SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
+                    SEXP kernel, SEXP query, SEXP lower, SEXP upper,
+                    SEXP images, SEXP threads, SEXP progress_delay)
 {
   int n_threads = arg_threads(threads);
   kde_cdf_problem p;
@@ -70,6 +72,14 @@ SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP bandwidth, SEXP kernel,
   kde_training_set weights;
   arg_weights(weight, p.n_train, &weights);
   p.weight = weights.weight;
+  p.scale = NULL;
+  if (!Rf_isNull(scale)) {
+    p.scale = arg_double_vector(scale, "scale", p.n_train);
+    for (int64_t j = 0; j < p.n_train; j++)
+      if (!(p.scale[j] > 0) || !R_FINITE(p.scale[j]))
+        Rf_error("`scale` must be positive and finite (element %lld is not)",
+                 (long long) j + 1);
+  }
   p.bandwidth = arg_double_vector(bandwidth, "bandwidth", p.dim);
   p.lower = arg_double_vector(lower, "lower", p.dim);
   p.upper = arg_double_vector(upper, "upper", p.dim);

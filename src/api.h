@@ -7,13 +7,16 @@
 
 #include <Rinternals.h>
 
-SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP tile_size,
-                            SEXP query, SEXP center, SEXP transform,
-                            SEXP kernel, SEXP log_const, SEXP leave_one_out,
-                            SEXP tolerance, SEXP threads, SEXP progress_delay);
-SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP bandwidth, SEXP kernel,
-                    SEXP query, SEXP lower, SEXP upper, SEXP images,
-                    SEXP threads, SEXP progress_delay);
+/* `scale`: NULL, or the adaptive estimator's lambda_j per training point
+ * (its lambda_j^-d already folded into `weight`, kde_backend.h). */
+SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
+                            SEXP tile_size, SEXP query, SEXP center,
+                            SEXP transform, SEXP kernel, SEXP log_const,
+                            SEXP leave_one_out, SEXP tolerance, SEXP threads,
+                            SEXP progress_delay);
+SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
+                    SEXP kernel, SEXP query, SEXP lower, SEXP upper,
+                    SEXP images, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
@@ -22,18 +25,18 @@ SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_cuda_info(void);
 SEXP kdegpu_cuda_device_count(void);
-SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP tile_size,
-                              SEXP kernel, SEXP precision, SEXP devices,
-                              SEXP memory_budget, SEXP threads);
+SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
+                              SEXP tile_size, SEXP kernel, SEXP precision,
+                              SEXP devices, SEXP memory_budget, SEXP threads);
 SEXP kdegpu_cuda_model_valid(SEXP handle);
 SEXP kdegpu_cuda_model_release(SEXP handle);
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
                              SEXP leave_one_out, SEXP tolerance, SEXP threads,
                              SEXP progress_delay);
-SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
-                        SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
-                        SEXP threads, SEXP progress_delay);
+SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP scale, SEXP chol_h,
+                        SEXP kernel, SEXP size, SEXP seed, SEXP device,
+                        SEXP memory_budget, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
                         SEXP pairs, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,

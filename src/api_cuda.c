@@ -100,13 +100,13 @@ static void cuda_model_finalizer(SEXP handle)
 
 /* Uploads the training set; returns an external pointer whose finalizer
  * frees the device memory when the fit is garbage-collected. */
-SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP tile_size,
-                              SEXP kernel, SEXP precision, SEXP devices,
-                              SEXP memory_budget, SEXP threads)
+SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
+                              SEXP tile_size, SEXP kernel, SEXP precision,
+                              SEXP devices, SEXP memory_budget, SEXP threads)
 {
   int n_threads = arg_threads(threads);
-  kde_training_set t = arg_training_set(train, weight, kernel, tile_size,
-                                        n_threads);
+  kde_training_set t = arg_training_set(train, weight, scale, kernel,
+                                        tile_size, n_threads);
   int prec = arg_int_scalar(precision, "precision");
   if (prec != KDE_PRECISION_DOUBLE && prec != KDE_PRECISION_SINGLE)
     Rf_error("`precision` must be 0 (double) or 1 (single)");
@@ -194,10 +194,12 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
   return out;
 }
 
-/* Draws from a CUDA fit (see kde_cuda_sample); returns a size x d matrix. */
-SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
-                        SEXP size, SEXP seed, SEXP device, SEXP memory_budget,
-                        SEXP threads, SEXP progress_delay)
+/* Draws from a CUDA fit (see kde_cuda_sample); returns a size x d matrix.
+ * `scale`: NULL, or an adaptive fit's lambda_j (point j's noise is scaled
+ * by it). */
+SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP scale, SEXP chol_h,
+                        SEXP kernel, SEXP size, SEXP seed, SEXP device,
+                        SEXP memory_budget, SEXP threads, SEXP progress_delay)
 {
   kde_sample_request request;
   int64_t rows, cols;
@@ -216,6 +218,14 @@ SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP chol_h, SEXP kernel,
   }
   if (request.cumulative[request.n_train - 1] != 1)
     Rf_error("`cumulative` must end at 1");
+  request.scale = NULL;
+  if (!Rf_isNull(scale)) {
+    request.scale = arg_double_vector(scale, "scale", request.n_train);
+    for (int64_t j = 0; j < request.n_train; j++)
+      if (!(request.scale[j] > 0) || !R_FINITE(request.scale[j]))
+        Rf_error("`scale` must be positive and finite (element %lld is not)",
+                 (long long) j + 1);
+  }
   request.chol_h = arg_matrix(chol_h, "chol_h", 1, &rows, &cols);
   if (rows != request.dim || cols != request.dim)
     Rf_error("`chol_h` must be a %lld x %lld matrix", (long long) request.dim,

@@ -114,10 +114,27 @@ void arg_weights(SEXP weight, int64_t n, kde_training_set *train)
     log_w[j] = w[j] > 0 ? log(w[j]) : -INFINITY;
   train->weight = w;
   train->log_weight = log_w;
+  train->inv_scale2 = NULL;
 }
 
-/* The training set from (train, weight, kernel); memory owned by R. */
-kde_training_set arg_training_set(SEXP train, SEXP weight,
+/* The adaptive estimator's per-point scales lambda_j (NULL: none) as the
+ * backends take them, 1 / lambda_j^2 (kde_backend.h). */
+static const double *arg_inv_scale2(SEXP scale, int64_t n)
+{
+  if (Rf_isNull(scale)) return NULL;
+  const double *lambda = arg_double_vector(scale, "scale", n);
+  double *inv = (double *) R_alloc((size_t) n, sizeof(double));
+  for (int64_t j = 0; j < n; j++) {
+    inv[j] = 1.0 / (lambda[j] * lambda[j]);
+    if (!(lambda[j] > 0) || !R_FINITE(lambda[j]) || !R_FINITE(inv[j]) || !(inv[j] > 0))
+      Rf_error("`scale` must be positive, finite and within 1e+-150"
+               " (element %lld is not)", (long long) j + 1);
+  }
+  return inv;
+}
+
+/* The training set from (train, weight, scale, kernel); memory owned by R. */
+kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
                                   SEXP kernel, SEXP tile_size,
                                   int threads)
 {
@@ -132,6 +149,7 @@ kde_training_set arg_training_set(SEXP train, SEXP weight,
   if (t.n_train < 1 || t.dim < 1)
     Rf_error("`train` must have at least one row and one column");
   arg_weights(weight, t.n_train, &t);
+  t.inv_scale2 = arg_inv_scale2(scale, t.n_train);
   return t;
 }
 

@@ -23,8 +23,9 @@ int arg_int_scalar(SEXP x, const char *name);
 int arg_flag(SEXP x, const char *name);
 int arg_kernel(SEXP x);
 void arg_weights(SEXP weight, int64_t n, kde_training_set *train);
-kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP kernel,
-                                  SEXP tile_size, int threads);
+/* `scale`: NULL or the adaptive estimator's lambda_j, one per point. */
+kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
+                                  SEXP kernel, SEXP tile_size, int threads);
 kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
                             SEXP log_const, SEXP leave_one_out,
                             SEXP tolerance, int64_t dim, int64_t n_train,

@@ -52,7 +52,8 @@ static double cdf_at(const kde_cdf_problem *p, const double *x, double scale,
     for (int64_t c = 0; c < d && product > 0; c++) {
       const int64_t count = p->image_count[c];
       if (x[c] < p->upper[c]) {
-        const double centre = p->train[j + c * n], h = p->bandwidth[c];
+        const double centre = p->train[j + c * n];
+        const double h = p->scale != NULL ? p->bandwidth[c] * p->scale[j] : p->bandwidth[c];
         double factor = 0;
         for (int64_t g = 0; g < count; g++) {
           const double *ends = interval + 2 * (offset + g);

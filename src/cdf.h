@@ -25,6 +25,9 @@ typedef struct {
   const double *train;        /* n_train x dim, the data's own coordinates */
   const double *weight;       /* n_train, >= 0, sum 1 */
   const double *bandwidth;    /* dim kernel sds */
+  const double *scale;        /* NULL, or n_train factors lambda_j of an
+                                 adaptive fit: point j's sds are
+                                 lambda_j bandwidth[c] */
   const double *lower, *upper;/* dim bounds, -inf / inf where none */
   const int64_t *image_count; /* dim: images of each coordinate (>= 1) */
   const double *image_sign;   /* sum(image_count): +1 or -1, coordinate by */

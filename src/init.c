@@ -13,8 +13,8 @@
 #define CALLDEF(name, n) {#name, (DL_FUNC) (void (*)(void)) &name, n}
 
 static const R_CallMethodDef call_methods[] = {
-  CALLDEF(kdegpu_log_density_cpu, 12),
-  CALLDEF(kdegpu_cdf_cpu, 10),
+  CALLDEF(kdegpu_log_density_cpu, 13),
+  CALLDEF(kdegpu_cdf_cpu, 11),
   CALLDEF(kdegpu_spatial_order, 2),
   CALLDEF(kdegpu_cpu_info, 1),
   CALLDEF(kdegpu_kernel_constants, 2),
@@ -23,11 +23,11 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_whiten, 4),
   CALLDEF(kdegpu_cuda_info, 0),
   CALLDEF(kdegpu_cuda_device_count, 0),
-  CALLDEF(kdegpu_cuda_model_create, 8),
+  CALLDEF(kdegpu_cuda_model_create, 9),
   CALLDEF(kdegpu_cuda_model_valid, 1),
   CALLDEF(kdegpu_cuda_model_release, 1),
   CALLDEF(kdegpu_log_density_cuda, 9),
-  CALLDEF(kdegpu_sample_cuda, 10),
+  CALLDEF(kdegpu_sample_cuda, 11),
   CALLDEF(kdegpu_moments_cpu, 7),
   CALLDEF(kdegpu_moments_cuda, 9),
   CALLDEF(kdegpu_moment_index, 2),

@@ -38,6 +38,11 @@ typedef struct {
   const double *train;       /* n_train x dim */
   const double *weight;      /* n_train, >= 0, sum 1 */
   const double *log_weight;  /* n_train, log(weight), -inf where weight 0 */
+  /* NULL, or the sample-point adaptive estimator's per-point scales as
+   * 1 / lambda_j^2: point j's kernel is k(|q - x_j|^2 / lambda_j^2). Its
+   * normalisation, lambda_j^-d, is the caller's: already in `weight`
+   * (whose sum stays 1, the rest of the constant in log_const). */
+  const double *inv_scale2;
   /* KDE_TILE_POINTS when the points are in a spatial (k-d) order whose runs
    * of that many points are compact tiles (kde_kd_order, at fit time), so
    * that an evaluation may skip tiles that provably cannot matter; 0 when

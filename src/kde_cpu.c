@@ -151,6 +151,11 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
         }
         tile_squared_distances(t->train, n, dim, chunk_begin, chunk_len,
                                points + b * dim, s2);
+        if (t->inv_scale2 != NULL) { /* adaptive: kernels of radius lambda_j */
+          const double *inv = t->inv_scale2 + chunk_begin;
+#pragma omp simd
+          for (int64_t j = 0; j < chunk_len; j++) s2[j] *= inv[j];
+        }
         kde_lse part = tile_state(kernel, s2, t->weight + chunk_begin,
                                   t->log_weight + chunk_begin, chunk_len, self,
                                   exponent);
@@ -204,6 +209,7 @@ typedef struct {
   double *whitened;      /* the queries, whitened (when the backend does it) */
   int64_t *query_order;  /* queries in spatial order (or 0..m-1) */
   double *tile_lo, *tile_hi, *tile_log_weight, *tile_log_rest;
+  double *tile_scale_lo, *tile_scale_hi; /* adaptive fits */
   double *scratch;       /* per thread */
   int64_t *visit;        /* per thread: tiles to visit */
 } cpu_buffers;
@@ -216,6 +222,8 @@ static void free_buffers(cpu_buffers *b)
   free(b->tile_hi);
   free(b->tile_log_weight);
   free(b->tile_log_rest);
+  free(b->tile_scale_lo);
+  free(b->tile_scale_hi);
   free(b->scratch);
   free(b->visit);
 }
@@ -291,6 +299,14 @@ void kde_cpu_log_density(const kde_training_set *train,
     plan.hi = buf.tile_hi;
     plan.log_weight = buf.tile_log_weight;
     plan.log_weight_rest = buf.tile_log_rest;
+    if (train->inv_scale2 != NULL) {
+      CPU_ALLOC(buf.tile_scale_lo, n_tiles);
+      CPU_ALLOC(buf.tile_scale_hi, n_tiles);
+      kde_tile_scale_bounds(train->inv_scale2, train->n_train, tile,
+                            buf.tile_scale_lo, buf.tile_scale_hi);
+      plan.inv_scale2_lo = buf.tile_scale_lo;
+      plan.inv_scale2_hi = buf.tile_scale_hi;
+    }
     plan.tolerance = query->tolerance;
     plan.leave_one_out = query->leave_one_out;
   }

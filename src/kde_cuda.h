@@ -80,8 +80,8 @@ void kde_cuda_derivative_sums(kde_cuda_model *model, const kde_derivative_proble
 /*
  * Draws from the estimate: each draw picks training point j with
  * probability w_j (through the cumulative weights) and adds kernel noise
- * with covariance H, as z %*% chol_h for a standard draw z of the kernel
- * (identity covariance). Random numbers come from a counter-based
+ * with covariance H (lambda_j^2 H given `scale`), as z %*% chol_h for a
+ * standard draw z of the kernel (identity covariance). Random numbers come from a counter-based
  * generator (Philox4x32-10) keyed by `seed`, so draw i depends on (seed, i)
  * only: the same seed gives the same draws on any device and batch size.
  */
@@ -91,6 +91,8 @@ typedef struct {
   int64_t dim;              /* 1 .. KDE_SAMPLE_MAX_DIM */
   const double *train;      /* n_train x dim, original coordinates */
   const double *cumulative; /* n_train: cumulative weights, last positive 1 */
+  const double *scale;      /* NULL, or n_train factors lambda_j of an
+                               adaptive fit: point j's noise is lambda_j z */
   const double *chol_h;     /* dim x dim: noise z becomes z %*% chol_h */
   int64_t size;             /* draws */
   uint32_t seed[2];

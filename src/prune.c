@@ -18,7 +18,9 @@
  *   the tiles of the smallest bounds, found with buckets of e-fold width
  *   rather than a sort (linear in the number of tiles).
  * Sums are kept as logarithms, so nothing underflows however far apart
- * the points are.
+ * the points are. An adaptive fit's points carry kernels of their own
+ * radius lambda_j (their lambda_j^-d is in the weights): kde_prune_scale
+ * (prune.h) takes each tile's bounds at its widest and narrowest kernel.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -41,6 +43,7 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
     for (int64_t t = 0; t < n_tiles; t++) {
       double min2, max2;
       kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
+      kde_prune_scale(plan, t, &min2, &max2);
       if (min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN) visit[n_visit++] = t;
     }
     return n_visit;
@@ -56,6 +59,7 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
   for (int64_t t = 0; t < n_tiles; t++) {
     double min2, max2;
     kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
+    kde_prune_scale(plan, t, &min2, &max2);
     key[t] = plan->log_weight[t] + kde_log_profile(kernel, min2);
     log_lower[t] = rest[t] + kde_log_profile(kernel, max2);
     lower = kde_lse_add(lower, log_lower[t]);
@@ -121,6 +125,23 @@ int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
     for (int64_t b = 0; b < n_blocks; b++) offsets[b + 1] += offsets[b];
   }
   return 0;
+}
+
+void kde_tile_scale_bounds(const double *inv_scale2, int64_t n, int64_t tile,
+                           double *lo, double *hi)
+{
+  const int64_t n_tiles = (n + tile - 1) / tile;
+  for (int64_t i = 0; i < n_tiles; i++) {
+    const int64_t begin = i * tile;
+    const int64_t end = begin + tile < n ? begin + tile : n;
+    double l = inv_scale2[begin], h = l;
+    for (int64_t j = begin + 1; j < end; j++) {
+      l = inv_scale2[j] < l ? inv_scale2[j] : l;
+      h = inv_scale2[j] > h ? inv_scale2[j] : h;
+    }
+    lo[i] = l;
+    hi[i] = h;
+  }
 }
 
 void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,

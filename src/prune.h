@@ -13,6 +13,37 @@
 extern "C" {
 #endif
 
+/* What the decision needs to know of the training tiles. */
+typedef struct {
+  int kernel;
+  int64_t dim;
+  int64_t n_tiles;
+  const double *lo, *hi;          /* n_tiles x dim boxes, tile-major */
+  const double *log_weight;       /* log of each tile's total weight */
+  const double *log_weight_rest;  /* log(total - largest weight): what is
+                                     left of a tile without one point */
+  /* Adaptive fits (NULL otherwise): each tile's smallest and largest
+   * 1 / lambda_j^2, the squared inverse of its widest and its narrowest
+   * kernel's radius (kde_tile_scale_bounds). */
+  const double *inv_scale2_lo, *inv_scale2_hi;
+  double tolerance;               /* relative; 0: skip only exact zeros */
+  int leave_one_out;
+} kde_prune_plan;
+
+/* The squared distances min2, max2 between a query box and tile t, in
+ * units of the tile's kernels: with per-point scales lambda_j (an adaptive
+ * fit) every pair's s^2 is |q - x_j|^2 / lambda_j^2, so the upper bound
+ * takes the tile's widest kernel and the lower bound its narrowest, and
+ * both stay proven. Host and device (plan.cu). */
+KDE_HD void kde_prune_scale(const kde_prune_plan *p, int64_t t, double *min2,
+                            double *max2)
+{
+  if (p->inv_scale2_lo != NULL) {
+    *min2 *= p->inv_scale2_lo[t];
+    *max2 *= p->inv_scale2_hi[t];
+  }
+}
+
 /* A tile is beyond a compact kernel's support when min2 exceeds 1 by more
  * than the rounding of min2 and of any pair's s^2 (both about d * 1e-16
  * relative): its pairs then evaluate to exactly 0 as well. */
@@ -47,18 +78,6 @@ KDE_HD int kde_prune_first_skipped(const double *bucket_sum)
   return first_skipped;
 }
 
-/* What the decision needs to know of the training tiles. */
-typedef struct {
-  int kernel;
-  int64_t dim;
-  int64_t n_tiles;
-  const double *lo, *hi;          /* n_tiles x dim boxes, tile-major */
-  const double *log_weight;       /* log of each tile's total weight */
-  const double *log_weight_rest;  /* log(total - largest weight): what is
-                                     left of a tile without one point */
-  double tolerance;               /* relative; 0: skip only exact zeros */
-  int leave_one_out;
-} kde_prune_plan;
 
 /* The tiles (ascending indices, written to visit[]) that the queries in
  * the box [q_lo, q_hi] must visit so that each one's kernel sum is within
@@ -67,6 +86,11 @@ typedef struct {
  * scratch: 2 * n_tiles doubles. */
 int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
                            const double *q_hi, double *scratch, int64_t *visit);
+
+/* Each tile's smallest and largest of inv_scale2[] (1 / lambda_j^2), for
+ * tiles of `tile` consecutive points of n. */
+void kde_tile_scale_bounds(const double *inv_scale2, int64_t n, int64_t tile,
+                           double *lo, double *hi);
 
 /* Each tile's log total weight, and log(total - largest weight), which
  * bounds what a tile holds without any one of its points (leave one out),

@@ -228,6 +228,7 @@ static kde_training_set training_set(const dataset &t, int kernel)
   ts.train = t.x.data();
   ts.weight = t.w.data();
   ts.log_weight = t.lw.data();
+  ts.inv_scale2 = NULL; /* fixed bandwidth */
   ts.tile_size = 0; /* points in no spatial order */
   ts.host_threads = 0;
   return ts;

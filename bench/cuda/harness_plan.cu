@@ -133,6 +133,7 @@ kde_cuda_model *make_model(const training &t, int kernel, int precision, kde_sta
   ts.train = t.x.data();
   ts.weight = t.w.data();
   ts.log_weight = t.lw.data();
+  ts.inv_scale2 = NULL; /* fixed bandwidth */
   ts.tile_size = KDE_TILE_POINTS;
   ts.host_threads = 0;
   return kde_cuda_model_create_tuned(&ts, precision, &dev, 1, 0, NULL, st);
@@ -188,6 +189,7 @@ void make_host_plan(const training &t, int kernel, double tolerance, int loo, ho
   h.plan.hi = h.hi.data();
   h.plan.log_weight = h.lw.data();
   h.plan.log_weight_rest = h.lr.data();
+  h.plan.inv_scale2_lo = h.plan.inv_scale2_hi = NULL;
   h.plan.tolerance = tolerance;
   h.plan.leave_one_out = loo;
 }

@@ -6,6 +6,10 @@
  * training shards under the memory budget, the merge of the splits' states
  * in double, and the results back in the caller's order.
  *
+ * Adaptive fits never come here (R refuses their derivatives, and
+ * kde_cuda_derivative_sums checks): their plain layout has a row of
+ * 1 / lambda^2 per tile that these kernels do not read.
+ *
  * Training points: the kernels read the fit's own device copy when it is
  * in the plain layout and resident (every fit but the single-precision
  * Gaussian at d = 3 and d >= 16, whose tensor-core layouts hold fp16 or
@@ -130,6 +134,7 @@ template <typename T> int deriv_training(deriv_run<T> *r, kde_status *status)
   /* the model's centre and scale, the plain layout, aux as the kernel
    * wants it (the Gaussian's gradient: expanded, derivatives_kernels.cuh) */
   shell = *model;
+  shell.adaptive = 0; /* never one here (kde_cuda_derivative_sums refuses them) */
   shell.layout = KDE_LAYOUT_PLAIN;
   shell.expanded = p->kernel == KDE_GAUSSIAN && !r->second;
   shell.tile_elems = (p->dim + 1) * kTileWidth;
@@ -446,6 +451,14 @@ extern "C" void kde_cuda_derivative_sums(kde_cuda_model *model,
   }
   if (!(tolerance >= 0 && tolerance < 1)) {
     kde_status_set(status, KDE_ERR_ARGUMENT, "the tolerance must be in [0, 1)");
+    return;
+  }
+  /* an adaptive model's tiles have a row of 1 / lambda^2 after aux, and its
+   * pairs another kernel each: neither the kernels nor the plan here know
+   * them (R refuses derivatives of adaptive fits before this) */
+  if (model->adaptive) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "internal: the GPU derivative sums do not serve adaptive fits");
     return;
   }
   if (problem->n_query == 0) return;

@@ -41,14 +41,19 @@ static int device_plan_enabled(void)
   return enabled;
 }
 
-/* The one dispatch point: runtime (kernel, d, layout) -> the instantiation
- * of a kernel family, through the selector its translation unit exports. */
-template <typename T> static kde_kernel_fn<T> select_kernel(int kernel, int dim, int layout)
+/* The one dispatch point: runtime (kernel, d, layout, adaptive) -> the
+ * instantiation of a kernel family, through the selector its translation
+ * unit exports. (An adaptive model has the plain layout.) */
+template <typename T>
+static kde_kernel_fn<T> select_kernel(int kernel, int dim, int layout, int adaptive)
 {
   if constexpr (std::is_same<T, float>::value) {
     if (layout == KDE_LAYOUT_TC_WIDE) return select_tc_wide_kernel();
     if (layout == KDE_LAYOUT_TC_SMALL) return select_tc_small_kernel();
   }
+  if (adaptive)
+    return dim <= 4 ? select_small_adaptive_kernel<T>(kernel, dim)
+                    : select_wide_adaptive_kernel<T>(kernel);
   if (dim <= 4) return select_small_kernel<T>(kernel, dim);
   return select_wide_kernel<T>(kernel);
 }
@@ -376,7 +381,9 @@ static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
   const int64_t units = job->u_hi - job->u_lo;
   double avail, per_query;
   int blocks_per_sm = 0;
-  kde_kernel_fn<T> fn = select_kernel<T>(model->kernel, (int) d, model->layout);
+  const int rows_extra = 1 + model->adaptive; /* aux (and scale) rows per point */
+  kde_kernel_fn<T> fn = select_kernel<T>(model->kernel, (int) d, model->layout,
+                                         model->adaptive);
 
   KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
   if (model->layout == KDE_LAYOUT_TC_WIDE) {
@@ -390,18 +397,18 @@ static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
   } else if (d <= 4) {
     job->chunk_dims = (int) d;
     job->n_chunks = 1;
-    job->smem = 2 * (size_t) kUnit * (d + 1) * tsz;
+    job->smem = 2 * (size_t) kUnit * (d + rows_extra) * tsz;
   } else {
     size_t cap = job->rep->smem_optin < kWideSmemCap ? job->rep->smem_optin
                                                       : kWideSmemCap;
-    /* sq: dc x 128, sx: 2 x (dc + 1) x 32 values */
-    int64_t dc_max = ((int64_t) (cap / tsz) - 2 * kTileWidth) /
+    /* sq: dc x 128, sx: 2 x (dc + rows_extra) x 32 values */
+    int64_t dc_max = ((int64_t) (cap / tsz) - 2 * rows_extra * kTileWidth) /
                      (kBlockQueries + 2 * kTileWidth);
     if (dc_max < 1) dc_max = 1;
     job->n_chunks = (int) ceil_div(d, dc_max);
     job->chunk_dims = (int) ceil_div(d, job->n_chunks);
     job->smem = ((size_t) job->chunk_dims * kBlockQueries +
-                 2 * (size_t) (job->chunk_dims + 1) * kTileWidth) * tsz;
+                 2 * (size_t) (job->chunk_dims + rows_extra) * kTileWidth) * tsz;
   }
   if (job->smem < merge_smem) job->smem = merge_smem;
   job->fn = (void *) fn;
@@ -732,6 +739,8 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
   pc.plan.hi = model->unit_hi;
   pc.plan.log_weight = model->unit_log_weight;
   pc.plan.log_weight_rest = model->unit_log_rest;
+  pc.plan.inv_scale2_lo = model->unit_scale_lo; /* NULL unless adaptive */
+  pc.plan.inv_scale2_hi = model->unit_scale_hi;
   pc.plan.tolerance = query->tolerance;
   pc.plan.leave_one_out = query->leave_one_out;
   pc.queries = oq.z; /* read by the host plan only: on the host when it runs */

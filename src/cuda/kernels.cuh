@@ -13,9 +13,13 @@
  * (declared here) that hands out its instantiation for a runtime (kernel,
  * d), and evaluate.cu's select_kernel() is the one place that picks:
  *   kernel_small.cu     kde_small_kernel: FMA, d = 1..4, any kernel, float
- *                       or double; queries in registers
+ *                       or double; queries in registers (the template in
+ *                       kernel_small.cuh)
  *   kernel_wide.cu      kde_wide_kernel: FMA, d >= 5, any kernel, float or
  *                       double; 4-query x 8-point register blocks
+ *                       (kernel_wide.cuh)
+ *   kernel_adaptive.cu  the two FMA families for adaptive (sample-point)
+ *                       fits: a per-point 1 / lambda^2 row in the tiles
  *   kernel_tc_small.cu  kde_tc_small_kernel: tensor cores (bfloat16), the
  *                       single-precision Gaussian at d = 3
  *   kernel_tc_wide.cu   kde_tc_wide_kernel: tensor cores (3xFP16), the
@@ -39,6 +43,11 @@
  *   sample.cu           draws from the estimate (its own kernel)
  *   kde_cuda_common.h   the memory budget; error reporting (KDE_CUDA_TRY)
  *   tuning_hooks.h      what the harness (bench/cuda) sets and reads
+ *
+ * Adaptive fits (per-point scales lambda_j, kde_backend.h's inv_scale2):
+ * the storage tiles get a row of 1 / lambda_j^2 after aux (the model's
+ * `adaptive`), the FMA kernels multiply each pair's s^2 by it in the
+ * difference form, and the tensor-core layouts are not used.
  *
  * Design
  * ------
@@ -206,6 +215,9 @@ template <typename F> auto dispatch_kernel(int kernel, F &&f)
 template <typename T> kde_kernel_fn<T> select_small_kernel(int kernel, int dim);
 /* kde_wide_kernel (kernel_wide.cu), any d. */
 template <typename T> kde_kernel_fn<T> select_wide_kernel(int kernel);
+/* The same two for adaptive models (kernel_adaptive.cu). */
+template <typename T> kde_kernel_fn<T> select_small_adaptive_kernel(int kernel, int dim);
+template <typename T> kde_kernel_fn<T> select_wide_adaptive_kernel(int kernel);
 /* kde_tc_small_kernel (kernel_tc_small.cu): the Gaussian at d = kTcSmallDim. */
 kde_kernel_fn<float> select_tc_small_kernel();
 /* kde_tc_wide_kernel (kernel_tc_wide.cu): the Gaussian at d >= kTcWideMinDim. */

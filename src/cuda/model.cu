@@ -201,6 +201,8 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   free(model->unit_hi);
   free(model->unit_log_weight);
   free(model->unit_log_rest);
+  free(model->unit_scale_lo);
+  free(model->unit_scale_hi);
   free(model);
   if (prev >= 0) (void) cudaSetDevice(prev);
 }
@@ -278,7 +280,10 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   model->n_points = (train->n_train + kUnit - 1) / kUnit * kUnit;
   model->elem = precision == KDE_PRECISION_SINGLE ? sizeof(float) : sizeof(double);
   model->scale = kde_log2_coordinate_scale(train->kernel);
-  model->expanded = train->kernel == KDE_GAUSSIAN && train->dim >= 3;
+  model->adaptive = train->inv_scale2 != NULL;
+  /* the expanded form would need a per-pair |q|^2 / lambda^2: adaptive
+   * models take the difference form */
+  model->expanded = train->kernel == KDE_GAUSSIAN && train->dim >= 3 && !model->adaptive;
   model->n_devices = n_devices;
   KDE_HOST_ALLOC(model->rep, n_devices, "the device list");
   KDE_HOST_ALLOC(model->center, model->dim, "the training mean");
@@ -324,8 +329,10 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
    * d = kTcSmallDim and d >= kTcWideMinDim (training points within fp16's
    * range, and the block's shared memory within the device's: d <= 288 on
    * an H100, where even at one block per SM it is 2.8x the FMA kernel at d =
-   * 208), else 32-point tiles of (d + 1) rows. */
-  gaussian_single = precision == KDE_PRECISION_SINGLE && train->kernel == KDE_GAUSSIAN;
+   * 208), else 32-point tiles of (d + 1) rows (d + 2 for an adaptive
+   * model, which has no tensor-core kernel and takes the FMA kernels). */
+  gaussian_single = precision == KDE_PRECISION_SINGLE && train->kernel == KDE_GAUSSIAN &&
+                    !model->adaptive;
   if (tuning != NULL && tuning->no_mma) mma_ok = 0;
   model->layout = KDE_LAYOUT_PLAIN;
   if (gaussian_single && mma_ok && model->dim == kTcSmallDim)
@@ -342,7 +349,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
     model->tile_elems = (int64_t) kTileWidth * kTcPointWords;
   } else {
-    model->tile_elems = (model->dim + 1) * kTileWidth;
+    model->tile_elems = (model->dim + 1 + model->adaptive) * kTileWidth;
   }
 
   unit_bytes = kUnit * point_bytes(model);
@@ -407,14 +414,21 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                    model->unit_lo, model->unit_hi);
     kde_tile_log_weights(train->weight, train->n_train, kUnit, model->unit_log_weight,
                          model->unit_log_rest);
+    if (model->adaptive) {
+      KDE_HOST_ALLOC(model->unit_scale_lo, n_units, "the units' scales");
+      KDE_HOST_ALLOC(model->unit_scale_hi, n_units, "the units' scales");
+      kde_tile_scale_bounds(train->inv_scale2, train->n_train, kUnit, model->unit_scale_lo,
+                            model->unit_scale_hi);
+    }
     /* and on every device, for the plans made there (plan.cu) */
     const size_t box_bytes = (size_t) (n_units * model->dim) * sizeof(double);
     const size_t weight_bytes = (size_t) n_units * sizeof(double);
+    const size_t unit_bytes_all = 2 * box_bytes + (model->adaptive ? 4 : 2) * weight_bytes;
     for (int r = 0; r < n_devices; r++) {
       kde_replica *rep = &model->rep[r];
       char *at;
       KDE_CUDA_TRY(cudaSetDevice(rep->device));
-      KDE_CUDA_TRY(cudaMalloc((void **) &rep->units, 2 * box_bytes + 2 * weight_bytes));
+      KDE_CUDA_TRY(cudaMalloc((void **) &rep->units, unit_bytes_all));
       at = (char *) rep->units;
       KDE_CUDA_TRY(cudaMemcpy(at, model->unit_lo, box_bytes, cudaMemcpyHostToDevice));
       KDE_CUDA_TRY(cudaMemcpy(at + box_bytes, model->unit_hi, box_bytes,
@@ -423,6 +437,12 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                               cudaMemcpyHostToDevice));
       KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes + weight_bytes, model->unit_log_rest,
                               weight_bytes, cudaMemcpyHostToDevice));
+      if (model->adaptive) {
+        KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes + 2 * weight_bytes, model->unit_scale_lo,
+                                weight_bytes, cudaMemcpyHostToDevice));
+        KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes + 3 * weight_bytes, model->unit_scale_hi,
+                                weight_bytes, cudaMemcpyHostToDevice));
+      }
     }
   }
   ok = 1;

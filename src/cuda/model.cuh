@@ -34,8 +34,9 @@ typedef struct {
   double *whitening;      /* dim + dim x dim: center, transform (lazily) */
   int whitening_serial;   /* model->whitening_serial uploaded here */
   /* Pruning on this device (plan.cu): the units' boxes and log weights,
-   * the model's unit_lo, unit_hi, unit_log_weight, unit_log_rest in one
-   * allocation (NULL when the model visits every unit). */
+   * the model's unit_lo, unit_hi, unit_log_weight, unit_log_rest (and for
+   * an adaptive model unit_scale_lo, unit_scale_hi) in one allocation
+   * (NULL when the model visits every unit). */
   double *units;
   /* Scratch of evaluations: raw query batch, packed queries, partial
    * states of the splits, accumulated states (max, sum, |q|^2 / 2), a
@@ -57,6 +58,8 @@ struct kde_cuda_model {
   double *center;       /* dim: training mean, subtracted from both sets */
   double scale;         /* then coordinates are multiplied by this */
   int expanded;         /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 */
+  int adaptive;         /* per-point scales: a row of 1 / lambda^2 after aux
+                           (kernel_adaptive.cu), the plain layout only */
   int layout;           /* enum kde_layout */
   int k16;              /* KDE_LAYOUT_TC_WIDE: ceil(dim / 16) */
   int64_t tile_elems;   /* values per 32-point storage tile */
@@ -70,6 +73,9 @@ struct kde_cuda_model {
    * unit-major) and its log weights (unit_log_weight, unit_log_rest); all
    * NULL when the model visits every unit. */
   double *unit_lo, *unit_hi, *unit_log_weight, *unit_log_rest;
+  /* an adaptive model's units' smallest and largest 1 / lambda^2 (NULL
+   * otherwise), for prune.h's kde_prune_scale */
+  double *unit_scale_lo, *unit_scale_hi;
   int whitening_serial; /* bumped when it changes; 0: none yet */
   int n_devices;
   kde_replica *rep;

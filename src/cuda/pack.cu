@@ -218,12 +218,14 @@ void pack_train_tc_small(const kde_training_set *train,
 }
 
 /* Pack the training set: storage tiles of 32 points, dimension-major, then
- * the aux row; null points (coordinates 0, weight 0) pad to n_points. */
+ * the aux row, and for an adaptive model a row of 1 / lambda^2 (in any
+ * coordinate units: s^2 scales with the coordinates, lambda does not);
+ * null points (coordinates 0, weight 0, scale 1) pad to n_points. */
 template <typename T>
 void pack_train(const kde_training_set *train, const kde_cuda_model *model,
                        T *dst)
 {
-  const int64_t n = train->n_train, d = model->dim, rows = d + 1;
+  const int64_t n = train->n_train, d = model->dim, rows = d + 1 + model->adaptive;
   const int lse = kernel_sums_logs(model->kernel);
   for (int64_t k = 0; k < d; k++) {
     for (int64_t j = 0; j < model->n_points; j++) {
@@ -251,6 +253,7 @@ void pack_train(const kde_training_set *train, const kde_cuda_model *model,
       }
     }
     tile[d * kTileWidth] = (T) aux;
+    if (model->adaptive) tile[(d + 1) * kTileWidth] = j < n ? (T) train->inv_scale2[j] : (T) 1;
   }
 }
 

@@ -6,7 +6,8 @@
  * block of a batch at once, with the same helpers (kde_box_distances,
  * kde_log_profile, kde_prune_bucket, kde_prune_first_skipped) and in double
  * precision, so that it skips the same units up to the rounding of sums
- * taken in another order:
+ * taken in another order (an adaptive model's unit bounds scaled by
+ * kde_prune_scale, as prune.c's):
  *
  *   boxes:  one CUDA block per query block: the box of its rows;
  *   count:  one CUDA block per query block, the units in block-stride: the
@@ -56,6 +57,9 @@ kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica 
   p.hi = rep->units + n_units * model->dim;
   p.log_weight = rep->units + 2 * n_units * model->dim;
   p.log_weight_rest = p.log_weight + n_units;
+  /* an adaptive model's unit scales follow (model.cu) */
+  p.inv_scale2_lo = model->adaptive ? p.log_weight_rest + n_units : NULL;
+  p.inv_scale2_hi = model->adaptive ? p.log_weight_rest + 2 * n_units : NULL;
   p.tolerance = tolerance;
   p.leave_one_out = leave_one_out;
   return p;
@@ -119,6 +123,7 @@ __device__ __forceinline__ bool unit_visited(const kde_prune_plan &p, const doub
   if (how == kDecideAll) return true;
   double min2, max2;
   kde_box_distances(q_lo, q_hi, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, &min2, &max2);
+  kde_prune_scale(&p, t, &min2, &max2);
   if (how == kDecideSupport) return min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN;
   const double key = (p.log_weight[t] + kde_log_profile(p.kernel, min2)) - log_budget;
   return kde_prune_bucket(key) < first_skipped;
@@ -171,6 +176,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     for (int64_t t = threadIdx.x; t < n; t += kPlanThreads) {
       double min2, max2;
       kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+      kde_prune_scale(&p, t, &min2, &max2);
       lower = kde_lse_add(lower, rest[t] + kde_log_profile(p.kernel, max2));
     }
     lower = block_lse(lower, s_max, s_sum);
@@ -189,6 +195,7 @@ __global__ void __launch_bounds__(kPlanThreads)
       if (t < n) {
         double min2, max2;
         kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+        kde_prune_scale(&p, t, &min2, &max2);
         const double key = (p.log_weight[t] + kde_log_profile(p.kernel, min2)) - log_budget;
         bucket = kde_prune_bucket(key);
         if (bucket >= 0) value = exp(key);

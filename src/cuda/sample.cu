@@ -8,7 +8,8 @@
  *      Gaussian, d normals; otherwise a uniform direction g / |g| (g
  *      Gaussian) times a * s, with s the radius law of the kernel, the
  *      density proportional to s^(d-1) k(s) (as R/sample.R draws it);
- *   3. x_j + z %*% chol(H).
+ *   3. x_j + z %*% chol(H), or x_j + lambda_j z %*% chol(H) for an
+ *      adaptive fit (point j's covariance is lambda_j^2 H).
  *
  * Radii through gamma variates of integer or half-integer shape, which
  * need only uniforms and the normals already drawn: for a Gaussian g,
@@ -148,6 +149,7 @@ __device__ inline double radius(int kernel, int d, double norm2, draw_random &rn
 struct kde_sample_args {
   const double *train;      /* n x dim */
   const double *cumulative; /* n */
+  const double *scale_point; /* n, or NULL: lambda_j of an adaptive fit */
   const double *chol_h;     /* dim x dim */
   int64_t n;
   int dim;
@@ -180,10 +182,11 @@ __global__ void __launch_bounds__(kSampleThreads) kde_sample_kernel(const kde_sa
     z[k] = rng.normal();
     norm2 += z[k] * z[k];
   }
-  if (a.kernel != KDE_GAUSSIAN) {
-    const double factor = a.scale * radius(a.kernel, a.dim, norm2, rng) / sqrt(norm2);
+  double factor = a.scale_point != NULL ? a.scale_point[lo] : 1.0;
+  if (a.kernel != KDE_GAUSSIAN)
+    factor *= a.scale * radius(a.kernel, a.dim, norm2, rng) / sqrt(norm2);
+  if (factor != 1.0)
     for (int k = 0; k < a.dim; k++) z[k] *= factor;
-  }
   for (int c = 0; c < a.dim; c++) {
     double value = a.train[lo + (int64_t) c * a.n];
     for (int k = 0; k < a.dim; k++) value = fma(z[k], a.chol_h[k + (int64_t) c * a.dim], value);
@@ -202,7 +205,9 @@ extern "C" void kde_cuda_sample(const kde_sample_request *request, int device,
   const size_t train_bytes = (size_t) (n * d) * sizeof(double);
   const size_t cumulative_bytes = (size_t) n * sizeof(double);
   const size_t chol_bytes = (size_t) (d * d) * sizeof(double);
+  const size_t scale_bytes = request->scale != NULL ? (size_t) n * sizeof(double) : 0;
   double *d_train = NULL, *d_cumulative = NULL, *d_chol = NULL, *d_out = NULL;
+  double *d_scale = NULL;
   int prev = -1;
   size_t free_b = 0, total_b = 0;
   double budget, left;
@@ -222,7 +227,7 @@ extern "C" void kde_cuda_sample(const kde_sample_request *request, int device,
   KDE_CUDA_TRY(cudaSetDevice(device));
   KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
   budget = budget_bytes(memory_budget, free_b);
-  left = budget - (double) (train_bytes + cumulative_bytes + chol_bytes);
+  left = budget - (double) (train_bytes + cumulative_bytes + chol_bytes + scale_bytes);
   batch = (int64_t) (left / ((double) d * sizeof(double)));
   if (batch > kMaxSampleBatch) batch = kMaxSampleBatch;
   if (batch > request->size) batch = request->size;
@@ -243,9 +248,14 @@ extern "C" void kde_cuda_sample(const kde_sample_request *request, int device,
   KDE_CUDA_TRY(cudaMemcpy(d_cumulative, request->cumulative, cumulative_bytes,
                           cudaMemcpyHostToDevice));
   KDE_CUDA_TRY(cudaMemcpy(d_chol, request->chol_h, chol_bytes, cudaMemcpyHostToDevice));
+  if (request->scale != NULL) {
+    KDE_CUDA_TRY(cudaMalloc((void **) &d_scale, scale_bytes));
+    KDE_CUDA_TRY(cudaMemcpy(d_scale, request->scale, scale_bytes, cudaMemcpyHostToDevice));
+  }
 
   args.train = d_train;
   args.cumulative = d_cumulative;
+  args.scale_point = d_scale;
   args.chol_h = d_chol;
   args.n = n;
   args.dim = (int) d;
@@ -277,6 +287,7 @@ cleanup:
   if (d_cumulative != NULL) (void) cudaFree(d_cumulative);
   if (d_chol != NULL) (void) cudaFree(d_chol);
   if (d_out != NULL) (void) cudaFree(d_out);
+  if (d_scale != NULL) (void) cudaFree(d_scale);
   (void) cudaGetLastError();
   if (prev >= 0) (void) cudaSetDevice(prev);
 }

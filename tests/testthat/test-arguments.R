@@ -63,9 +63,9 @@ test_that("a matrix whose dim does not match its length is an error, in R and in
   expect_error(.Call(kdegpu:::C_kdegpu_whiten, y, c(0, 0), diag(2), 1L), "`x` is damaged")
   expect_error(.Call(kdegpu:::C_kdegpu_whiten, fit$x, c(0, 0), y, 1L), "`transform` is damaged")
   entry <- kdegpu:::C_kdegpu_log_density_cpu
-  args <- list(fit$z, fit$weights, 0L, fit$z[1:2, ], NULL, NULL, 0L, 0, FALSE, 0, 1L, -1)
+  args <- list(fit$z, fit$weights, NULL, 0L, fit$z[1:2, ], NULL, NULL, 0L, 0, FALSE, 0, 1L, -1)
   expect_error(do.call(.Call, c(list(entry, y), args[-1])), "`train` is damaged")
-  expect_error(do.call(.Call, c(list(entry), args[1:3], list(y), args[-(1:4)])),
+  expect_error(do.call(.Call, c(list(entry), args[1:4], list(y), args[-(1:5)])),
                "`query` is damaged")
 })
 

@@ -103,6 +103,22 @@ test_that("bw = 'lscv', 'ucv' and 'mlcv' in kde_gpu() use the selectors", {
   expect_equal(fit$bw, as.numeric(bw_mlcv(x, kernel = "epanechnikov", backend = "cpu")))
 })
 
+test_that("arithmetic on a selected bandwidth gives a plain matrix or number", {
+  set.seed(3)
+  x <- matrix(rnorm(200), 100)
+  H <- bw_mlcv(x, type = "full", backend = "cpu")
+  plain <- matrix(as.vector(attr(H, "H")), 2)
+  doubled <- 2 * H
+  expect_identical(class(doubled), class(plain))
+  expect_null(attr(doubled, "criterion"))
+  expect_equal(doubled, 2 * plain, ignore_attr = TRUE)
+  expect_equal(H + H, doubled)
+  expect_equal(-H, -1 * doubled / 2)
+  h <- bw_lscv(x[, 1], backend = "cpu")
+  expect_identical(class(h / 2), "numeric")
+  expect_equal(h / 2, sqrt(attr(h, "H")[1, 1]) / 2)
+})
+
 test_that("a boundary optimum warns, as bw.ucv does", {
   set.seed(5)
   x <- rnorm(100)

@@ -127,7 +127,7 @@ test_that("CUDA: errors in GPU sampling are R errors", {
                "budget")
   entry <- kdegpu:::C_kdegpu_sample_cuda
   ok <- function(cumulative = cumsum(rep(0.5, 2)), seed = c(1, 2), size = 1e4) {
-    .Call(entry, matrix(0, 2, 1), cumulative, matrix(1, 1, 1), 0L, size, seed, 0L, 0,
+    .Call(entry, matrix(0, 2, 1), cumulative, NULL, matrix(1, 1, 1), 0L, size, seed, 0L, 0,
           1L, -1)
   }
   expect_equal(dim(ok()), c(1e4, 1L))

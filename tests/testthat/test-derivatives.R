@@ -329,6 +329,39 @@ test_that("kde_modes() gives ks::kms()'s modal clusters of faithful", {
   expect_equal(m_scaled$modes, m$modes / 1000, tolerance = 1e-10)
 })
 
+test_that("kde_modes() merges small clusters as ks::kms() does (min_size)", {
+  skip_if_not_installed("ks")
+  set.seed(21)
+  centres <- rbind(c(0, 0), c(4, 0), c(2, 3.5))
+  x <- centres[rep(1:3, c(120, 90, 60)), ] + matrix(rnorm(540, sd = 0.6), ncol = 2)
+  x <- rbind(x, c(9, 9), c(-6, 7)) # two lone points: clusters of one
+  H <- ks::Hpi(x, deriv.order = 1)
+  fit <- kde_gpu(x, H = H, backend = "cpu")
+  kept <- kde_modes(fit, min_size = 0)
+  merged <- kde_modes(fit) # default: round(0.01 * 272) = 3, as ks
+  expect_identical(merged$min_size, 3L)
+  sizes <- tabulate(kept$label)
+  expect_true(sum(sizes == 1) >= 2, label = "the lone points are modes of their own")
+  expect_equal(nrow(merged$modes), sum(sizes > 3))
+  expect_true(all(tabulate(merged$label) > 3))
+  # every big cluster is kept whole, and its mode with it
+  big <- which(sizes > 3)
+  for (k in big) {
+    expect_length(unique(merged$label[kept$label == k]), 1L)
+  }
+  expect_equal(merged$modes, kept$modes[big, , drop = FALSE])
+  # a lone point joins the cluster of the mode nearest to its own mode
+  lone <- which(kept$label == which(sizes == 1)[1])
+  nearest <- big[which.min(colSums((t(kept$modes[big, ]) - kept$modes[kept$label[lone], ])^2))]
+  expect_identical(merged$label[lone], match(nearest, big))
+  # and the partition is ks's
+  km <- ks::kms(x, H = H)
+  tab <- table(km$label, merged$label)
+  expect_true(all(rowSums(tab > 0) == 1) && all(colSums(tab > 0) == 1),
+              label = "kde_modes() and ks::kms() partition the mixture alike")
+  expect_error(kde_modes(fit, min_size = -1), "`min_size` must be one non-negative whole number")
+})
+
 test_that("kde_modes() ends near local maxima of the estimate", {
   for (case in list(list(kernel = "gaussian", d = 2), list(kernel = "biweight", d = 2),
                     list(kernel = "gaussian", d = 3), list(kernel = "faithful", d = 2))) {
@@ -341,7 +374,7 @@ test_that("kde_modes() ends near local maxima of the estimate", {
       x <- rbind(matrix(rnorm(60 * d), ncol = d), matrix(rnorm(40 * d, mean = 4), ncol = d))
       kde_gpu(x, kernel = case$kernel, backend = "cpu")
     }
-    m <- kde_modes(fit)
+    m <- kde_modes(fit, min_size = 0) # every mode, however few points climb to it
     expect_true(all(m$converged), label = lab)
     for (k in seq_len(nrow(m$modes))) {
       lab_k <- paste(lab, "mode", k)

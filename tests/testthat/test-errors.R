@@ -113,8 +113,8 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
                  transform = NULL, kernel = 0L, log_const = 0,
                  leave_one_out = FALSE, threads = 1L, progress = -1,
                  tile_size = 0L, tolerance = 0) {
-    out <- .Call(entry, train, weight, tile_size, query, center, transform, kernel, log_const,
-                 leave_one_out, tolerance, threads, progress)
+    out <- .Call(entry, train, weight, NULL, tile_size, query, center, transform, kernel,
+                 log_const, leave_one_out, tolerance, threads, progress)
     # the share of pairs computed comes as an attribute (for the fit's print())
     expect_equal(attr(out, "pairs_share"), 1)
     as.vector(out)
@@ -192,6 +192,6 @@ test_that("junk passed straight to the CPU entry point errors, not crashes", {
   expect_error(ok(threads = 1:2), "`threads`")
   # R itself refuses a call with the wrong number of arguments.
   expect_error(.Call(entry, train, weight, query, NULL, NULL, 0L, 0, FALSE),
-               "expecting 12")
-  expect_error(.Call(entry), "expecting 12")
+               "expecting 13")
+  expect_error(.Call(entry), "expecting 13")
 })

@@ -1,0 +1,215 @@
+/*
+ * kernel_small.cuh: the FMA kernel for d = 1..4 (kde_small_kernel, every
+ * kernel, both precisions): queries in registers, 256-point shared tiles,
+ * the lazy max software-pipelined by one group. A template only:
+ * kernel_small.cu instantiates the fixed-bandwidth kernels (select_small_kernel),
+ * kernel_adaptive.cu the adaptive ones (A = 1: a row of per-point scales
+ * after aux, kUnit more values per shared tile).
+ */
+#ifndef KDEGPU_CUDA_KERNEL_SMALL_CUH
+#define KDEGPU_CUDA_KERNEL_SMALL_CUH
+
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "kdegpu/kernels.h"
+#include "accumulate.cuh"
+#include "kernel_facts.cuh"
+#include "kernels.cuh"
+#include "numeric.cuh"
+#include "tile_copy.cuh"
+#include "tuning.cuh"
+
+namespace kdegpu {
+
+template <int K, typename T, int D, int A, bool CHECK, int Q, int U>
+__device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
+                                                   int j, const T (&q)[Q][D],
+                                                   int64_t first,
+                                                   const int64_t (&qg)[Q],
+                                                   T (&value)[Q][U])
+{
+  constexpr bool LSE = kernel_sums_logs(K);
+  /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 and the query holds q, so
+   * aux + q.x = log2 w + log2 k + |q|^2 / 2; the host subtracts |q|^2 / 2.
+   * (log2 k = -s2 / 2 for the pre-scaled coordinates, kde_log_profile.)
+   * Adaptive (A = 1): the difference form, s2 times the point's 1 /
+   * lambda^2 from the row after aux. */
+  constexpr bool EXPANDED = K == KDE_GAUSSIAN && D >= 3 && A == 0;
+  const T *base = tile + (j / kTileWidth) * (D + 1 + A) * kTileWidth + (j % kTileWidth);
+  T x[D + 1 + A][U];
+#pragma unroll
+  for (int k = 0; k <= D + A; k++) load_vec<T, U>(base + k * kTileWidth, x[k]);
+#pragma unroll
+  for (int p = 0; p < U; p++) {
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+      T v;
+      if (EXPANDED) {
+        v = x[D][p];
+#pragma unroll
+        for (int k = 0; k < D; k++) v = fma(q[i][k], x[k][p], v);
+      } else {
+        T s2 = 0;
+#pragma unroll
+        for (int k = 0; k < D; k++) {
+          const T diff = q[i][k] - x[k][p];
+          s2 = fma(diff, diff, s2);
+        }
+        if (A == 1) s2 *= x[D + A][p];
+        v = pair_value<K, LSE>(s2, x[D][p]);
+      }
+      if (CHECK && first + j + p == qg[i]) v = excluded_value<LSE, T>();
+      value[i][p] = v;
+    }
+  }
+}
+
+/* One shared tile (kUnit points) for the small-d kernel: this warp's quarter,
+ * in groups of U points. CHECK: the tile may hold a query's own point.
+ *
+ * LSE kernels are software-pipelined by one group: the values (FMAs) of
+ * group k are computed while the exp2s of group k - 1 drain from the MUFU
+ * pipe, and only then is group k - 1's lazy-max check resolved (in the rare
+ * case by recomputing its values from shared memory). */
+template <int K, typename T, int D, int A, bool CHECK, int Q>
+__device__ __forceinline__ void small_tile(const T *__restrict__ tile,
+                                           const T (&q)[Q][D], T (&m)[Q],
+                                           T (&s)[Q], T (&ts)[Q],
+                                           int64_t first,
+                                           const int64_t (&qg)[Q])
+{
+  constexpr int U = real_traits<T>::group;
+  constexpr bool LSE = kernel_sums_logs(K);
+  constexpr int POLY = K == KDE_GAUSSIAN && std::is_same<T, float>::value ? kPolyExps : 0;
+  const int j0 = (threadIdx.x / 32) * kSmallPointsPerWarp;
+  T value[Q][U];
+  if (!LSE) {
+#pragma unroll 2
+    for (int g = 0; g < kSmallPointsPerWarp; g += U) {
+      small_group_values<K, T, D, A, CHECK>(tile, j0 + g, q, first, qg, value);
+#pragma unroll
+      for (int i = 0; i < Q; i++) ts[i] += tree_sum(value[i]);
+    }
+    return;
+  }
+  T gsum[Q];
+  small_group_values<K, T, D, A, CHECK>(tile, j0, q, first, qg, value);
+  bool far = group_exps<POLY>(value, m, gsum);
+#pragma unroll 1
+  for (int g = U; g <= kSmallPointsPerWarp; g += U) {
+    if (g < kSmallPointsPerWarp)
+      small_group_values<K, T, D, A, CHECK>(tile, j0 + g, q, first, qg, value);
+    if (__builtin_expect(far, 0)) { /* resolve group g - U */
+      T again[Q][U];
+      small_group_values<K, T, D, A, CHECK>(tile, j0 + g - U, q, first, qg, again);
+#pragma unroll
+      for (int i = 0; i < Q; i++)
+        if (!(gsum[i] <= (T) kLazyLimit))
+          group_fix_one(again[i], m[i], s[i], ts[i], gsum[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < Q; i++) ts[i] += gsum[i];
+    if (g < kSmallPointsPerWarp) far = group_exps<POLY>(value, m, gsum);
+  }
+}
+
+/*
+ * d = D in 1..4. Block (bx, by): queries [128 bx, 128 bx + 128) against the
+ * by-th split of the training range. Queries live in registers (4 per
+ * thread, rows lane + 32 i); each warp takes a quarter of every tile.
+ * Tiles are double-buffered with cp.async. A = 1: an adaptive fit's tiles,
+ * (D + 2) rows per point.
+ */
+template <int K, typename T, int D, int A>
+__global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
+    kde_small_kernel(const kde_args<T> a)
+{
+  constexpr int Q = kQueriesPerThread;
+  constexpr bool LSE = kernel_sums_logs(K);
+  constexpr int tile_elems = kUnit * (D + 1 + A);
+  extern __shared__ float4 smem_f4[];
+  T *smem = reinterpret_cast<T *>(smem_f4);
+
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int64_t q0 = (int64_t) blockIdx.x * kBlockQueries;
+
+  T q[Q][D];
+  int slot[Q];
+  int64_t qg[Q];
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    slot[i] = lane + 32 * i;
+    qg[i] = a.query_base + q0 + slot[i];
+#pragma unroll
+    for (int k = 0; k < D; k++) q[i][k] = a.query[q0 + slot[i] + k * a.ldq];
+  }
+  const int64_t qg_lo = qg[0], qg_hi = qg[Q - 1];
+
+  T m[Q], s[Q];
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    m[i] = LSE ? real_traits<T>::lowest() : (T) 0;
+    s[i] = 0;
+  }
+
+  int64_t split_count;
+  const int64_t p0 = block_split(a, split_count);
+  const visit_units visits = block_visits(a, p0, split_count / kUnit);
+  const int64_t n_tiles = visits.count;
+  const T *src = a.train + p0 * (D + 1 + A);
+
+  if (n_tiles > 0)
+    block_copy_async(smem, src + visits.unit(0) * tile_elems, tile_elems * sizeof(T));
+  async_commit();
+  for (int64_t t = 0; t < n_tiles; t++) {
+    if (t + 1 < n_tiles)
+      block_copy_async(smem + ((t + 1) & 1) * tile_elems,
+                       src + visits.unit(t + 1) * tile_elems, tile_elems * sizeof(T));
+    async_commit(); /* possibly empty: keeps the group count uniform */
+    async_wait_all_but_newest();
+    __syncthreads();
+    const T *tile = smem + (t & 1) * tile_elems;
+    /* global index of the tile's point 0 (leave one out) */
+    const int64_t tile_first = a.train_base + p0 + visits.unit(t) * kUnit;
+    const int64_t warp_first = tile_first + warp * kSmallPointsPerWarp;
+    T ts[Q];
+#pragma unroll
+    for (int i = 0; i < Q; i++) ts[i] = 0;
+    const bool check = a.leave_one_out && qg_lo < warp_first + kSmallPointsPerWarp &&
+                       warp_first <= qg_hi;
+    if (check)
+      small_tile<K, T, D, A, true>(tile, q, m, s, ts, tile_first, qg);
+    else
+      small_tile<K, T, D, A, false>(tile, q, m, s, ts, tile_first, qg);
+#pragma unroll
+    for (int i = 0; i < Q; i++) s[i] += ts[i];
+    __syncthreads(); /* the next prefetch overwrites this buffer */
+  }
+  write_partials<T, Q>(a, smem, m, s, slot);
+}
+
+/* kde_small_kernel<K, T, dim, A> for a runtime (kernel, dim); NULL for a
+ * dim outside 1..4. */
+template <typename T, int A> kde_kernel_fn<T> small_kernel_for(int kernel, int dim)
+{
+  return dispatch_kernel(kernel, [dim](auto k) -> kde_kernel_fn<T> {
+    constexpr int K = decltype(k)::value;
+    switch (dim) {
+    case 1: return kde_small_kernel<K, T, 1, A>;
+    case 2: return kde_small_kernel<K, T, 2, A>;
+    case 3: return kde_small_kernel<K, T, 3, A>;
+    case 4: return kde_small_kernel<K, T, 4, A>;
+    default: return nullptr;
+    }
+  });
+}
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_KERNEL_SMALL_CUH */

@@ -1,0 +1,385 @@
+# The sample-point adaptive estimator (kde_gpu(adaptive = TRUE)) against
+# plain-R sums of its definition: the pilot (the fixed estimate with the
+# same H at the training points, self terms kept), Abramson's local factors
+# lambda_j = (f(x_j) / g)^-alpha with g the weighted geometric mean, and
+# f(x) = sum_j w_j |lambda_j^2 H|^-1/2 K(H^-1/2 (x - x_j) / lambda_j).
+
+# lambda_j from the pilot, as R/kde_gpu.R defines it (points of weight 0
+# do not enter g; their factor is 1 where their pilot is 0).
+ref_lambda <- function(x, H, kernel, weights, alpha) {
+  pilot <- ref_log_density(x, x, H, kernel, weights)
+  w <- weights / sum(weights)
+  log_g <- sum(w[w > 0] * pilot[w > 0])
+  lambda <- exp(-alpha * (pilot - log_g))
+  lambda[!is.finite(pilot)] <- 1
+  lambda
+}
+
+# log f at the rows of q with per-point factors lambda; leave_out[i]: the
+# training point that query i leaves out (its weight then renormalised).
+ref_adaptive_log_density <- function(x, q, H, kernel, weights, lambda, leave_out = NULL) {
+  x <- ref_as_matrix(x)
+  d <- ncol(x)
+  q <- ref_as_matrix(q, d)
+  w <- weights / sum(weights)
+  R <- chol(H)
+  R_inverse <- backsolve(R, diag(d))
+  xw <- t(x %*% R_inverse)
+  qw <- q %*% R_inverse
+  cst <- ref_constants(kernel, d)
+  out <- vapply(seq_len(nrow(q)), function(i) {
+    s <- sqrt(colSums((xw - qw[i, ])^2)) / (cst$a * lambda)
+    terms <- log(w) - d * log(lambda) + ref_log_profile(kernel, s)
+    if (is.null(leave_out)) return(ref_log_sum_exp(terms))
+    j <- leave_out[i]
+    if (w[j] >= 1) return(-Inf)
+    ref_log_sum_exp(terms[-j]) - log1p(-w[j])
+  }, 0)
+  out + cst$log_c - sum(log(diag(R)))
+}
+
+adaptive_case <- function(d, n = 120, seed = 1) {
+  x <- ref_data(n, d, seed = seed)
+  set.seed(seed + 100)
+  w <- runif(n)
+  w[c(3, 7)] <- 0
+  list(x = x, w = w, H = ref_full_H(d, 0.6, seed = seed + 200),
+       q = ref_queries(x, 25, seed = seed + 300))
+}
+
+test_that("adaptive fits match the plain-R estimator for every kernel (d = 1, 2, 3)", {
+  for (d in 1:3) {
+    case <- adaptive_case(d, seed = d)
+    for (k in ref_kernels) {
+      lab <- paste(k, "d =", d)
+      fit <- kde_gpu(case$x, H = case$H, kernel = k, weights = case$w, backend = "cpu",
+                     adaptive = TRUE)
+      lambda <- ref_lambda(case$x, case$H, k, case$w, 0.5)
+      positive <- case$w > 0
+      expect_equal(fit$adaptive$lambda[positive], lambda[positive], tolerance = 1e-12,
+                   label = paste("lambda", lab))
+      expect_identical(fit$adaptive$alpha, 0.5)
+      expected <- ref_adaptive_log_density(case$x, case$q, case$H, k, case$w, lambda)
+      expect_log_density_equal(predict(fit, case$q, log = TRUE), expected, tol = 1e-10,
+                               label = lab)
+      expect_density_equal(predict(fit, case$q), exp(expected), tol = 1e-10, label = lab)
+    }
+  }
+})
+
+test_that("alpha sets the sensitivity; alpha = 0 is the fixed estimate", {
+  case <- adaptive_case(2, seed = 11)
+  fixed <- kde_gpu(case$x, H = case$H, weights = case$w, backend = "cpu")
+  zero <- kde_gpu(case$x, H = case$H, weights = case$w, backend = "cpu", adaptive = TRUE,
+                  alpha = 0)
+  expect_equal(zero$adaptive$lambda, rep(1, nrow(case$x)))
+  expect_log_density_equal(predict(zero, case$q, log = TRUE),
+                           predict(fixed, case$q, log = TRUE), tol = 1e-13, label = "alpha 0")
+  for (alpha in c(0.25, 1)) {
+    fit <- kde_gpu(case$x, H = case$H, kernel = "biweight", weights = case$w,
+                   backend = "cpu", adaptive = TRUE, alpha = alpha)
+    lambda <- ref_lambda(case$x, case$H, "biweight", case$w, alpha)
+    expect_log_density_equal(
+      predict(fit, case$q, log = TRUE),
+      ref_adaptive_log_density(case$x, case$q, case$H, "biweight", case$w, lambda),
+      tol = 1e-10, label = paste("alpha", alpha))
+  }
+  # low-density points get wider kernels: lambda falls as the pilot rises
+  fit <- kde_gpu(case$x, H = case$H, backend = "cpu", adaptive = TRUE)
+  pilot <- predict(kde_gpu(case$x, H = case$H, backend = "cpu"), log = TRUE)
+  expect_true(all(diff(fit$adaptive$lambda[order(pilot)]) <= 1e-12))
+  expect_equal(sum(log(fit$adaptive$lambda)) / nrow(case$x), 0, tolerance = 1e-12)
+})
+
+test_that("leave-one-out and logLik of an adaptive fit match plain R", {
+  for (d in c(1, 3)) {
+    case <- adaptive_case(d, n = 120, seed = 20 + d)
+    for (k in c("gaussian", "epanechnikov", "exponential")) {
+      lab <- paste(k, "d =", d)
+      fit <- kde_gpu(case$x, H = case$H, kernel = k, weights = case$w, backend = "cpu",
+                     adaptive = TRUE)
+      lambda <- fit$adaptive$lambda # the full fit's factors, kept when leaving out
+      expected <- ref_adaptive_log_density(case$x, case$x, case$H, k, case$w, lambda,
+                                           leave_out = seq_len(nrow(case$x)))
+      loo <- predict(fit, log = TRUE, leave_one_out = TRUE)
+      expect_log_density_equal(loo, expected, tol = 1e-10, label = lab)
+      w <- case$w / sum(case$w)
+      n <- nrow(case$x)
+      expect_equal(as.numeric(logLik(fit)), sum(ifelse(w > 0, n * w * expected, 0)),
+                   tolerance = 1e-10, label = lab)
+    }
+  }
+})
+
+test_that("pruned evaluation of adaptive fits agrees with the full sum", {
+  # clustered data, so that tiles are far apart in their kernels' units
+  set.seed(31)
+  centres <- matrix(runif(16, -30, 30), 8, 2)
+  x <- centres[rep(1:8, each = 700), ] + matrix(rnorm(11200), 5600, 2) *
+    rep(c(0.3, 1, 2, 0.5, 3, 0.2, 1, 5), each = 700)
+  q <- rbind(x[sample.int(nrow(x), 1500), ] + rnorm(3000, sd = 0.5),
+             matrix(runif(1000, -40, 40), 500, 2))
+  for (k in c("gaussian", "exponential", "epanechnikov", "cosine")) {
+    fit <- kde_gpu(x, kernel = k, backend = "cpu", adaptive = TRUE, bw = 0.8)
+    full <- predict(fit, q, log = TRUE, tolerance = 0)
+    # tolerance 0: unbounded kernels sum every pair, compact ones skip only
+    # the tiles beyond every kernel's reach
+    if (k %in% c("gaussian", "exponential")) expect_equal(kdegpu:::pairs_share(fit), 1)
+    pruned <- predict(fit, q, log = TRUE)
+    expect_lt(kdegpu:::pairs_share(fit), 0.9, label = paste(k, "share of pairs"))
+    expect_log_density_equal(pruned, full, tol = 1e-13, label = k)
+    if (k %in% c("gaussian", "exponential")) {
+      # the guarantee: (1 - tol) f <= f' <= f, here at tolerance 1e-3
+      coarse <- predict(fit, q, tolerance = 1e-3)
+      exact <- exp(full)
+      expect_true(all(coarse <= exact * (1 + 1e-12)), label = k)
+      expect_true(all(coarse >= exact * (1 - 1e-3 - 1e-12)), label = k)
+      loo_full <- predict(fit, log = TRUE, leave_one_out = TRUE, tolerance = 0)
+      loo <- predict(fit, log = TRUE, leave_one_out = TRUE)
+      expect_log_density_equal(loo, loo_full, tol = 1e-13, label = paste(k, "loo"))
+    }
+  }
+})
+
+test_that("draws from an adaptive fit follow the estimate", {
+  # 1-D: a KS test against the estimate's exact CDF (fixed seed)
+  set.seed(41)
+  x1 <- c(rnorm(300), rexp(200) * 3 + 4)
+  fit1 <- kde_gpu(x1, backend = "cpu", adaptive = TRUE, kernel = "epanechnikov")
+  set.seed(42)
+  draws <- sample(fit1, 20000)
+  expect_gt(suppressWarnings(stats::ks.test(draws, function(v) predict(fit1, v, type = "cdf")))$p.value,
+            1e-3)
+  # 2-D: moments against the exact mixture's, sum_j w_j N(x_j, lambda_j^2 H)
+  case <- adaptive_case(2, n = 300, seed = 43)
+  fit <- kde_gpu(case$x, H = case$H, weights = case$w, backend = "cpu", adaptive = TRUE)
+  w <- fit$weights
+  lambda <- fit$adaptive$lambda
+  mu <- colSums(case$x * w)
+  second <- crossprod(case$x * sqrt(w)) + sum(w * lambda^2) * case$H
+  cov_exact <- second - tcrossprod(mu)
+  set.seed(44)
+  size <- 2e5
+  draws <- sample(fit, size)
+  se <- sqrt(diag(cov_exact) / size)
+  expect_true(all(abs(colMeans(draws) - mu) < 5 * se))
+  expect_equal(unname(stats::cov(draws)), unname(cov_exact), tolerance = 0.02)
+  # the fixed fit's draws are narrower: the law really changed
+  fixed_cov <- crossprod(case$x * sqrt(w)) + case$H - tcrossprod(mu)
+  expect_gt(sum(diag(cov_exact)) - sum(diag(fixed_cov)), 20 * sum(se))
+})
+
+test_that("the CDF and quantiles of a 1-D adaptive fit", {
+  set.seed(51)
+  x <- c(rnorm(150), rnorm(50, 5, 0.3))
+  # the kernels' CDFs with sd 1: pnorm, and the triangular on [-sqrt 6, sqrt 6]
+  kernel_cdf <- list(gaussian = stats::pnorm, triangular = function(u) {
+    v <- pmin(pmax(u / sqrt(6), -1), 1)
+    ifelse(v <= 0, (1 + v)^2 / 2, 1 - (1 - v)^2 / 2)
+  })
+  for (k in names(kernel_cdf)) {
+    fit <- kde_gpu(x, kernel = k, backend = "cpu", adaptive = TRUE)
+    at <- c(-2, 0, 2.5, 5, 6)
+    h <- fit$adaptive$lambda * sqrt(fit$H[1, 1]) # point j's kernel sd
+    exact <- vapply(at, function(v) sum(fit$weights * kernel_cdf[[k]]((v - x) / h)), 0)
+    expect_equal(predict(fit, at, type = "cdf"), exact, tolerance = 1e-12, label = k)
+    p <- c(0.1, 0.5, 0.9)
+    expect_equal(unname(predict(fit, quantile(fit, p), type = "cdf")), p, tolerance = 1e-9)
+  }
+})
+
+test_that("an adaptive fit equals ks::kde.sp's sum where the definitions coincide", {
+  skip_if_not_installed("ks")
+  # ks::kde.sp (d = 2) picks its own local bandwidths h_j (not Abramson's
+  # (f / g)^-1/2 from the fixed estimate with the same H: from derivatives of
+  # a pilot on data scaled by the columns' sds) and sums its kernels on a
+  # grid, each cut off 3.7 sds from its centre. Given its h_j as lambda_j
+  # (with H = diag(sd^2)), the estimators are the same sum; the exact one is
+  # ks::kde() of each point at the grid points, without the cut-off.
+  set.seed(61)
+  x <- rbind(matrix(rnorm(120), 60), matrix(rnorm(80, 3, 0.5), 40))
+  fh <- ks::kde.sp(x, binned = FALSE, gridsize = c(15L, 15L), compute.cont = FALSE)
+  S <- diag(apply(x, 2, stats::sd))
+  fit <- kde_gpu(x, H = S %*% S, backend = "cpu")
+  fit <- kdegpu:::set_local_factors(fit, sqrt(fh$H))
+  grid <- as.matrix(expand.grid(fh$eval.points))
+  ours <- predict(fit, grid)
+  y <- x %*% solve(S)
+  grid_y <- grid %*% solve(S)
+  exact <- Reduce(`+`, lapply(seq_len(nrow(x)), function(j) {
+    ks::kde(y[j, , drop = FALSE], H = fh$H[j] * diag(2), eval.points = grid_y,
+            binned = FALSE)$estimate
+  })) / nrow(x) / det(S)
+  expect_equal(ours, exact, tolerance = 1e-10)
+  # kde.sp's own grid differs only by the kernels it cut off
+  theirs <- as.vector(fh$estimate)
+  expect_true(all(ours >= theirs * (1 - 1e-12)))
+  dense <- theirs > 0.05 * max(theirs)
+  expect_lt(max(abs(ours[dense] / theirs[dense] - 1)), 0.05)
+})
+
+# The density of an adaptive 3-D fit at (u, t) integrated over t: 16-point
+# Gauss-Legendre on pieces that end where the line enters or leaves a
+# point's support (the ellipsoid of radius a lambda_j, compact kernels).
+integrated_third <- function(fit, u) {
+  m <- 16
+  k <- seq_len(m - 1)
+  J <- matrix(0, m, m)
+  J[cbind(k, k + 1)] <- J[cbind(k + 1, k)] <- k / sqrt(4 * k^2 - 1)
+  e <- eigen(J, symmetric = TRUE)
+  nodes <- e$values
+  weights <- 2 * e$vectors[1, ]^2
+  lambda <- fit$adaptive$lambda
+  sd <- sqrt(fit$H[3, 3])
+  lower <- min(fit$x[, 3] - 8 * sd * lambda)
+  upper <- max(fit$x[, 3] + 8 * sd * lambda)
+  breaks <- seq(lower, upper, by = sd / 4)
+  if (fit$kernel %in% ref_compact) {
+    Q <- solve(fit$H)
+    a <- ref_constants(fit$kernel, 3)$a
+    for (j in seq_len(fit$n)) {
+      offset <- c(u - fit$x[j, 1:2], 0)
+      qb <- 2 * sum(Q[3, ] * offset)
+      qc <- sum(offset * (Q %*% offset)) - (a * lambda[j])^2
+      disc <- qb^2 - 4 * Q[3, 3] * qc
+      if (disc > 0) breaks <- c(breaks, fit$x[j, 3] + (-qb + c(-1, 1) * sqrt(disc)) / (2 * Q[3, 3]))
+    }
+  }
+  breaks <- sort(unique(pmin(pmax(breaks, lower), upper)))
+  half <- diff(breaks) / 2
+  mid <- (breaks[-1] + breaks[-length(breaks)]) / 2
+  t <- as.vector(outer(nodes, half) + rep(mid, each = m))
+  sum(predict(fit, cbind(u[1], u[2], t)) * rep(weights, length(half)) * rep(half, each = m))
+}
+
+test_that("margins, grids and cluster evaluation honour the local factors", {
+  case <- adaptive_case(3, n = 150, seed = 71)
+  for (k in c("gaussian", "epanechnikov")) {
+    fit <- kde_gpu(case$x, H = case$H, kernel = k, weights = case$w, backend = "cpu",
+                   adaptive = TRUE)
+    # the margin on columns 1:2 integrates column 3 out
+    at <- rbind(c(-1, 0), c(0.5, 1.5))
+    margin <- kdegpu:::margin_density(fit, 1:2, at)
+    expect_equal(margin, apply(at, 1, integrated_third, fit = fit), tolerance = 1e-6,
+                 label = k)
+  }
+  fit <- kde_gpu(case$x, H = case$H, weights = case$w, backend = "cpu", adaptive = TRUE)
+  grid <- kde_grid(fit, n = 5)
+  expect_true(all(is.finite(grid$density)))
+  # plots draw through predict() and the margins
+  grDevices::pdf(NULL)
+  on.exit(grDevices::dev.off(), add = TRUE)
+  expect_no_error(plot(fit))
+  fit1 <- kde_gpu(case$x[, 1], backend = "cpu", adaptive = TRUE)
+  expect_no_error(plot(fit1))
+  dens <- as.density(fit1)
+  expect_equal(sum(dens$y) * diff(dens$x[1:2]), 1, tolerance = 1e-3)
+  cl <- tryCatch(parallel::makePSOCKcluster(2), error = function(e) e)
+  if (inherits(cl, "error")) skip(paste("cannot start local PSOCK workers:", conditionMessage(cl)))
+  on.exit(parallel::stopCluster(cl), add = TRUE)
+  parallel::clusterEvalQ(cl, options(kdegpu.threads = 1L))
+  here <- predict(fit, case$q, log = TRUE)
+  expect_log_density_equal(predict(fit, case$q, log = TRUE, cluster = cl, split = "training"),
+                           here, tol = 1e-12, label = "training split")
+  expect_log_density_equal(predict(fit, case$q, log = TRUE, cluster = cl), here,
+                           tol = 1e-12, label = "query split")
+  expect_equal(as.numeric(logLik(fit, cluster = cl)), as.numeric(logLik(fit)),
+               tolerance = 1e-12)
+})
+
+test_that("adaptive fits print, summarise, and refuse what they cannot do yet", {
+  x <- ref_data(100, 2, seed = 81)
+  fit <- kde_gpu(x, backend = "cpu", adaptive = TRUE, alpha = 0.3)
+  expect_output(print(fit), "adaptive: +sample-point \\(Abramson\\), alpha = 0.3, local factors")
+  expect_output(print(summary(fit)), "Local bandwidth factors lambda")
+  expect_s3_class(summary(fit)$lambda, "summaryDefault")
+  expect_error(kde_gpu(x, adaptive = NA), "`adaptive` must be TRUE or FALSE")
+  expect_error(kde_gpu(x, adaptive = "yes"), "`adaptive` must be TRUE or FALSE")
+  expect_error(kde_gpu(x, adaptive = c(TRUE, FALSE)), "`adaptive` must be TRUE or FALSE")
+  for (bad in list(-0.1, 1.5, NA, Inf, "a", c(0.2, 0.3))) {
+    expect_error(kde_gpu(x, backend = "cpu", adaptive = TRUE, alpha = bad),
+                 "`alpha` must be one number in \\[0, 1\\]")
+  }
+  expect_error(kde_gpu(x, backend = "cpu", alpha = 0.5),
+               "`alpha` applies to adaptive fits only: add `adaptive = TRUE`")
+  expect_error(kde_gpu(abs(x), backend = "cpu", adaptive = TRUE, lower = 0),
+               "`adaptive` is not available with `lower`/`upper` bounds")
+  expect_error(kde_gpu(x, backend = "cpu", adaptive = TRUE, debias = TRUE),
+               "`adaptive` cannot be combined with `debias = TRUE`")
+  expect_error(predict(fit, x[1:2, ], type = "gradient"),
+               "not available for an adaptive fit yet")
+  expect_error(kde_modes(fit), "not available for an adaptive fit yet")
+  broken <- fit
+  broken$tile_scale <- broken$tile_scale[-1]
+  expect_error(predict(broken, x[1:2, ]), "`object` is not an intact kde_gpu\\(\\) fit")
+  # the C entry point checks its scales itself
+  entry <- kdegpu:::C_kdegpu_log_density_cpu
+  call <- function(scale) {
+    .Call(entry, fit$z, fit$tile_weights, scale, 0L, fit$z[1:2, ], NULL, NULL, 0L, 0, FALSE,
+          0, 1L, -1)
+  }
+  expect_length(call(fit$tile_scale), 2L)
+  expect_error(call(fit$tile_scale[-1]), "`scale` must be a double vector of length 100")
+  expect_error(call(replace(fit$tile_scale, 5, 0)), "`scale` must be positive, finite")
+  expect_error(call(replace(fit$tile_scale, 5, NaN)), "`scale` must be positive, finite")
+  expect_error(call(replace(fit$tile_scale, 5, 1e-200)), "`scale` must be positive, finite")
+})
+
+test_that("CUDA: adaptive fits match the plain-R estimator (double 1e-10, single 1e-5)", {
+  skip_without_gpu()
+  tol <- c(double = 1e-10, single = 1e-5)
+  for (d in c(1, 2, 3, 6)) {
+    case <- adaptive_case(d, n = 700, seed = 90 + d)
+    for (k in ref_kernels) {
+      lambda <- ref_lambda(case$x, case$H, k, case$w, 0.5)
+      expected <- ref_adaptive_log_density(case$x, case$q, case$H, k, case$w, lambda)
+      loo_expected <- ref_adaptive_log_density(case$x, case$x[1:40, ], case$H, k, case$w,
+                                               lambda, leave_out = 1:40)
+      for (prec in names(tol)) {
+        lab <- paste("cuda", prec, k, "d =", d)
+        # compact kernels in single precision lose relative accuracy at the
+        # edge of their support (bench/cuda/NOTES.md)
+        t <- if (prec == "single" && k %in% ref_compact) 1e-3 else tol[[prec]]
+        fit <- kde_gpu(case$x, H = case$H, kernel = k, weights = case$w, backend = "cuda",
+                       precision = prec, adaptive = TRUE)
+        # the pilot is evaluated in double precision for either precision
+        positive <- case$w > 0
+        expect_equal(fit$adaptive$lambda[positive], lambda[positive], tolerance = 1e-10,
+                     label = lab)
+        expect_log_density_equal(predict(fit, case$q, log = TRUE), expected, tol = t,
+                                 label = lab)
+        loo <- predict(fit, log = TRUE, leave_one_out = TRUE)[1:40]
+        expect_log_density_equal(loo, loo_expected, tol = t, label = paste(lab, "loo"))
+      }
+    }
+  }
+})
+
+test_that("CUDA: adaptive fits under a tiny memory budget, pruned, and GPU draws", {
+  skip_without_gpu()
+  x <- ref_data(20011, 2, seed = 95)
+  q <- ref_queries(x, 3000, seed = 96)
+  for (prec in c("double", "single")) {
+    cpu <- kde_gpu(x, backend = "cpu", adaptive = TRUE, kernel = "epanechnikov")
+    gpu <- kde_gpu(x, backend = "cuda", precision = prec, adaptive = TRUE,
+                   kernel = "epanechnikov")
+    p_cpu <- predict(cpu, q, log = TRUE)
+    tol <- if (prec == "double") 1e-10 else 1e-3
+    expect_log_density_equal(predict(gpu, q, log = TRUE), p_cpu, tol = tol, label = prec)
+    expect_log_density_equal(predict(gpu, q, log = TRUE, tolerance = 0), p_cpu, tol = tol,
+                             label = paste(prec, "full"))
+    with_kde_options(list(kdegpu.gpu_memory = 2^20), {
+      small <- kde_gpu(x, backend = "cuda", precision = prec, adaptive = TRUE,
+                       kernel = "epanechnikov")
+      expect_log_density_equal(predict(small, q, log = TRUE), p_cpu, tol = tol,
+                               label = paste(prec, "budget"))
+    })
+  }
+  fit <- kde_gpu(x, backend = "cuda", adaptive = TRUE)
+  set.seed(97)
+  draws <- sample(fit, 2e5) # on the GPU (>= 1e4 draws)
+  w <- fit$weights
+  mu <- colSums(x * w)
+  cov_exact <- crossprod(x * sqrt(w)) + sum(w * fit$adaptive$lambda^2) * fit$H - tcrossprod(mu)
+  expect_equal(unname(stats::cov(draws)), unname(cov_exact), tolerance = 0.02)
+})
