@@ -7,7 +7,9 @@
 #' them. Each step is exact: the kernel-weighted mean of the training
 #' points with weights from the kernel's derivative (for the Gaussian,
 #' the Gaussian itself), computed on the fit's backend (on the GPU in the
-#' fit's precision). Only the points still moving are recomputed.
+#' fit's precision, skipping only training points that provably move a
+#' step by less than 1e-3 of `tol`). Only the points still moving are
+#' recomputed.
 #'
 #' @param fit A [kde_gpu()] fit with the gaussian, epanechnikov, biweight,
 #'   cosine or optcosine kernel (the others' mean-shift weights are
@@ -71,13 +73,24 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
 
   # steps in whitened units, z = (x - center) A, mapped back by A^-1
   A_inverse <- solve(fit$transform)
+  # The sums' tolerance. The GPU prunes the Gaussian's sums to within
+  # tolerance x s0 (whitened units; compact kernels only lose exact zeros),
+  # which moves a whitened step first / k1sum (k1sum = -s0 / 2) by at most
+  # about 2 tolerance (1 + |step| / 2), so a step in the data's units by
+  # 2 tolerance ||A^-1|| near a mode: a bound absolute in the step, which
+  # near a mode is small. Kept below 1e-3 of `tol`, so that pruning never
+  # decides where an ascent stops (the precision's default is smaller
+  # still, unless options(kdegpu.tolerance) raised it).
+  step_tolerance <- min(resolve_tolerance(NULL, fit),
+                        1e-3 * tol / (4 * norm(A_inverse, "2")))
   n <- nrow(x)
   iterations <- integer(n)
   converged <- logical(n)
   active <- seq_len(n)
   for (iteration in seq_len(max_iter)) {
     if (!length(active)) break
-    sums <- derivative_sums(fit, whiten(fit, x[active, , drop = FALSE]))
+    sums <- derivative_sums(fit, whiten(fit, x[active, , drop = FALSE]),
+                            tolerance = step_tolerance)
     step <- (sums$first / sums$k1sum) %*% A_inverse
     stuck <- !is.finite(rowSums(step)) # no training point within reach
     step[stuck, ] <- 0

@@ -75,7 +75,13 @@
 #'   with each tile's bound multiplied by what bounds its derivative terms
 #'   (its distance to the queries), keeps each of the sums behind them
 #'   within `tolerance` times the density's (in whitened units); the CPU
-#'   computes them in full.
+#'   computes them in full. That accuracy is absolute in this sense: a
+#'   gradient is within about `tolerance` times the density over the
+#'   bandwidth of the full sum's, not within `tolerance` of the gradient
+#'   itself, which near a mode, saddle or other stationary point is far
+#'   smaller than the density (the score, `log = TRUE`, is within about
+#'   `tolerance` per bandwidth there). [kde_modes()] chooses its own
+#'   tolerance from its `tol` for that reason.
 #'   How much was skipped shows in the fit's [print()][kde_gpu-methods]:
 #'   the share of the query x training pairs that the last evaluation of
 #'   the fit in this R session computed (1 when nothing was skipped; the CUDA

@@ -14,8 +14,9 @@
 # bench (bench/gpu.R, written to $OUT/gpu.csv), prune (bench/prune.R, to
 # $OUT/prune.csv), derivatives and bandwidth (bench/<step>.R, to
 # $OUT/<step>.csv), adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda
-# vs cpu, and timings), sanitize (compute-sanitizer memcheck on a short R
-# workload).
+# vs cpu, and timings), gpuderiv (bench/check_gpuderiv.R: the derivative
+# sums' tests, cuda vs cpu, kde_modes and timings), sanitize
+# (compute-sanitizer memcheck on a short R workload).
 set -uo pipefail
 final=${OUT:-/tmp/kdegpu-out}
 out=$(mktemp -d)
@@ -75,6 +76,8 @@ for s in ${STEPS:-tests harness bench}; do
       step bandwidth Rscript bench/bandwidth.R "$out/bandwidth.csv" ;;
     adaptive)
       step adaptive Rscript bench/check_adaptive_gpu.R ;;
+    gpuderiv)
+      step gpuderiv Rscript bench/check_gpuderiv.R ;;
     sanitize)
       step sanitize compute-sanitizer --tool memcheck --leak-check full Rscript -e '
         library(kdegpu); set.seed(1); x <- matrix(rnorm(3e4), ncol = 3)

@@ -166,6 +166,14 @@ int deriv_order(deriv_run<T> *r, double tolerance, int threads, kde_status *stat
   return 0;
 }
 
+/* The bytes of the smallest batch: kThreads rows at per_row bytes in half
+ * the room (deriv_size gives rows half of what the training points leave)
+ * and one split's partial states of them in the other half. */
+template <typename T> double batch_rows_min(const deriv_run<T> *r, double per_row)
+{
+  return (double) kThreads * (2.0 * per_row + (double) r->fields * sizeof(T));
+}
+
 /* Memory: the training points (unless the fit's own copy serves), then
  * query batches and the splits' partial states, within the budget. */
 template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
@@ -177,12 +185,24 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
   const double train_bytes = (double) model->n_points * (double) point;
   const double units = (double) r->n_units;
   const int64_t need = ceil_div(m, kThreads) * kThreads;
-  double avail = rep->budget, per_row;
+  double avail = rep->budget, per_row, room;
   int64_t rows;
   if (model->resident) avail -= (double) model->n_points * (double) point_bytes(model);
   if (r->oq.on_device != NULL) avail -= r->oq.reserved;
+  /* per row of a batch: states, the uploaded rows, a plan's share */
+  per_row = (double) r->fields * (sizeof(double) + sizeof(T)) +
+            (r->oq.on_device != NULL ? 0.0 : (double) d * sizeof(double));
+  if (r->prune)
+    per_row += (0.9 * units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
+                (double) (2 * d + 1) * sizeof(double)) / kBlockQueries;
+  /* The training points (a copy or a shard) take half the budget, but never
+   * what the smallest batch needs: kThreads rows in half of what is left,
+   * one split's partial states in the other half. (Half of a small budget
+   * could leave too little for a batch of Hessians at d = 4.) */
+  room = 0.5 * avail;
+  if (room > avail - batch_rows_min(r, per_row)) room = avail - batch_rows_min(r, per_row);
   r->shard_units = r->n_units;
-  if (r->dev_train == NULL && train_bytes <= 0.5 * avail) {
+  if (r->dev_train == NULL && train_bytes <= room) {
     KDE_CUDA_TRY(cudaMalloc((void **) &r->own_dev, (size_t) train_bytes));
     KDE_CUDA_TRY(cudaMemcpyAsync(r->own_dev, r->host_train, (size_t) train_bytes,
                                  cudaMemcpyHostToDevice, rep->stream));
@@ -193,7 +213,7 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
     r->own_host = NULL;
     avail -= train_bytes;
   } else if (r->dev_train == NULL) {
-    r->shard_units = (int64_t) (0.5 * avail / ((double) kUnit * (double) point));
+    r->shard_units = room > 0 ? (int64_t) (room / ((double) kUnit * (double) point)) : 0;
     if (r->shard_units > r->n_units) r->shard_units = r->n_units;
     if (r->shard_units < 1) {
       kde_status_set(status, KDE_ERR_ALLOC,
@@ -204,12 +224,7 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
     KDE_CUDA_TRY(cudaMalloc((void **) &r->shard, (size_t) r->shard_units * kUnit * point));
     avail -= (double) r->shard_units * kUnit * (double) point;
   }
-  /* half the rest for rows: states, the uploaded rows, a plan's share */
-  per_row = (double) r->fields * (sizeof(double) + sizeof(T)) +
-            (r->oq.on_device != NULL ? 0.0 : (double) d * sizeof(double));
-  if (r->prune)
-    per_row += (0.9 * units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
-                (double) (2 * d + 1) * sizeof(double)) / kBlockQueries;
+  /* half the rest for rows */
   r->ldq_max = (int64_t) (0.5 * avail / per_row) / kThreads * kThreads;
   if (r->ldq_max > need) r->ldq_max = need;
   if (r->ldq_max > kMaxBatchRows) r->ldq_max = kMaxBatchRows;

@@ -550,6 +550,23 @@ test_that("CUDA: Gaussian derivatives, far-tail score, modes and SD-KDE match th
               label = "cuda and cpu modal clusters of faithful")
   expect_lt(max(abs(m_gpu$modes - m_cpu$modes[apply(tab, 2L, which.max), ])), 2 * m_cpu$tol)
 
+  # mean shift takes its own tolerance (1e-3 of the step's), not the
+  # option's: a loose options(kdegpu.tolerance) leaves the ascent as it is
+  set.seed(510)
+  centres <- matrix(c(-3, 0, 3, 0, 3, 0), ncol = 2)
+  x <- centres[sample(3, 3000, TRUE), ] + matrix(rnorm(6000), ncol = 2)
+  starts <- x[1:200, ]
+  m_cpu <- kde_modes(kde_gpu(x, backend = "cpu"), start = starts)
+  m_gpu <- with_kde_options(list(kdegpu.tolerance = 0.5),
+                            kde_modes(kde_gpu(x, backend = "cuda", precision = "double"),
+                                      start = starts))
+  tab <- table(m_cpu$label, m_gpu$label)
+  expect_true(all(rowSums(tab > 0) == 1) && all(colSums(tab > 0) == 1),
+              label = "cuda (tolerance option 0.5) and cpu modal clusters")
+  # a point whose last step is within rounding of `tol` may stop one step
+  # earlier or later: 2 tol
+  expect_lt(max(sqrt(rowSums((m_gpu$end_points - m_cpu$end_points)^2))), 2 * m_cpu$tol)
+
   x <- ref_data(50, 2, seed = 802)
   H <- ref_full_H(2, 0.6, seed = 812)
   q <- ref_queries(x, 10, seed = 832)[1:15, ]
@@ -670,10 +687,11 @@ test_that("CUDA: derivative sums match the CPU's over many tiles, pruned, in bat
         gpu <- kde_gpu(x, kernel = kernel, backend = "cuda", precision = precision)
         dd_expect_backends(gpu, cpu, qk, tol, lab)
         # a budget too small for the training set: it streams in shards,
-        # the queries come in batches and are ordered on the host
-        old <- options(kdegpu.gpu_memory = 1.2e5)
-        dd_expect_backends(gpu, cpu, qk, tol, paste(lab, "small budget"))
-        options(old)
+        # the queries come in batches and are ordered on the host (the
+        # option restored even when this fails, so that no later test
+        # runs under it)
+        with_kde_options(list(kdegpu.gpu_memory = 1.2e5),
+                         dd_expect_backends(gpu, cpu, qk, tol, paste(lab, "small budget")))
       }
     }
   }

@@ -9,8 +9,15 @@
 #                     forms of the Gaussian, splits, shards and visit lists
 #   derivatives_plan  the plan's masks against a host port of the decision,
 #                     and pruned sums within tolerance * s0 of the full ones
-# Slow (minutes): it is for the logic, not the speed.
-#   bash bench/cuda/emulate/run.sh [derivatives|derivatives_plan] [kernel code]
+#   mean_shift        one mean-shift step near the modes of bench/derivatives.R's
+#                     three clusters: its error at several tolerances, both
+#                     precisions, next to kde_modes()' stopping tolerance
+#   sums IN OUT       one problem's sums (derivatives.cu's steps on the host);
+#                     test_blocks.R runs test-derivatives.R's CUDA blocks on it:
+#                       R_LIBS=<CPU build> Rscript bench/cuda/emulate/test_blocks.R
+# Slow (minutes): it is for the logic, not the speed. `--build-only` after
+# the name compiles without running.
+#   bash bench/cuda/emulate/run.sh [derivatives|derivatives_plan|mean_shift|sums] [args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -30,4 +37,5 @@ PY
 which=${1:-derivatives}
 g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I"$build" -I"$root/src" \
   -I"$root/inst/include" "$here/$which.cpp" -o "$build/$which"
+[ "${2:-}" = "--build-only" ] && exit 0
 "$build/$which" "${@:2}"
