@@ -9,7 +9,9 @@
 #   KDEGPU_COMMIT=$(git rev-parse --short=12 HEAD) STEPS="tests harness bench" \
 #     bash bench/gpu-session.sh
 #
-# Steps: tests (the whole testthat suite, CUDA backend), harness (the CUDA
+# Steps: tests (the testthat suite, CUDA backend; TEST_FILTER picks files,
+# e.g. "cuda|sample"), multi (bench/gpu_multi.R on a machine with two GPUs,
+# to $OUT/gpu-multi.csv), harness (the CUDA
 # harness's correctness mode), plan (its device-plan mode against prune.c),
 # bench (bench/gpu.R, written to $OUT/gpu.csv), prune (bench/prune.R, to
 # $OUT/prune.csv), derivatives and bandwidth (bench/<step>.R, to
@@ -25,7 +27,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune derivatives bandwidth; do
+  for csv in prune derivatives bandwidth gpu-multi; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -58,7 +60,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >
 for s in ${STEPS:-tests harness bench}; do
   case "$s" in
     tests)
-      step tests Rscript -e 'res <- as.data.frame(testthat::test_local(".", load_package = "installed",
+      step tests Rscript -e 'filter <- Sys.getenv("TEST_FILTER"); if (!nzchar(filter)) filter <- NULL
+        res <- as.data.frame(testthat::test_local(".", load_package = "installed", filter = filter,
         reporter = testthat::SummaryReporter$new(show_praise = FALSE), stop_on_failure = FALSE));
         cat(sprintf("%d passed, %d failed, %d skipped\n", sum(res$passed),
             sum(res$failed) + sum(res$error), sum(res$skipped)))' ;;
@@ -70,6 +73,8 @@ for s in ${STEPS:-tests harness bench}; do
       step plan env SANITIZE=0 PROFILE=0 MODE=plan OUT="$out/harness-plan" bash bench/cuda/run.sh ;;
     prune)
       step prune Rscript bench/prune.R "$out/prune.csv" ;;
+    multi)
+      step multi Rscript bench/gpu_multi.R "$out/gpu-multi.csv" ;;
     derivatives)
       step derivatives Rscript bench/derivatives.R "$out/derivatives.csv" ;;
     bandwidth)

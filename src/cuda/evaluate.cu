@@ -1,8 +1,10 @@
 /*
  * evaluate.cu: one evaluation: the kernel choice (the one dispatch point)
  * and launch shape on each device, query batches and training shards sized
- * from the memory budget, the round-robin loop over the devices, and the
- * host merge of their states when they split the training set.
+ * from the memory budget, the loop that keeps every device busy (fixed
+ * query ranges, or batches claimed as devices free up when pruning makes the
+ * work per query uneven), and the host merge of their states when they split
+ * the training set.
  */
 #include <cuda_runtime.h>
 
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include <chrono>
+#include <thread>
 #include <type_traits>
 
 #include "kdegpu/kernels.h"
@@ -74,7 +77,11 @@ typedef struct {
 /* One device's share of an evaluation. */
 typedef struct {
   kde_replica *rep;
-  int64_t q_lo, q_hi;       /* queries of this device */
+  int64_t q_lo, q_hi;       /* queries of this device (all, when claiming) */
+  int64_t *claim_cursor;    /* shared next unclaimed query, or NULL: fixed range */
+  int64_t claimed;          /* first row of the batch claimed next, or -1 */
+  int claimers;             /* devices sharing the claims */
+  int in_flight;            /* a step is queued on the device */
   int64_t u_lo, u_hi;       /* training units of this device */
   int64_t shard_units;      /* units per step */
   int64_t ldq_max;          /* rows of a query batch */
@@ -151,6 +158,24 @@ static double pair_cost(const kde_cuda_model *model)
 static int64_t batch_rows(const kde_device_job *job, int64_t first)
 {
   return job->q_hi - first < job->ldq_max ? job->q_hi - first : job->ldq_max;
+}
+
+/* The first row of the batch after the current one: the next rows of a
+ * fixed range, or the next unclaimed batch of all the queries (q_hi when
+ * none is left). Claims are taken on this one host thread. */
+static int64_t claim_next_batch(kde_device_job *job)
+{
+  int64_t first;
+  if (job->claim_cursor == NULL) return job->q_next + job->n_batch;
+  if (job->claimed >= 0) {
+    first = job->claimed;
+    job->claimed = -1;
+    return first;
+  }
+  first = *job->claim_cursor;
+  if (first >= job->q_hi) return job->q_hi;
+  *job->claim_cursor += batch_rows(job, first);
+  return first;
 }
 
 /* Starts the upload of raw query rows [first, first + rows) to rep->raw on
@@ -332,8 +357,11 @@ static int prefetch_next_batch(const kde_cuda_model *model,
                                const kde_query_set *query, kde_device_job *job,
                                kde_status *status)
 {
-  const int64_t next = job->q_next + job->n_batch;
-  if (!job->batch_started || next >= job->q_hi) return 0;
+  int64_t next;
+  if (!job->batch_started) return 0;
+  next = claim_next_batch(job);
+  if (job->claim_cursor != NULL && next < job->q_hi) job->claimed = next;
+  if (next >= job->q_hi) return 0;
   KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
   return upload_raw(model, query, job, next, batch_rows(job, next), status);
 cleanup:
@@ -360,7 +388,7 @@ static int collect_batch(kde_device_job *job, double *query_offset,
   KDE_CUDA_TRY(cudaMemcpy(query_offset + job->q_next, acc + 2 * job->ldq_max, bytes,
                           cudaMemcpyDeviceToHost));
 next_batch:
-  job->q_next += job->n_batch;
+  job->q_next = claim_next_batch(job);
   job->shard = 0;
   job->batch_done = 0;
   if (job->stats != NULL) job->stats->batches++;
@@ -377,7 +405,10 @@ static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
   const int64_t d = model->dim;
   const size_t tsz = sizeof(T);
   const size_t merge_smem = 2 * (size_t) kWarps * kBlockQueries * tsz;
-  const int64_t n_job = job->q_hi - job->q_lo;
+  /* rows to cover: the fixed range, or a share of a claimed batch */
+  const int64_t n_job = job->claim_cursor == NULL
+                            ? job->q_hi - job->q_lo
+                            : ceil_div(job->q_hi - job->q_lo, job->claimers * kClaimsPerDevice);
   const int64_t units = job->u_hi - job->u_lo;
   double avail, per_query;
   int blocks_per_sm = 0;
@@ -514,6 +545,34 @@ static int reserve_scratch(const kde_cuda_model *model, kde_device_job *job,
   return 0;
 }
 
+/* Jobs with a step queued. */
+static int active_jobs(const kde_device_job *jobs, int n_dev)
+{
+  int active = 0;
+  for (int r = 0; r < n_dev; r++) active += jobs[r].in_flight;
+  return active;
+}
+
+/* After a job's step: wait for it (at once when it was polled done), count
+ * its pairs and time, and collect a finished batch. */
+static int finish_step(kde_device_job *job, double *query_offset,
+                       double *done_pairs, kde_status *status)
+{
+  KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
+  KDE_CUDA_TRY(cudaStreamSynchronize(job->rep->stream));
+  job->in_flight = 0;
+  if (job->stats != NULL) {
+    float ms = 0;
+    KDE_CUDA_TRY(cudaEventElapsedTime(&ms, job->ev_start, job->ev_stop));
+    job->stats->kernel_ms += ms;
+    job->stats->steps++;
+  }
+  *done_pairs += (double) job->n_batch * (double) job->step_units;
+  return collect_batch(job, query_offset, status);
+cleanup:
+  return -1;
+}
+
 template <typename T>
 static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
                              const prune_context *prune,
@@ -526,11 +585,13 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   kde_device_job *jobs = NULL;
   double *state_max = NULL, *state_sum = NULL, *query_offset = NULL;
   double total_pairs = 0, done_pairs = 0, evaluated = 0;
-  int split_training, prev = -1, active, n_states_per_query, failed = 1;
+  int64_t claim_cursor = 0; /* the next query no device has claimed */
+  int split_training, claiming, prev = -1, active, n_states_per_query, failed = 1;
 
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   /* Few queries for several devices: split the training set instead. */
   split_training = n_dev > 1 && nq < (int64_t) n_dev * kMinQueriesPerDevice;
+  claiming = n_dev > 1 && !split_training && prune != NULL;
   n_states_per_query = split_training ? n_dev : 1;
   if (stats != NULL) stats->split_training = split_training;
 
@@ -556,6 +617,14 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
         job->state_max[i] = -INFINITY;
         job->state_sum[i] = 0;
       }
+    } else if (claiming) {
+      job->q_lo = 0;
+      job->q_hi = nq;
+      job->u_lo = 0;
+      job->u_hi = n_units;
+      job->out = out;
+      job->claim_cursor = &claim_cursor;
+      job->claimers = n_dev;
     } else {
       job->q_lo = nq * r / n_dev;
       job->q_hi = nq * (r + 1) / n_dev;
@@ -563,6 +632,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
       job->u_hi = n_units;
       job->out = out + job->q_lo; /* each device finishes its own queries */
     }
+    job->claimed = -1;
     job->q_next = job->q_lo;
     job->prune = prune;
     job->pairs = &evaluated;
@@ -570,8 +640,10 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
       job->q_next = job->q_hi;
       continue;
     }
-    total_pairs += (double) (job->q_hi - job->q_lo) * (double) (job->u_hi - job->u_lo);
+    total_pairs += claiming ? (double) nq * (double) n_units / n_dev
+                            : (double) (job->q_hi - job->q_lo) * (double) (job->u_hi - job->u_lo);
     if (prepare_job<T>(model, job, status) != 0) goto cleanup;
+    if (claiming) job->q_next = claim_next_batch(job); /* after ldq_max is known */
     if (reserve_scratch<T>(model, job, status) != 0) goto cleanup;
     if (sync_whitening(model, query, job->rep, status) != 0) goto cleanup;
     if (stats != NULL) {
@@ -581,41 +653,40 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     }
   }
 
-  /* Round-robin: one step on every device that has work, the next batches'
-   * uploads while those run, then wait for all; the interrupt probe runs
+  /* Every device with work has a step queued: a device whose step has
+   * finished hands its batch back and gets the next step (and the upload of
+   * the batch after it), while the others run; the interrupt probe runs
    * here, between steps, on this thread. */
   for (;;) {
+    int finished = 0;
     active = 0;
     for (int r = 0; r < n_dev; r++) {
       kde_device_job *job = &jobs[r];
+      if (job->in_flight) {
+        if (active_jobs(jobs, n_dev) > 1) {
+          KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
+          const cudaError_t done = cudaStreamQuery(job->rep->stream);
+          if (done == cudaErrorNotReady) {
+            active++;
+            continue;
+          }
+          KDE_CUDA_TRY(done);
+        }
+        if (finish_step(job, query_offset, &done_pairs, status) != 0) goto cleanup;
+        finished++;
+      }
       if (job->q_next >= job->q_hi) continue;
       if (enqueue_step<T>(model, query, job, status) != 0) goto cleanup;
+      if (prefetch_next_batch(model, query, job, status) != 0) goto cleanup;
+      job->in_flight = 1;
       active++;
     }
     if (active == 0) break;
-    for (int r = 0; r < n_dev; r++) {
-      kde_device_job *job = &jobs[r];
-      if (job->q_next >= job->q_hi) continue;
-      if (prefetch_next_batch(model, query, job, status) != 0) goto cleanup;
-    }
-    for (int r = 0; r < n_dev; r++) {
-      kde_device_job *job = &jobs[r];
-      if (job->q_next >= job->q_hi) continue;
-      KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
-      KDE_CUDA_TRY(cudaStreamSynchronize(job->rep->stream));
-      if (job->stats != NULL) {
-        float ms = 0;
-        KDE_CUDA_TRY(cudaEventElapsedTime(&ms, job->ev_start, job->ev_stop));
-        job->stats->kernel_ms += ms;
-        job->stats->steps++;
-      }
-      done_pairs += (double) job->n_batch * (double) job->step_units;
-      if (collect_batch(job, query_offset, status) != 0) goto cleanup;
-    }
-    if (interrupted != NULL && interrupted(done_pairs / total_pairs)) {
+    if (finished > 0 && interrupted != NULL && interrupted(done_pairs / total_pairs)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       goto cleanup;
     }
+    if (finished == 0) std::this_thread::yield();
   }
 
   /* Split training: merge the devices' states and finish on the host. */

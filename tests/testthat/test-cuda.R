@@ -138,3 +138,44 @@ test_that("CUDA: errors in GPU sampling are R errors", {
   expect_error(ok(size = -1), "`size`")
   expect_error(ok(size = 0.5), "`size`")
 })
+
+test_that("CUDA: several GPUs give one GPU's answer (queries claimed or split, training split)", {
+  skip_without_gpu()
+  n_gpus <- nrow(kdegpu_info()$gpus)
+  skip_if(n_gpus < 2, "fewer than two GPUs")
+  all_gpus <- seq_len(n_gpus) - 1L
+  # Tight clusters far apart: pruning leaves very different work per query,
+  # so a pruned evaluation hands its batches to the GPUs as they free up.
+  set.seed(830)
+  centers <- matrix(runif(20 * 3, -50, 50), 20, 3)
+  x <- centers[sample.int(20, 60000, replace = TRUE), ] + matrix(rnorm(180000), ncol = 3)
+  many <- ref_queries(x, 50000, seed = 831) # split or claimed across GPUs
+  few <- ref_queries(x, 200, seed = 832)    # the training set split instead
+  tol <- c(double = 1e-12, single = 1e-6)
+  on_gpus <- function(devices, kernel, precision, tolerance, budget = NULL) {
+    with_kde_options(list(kdegpu.devices = devices, kdegpu.gpu_memory = budget), {
+      fit <- kde_gpu(x, kernel = kernel, backend = "cuda", precision = precision)
+      list(many = predict(fit, many, log = TRUE, tolerance = tolerance),
+           few = predict(fit, few, log = TRUE, tolerance = tolerance),
+           loo = predict(fit, log = TRUE, leave_one_out = TRUE, tolerance = tolerance))
+    })
+  }
+  for (k in c("gaussian", "epanechnikov")) {
+    for (prec in names(tol)) {
+      for (tolerance in list(NULL, 0)) {
+        lab <- paste(k, prec, "tolerance", if (is.null(tolerance)) "default" else tolerance)
+        one <- on_gpus(0L, k, prec, tolerance)
+        two <- on_gpus(all_gpus, k, prec, tolerance)
+        for (part in c("many", "few", "loo")) {
+          expect_log_density_equal(two[[part]], one[[part]], tol = tol[[prec]],
+                                   label = paste(lab, part))
+        }
+      }
+    }
+  }
+  # Training streamed from the host in shards on every GPU.
+  one <- on_gpus(0L, "gaussian", "double", NULL, budget = 2^22)
+  two <- on_gpus(all_gpus, "gaussian", "double", NULL, budget = 2^22)
+  expect_log_density_equal(two$many, one$many, tol = 1e-12, label = "shards")
+  expect_log_density_equal(two$few, one$few, tol = 1e-12, label = "shards, few")
+})
