@@ -44,6 +44,25 @@ static int device_plan_enabled(void)
   return enabled;
 }
 
+/* KDEGPU_TRACE=<file>: each evaluation appends its phases' wall times
+ * there (ordering, setup, the devices' loop and when each device finished,
+ * the scatter back to the caller's order); for measurements of several
+ * devices (bench/gpu_multi.R). Read once. */
+static FILE *trace_file(void)
+{
+  static FILE *const file = [] {
+    const char *path = getenv("KDEGPU_TRACE");
+    return path != NULL && path[0] != '\0' ? fopen(path, "a") : (FILE *) NULL;
+  }();
+  return file;
+}
+
+static double ms_between(std::chrono::steady_clock::time_point t0,
+                         std::chrono::steady_clock::time_point t1)
+{
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
 /* The one dispatch point: runtime (kernel, d, layout, adaptive) -> the
  * instantiation of a kernel family, through the selector its translation
  * unit exports. (An adaptive model has the plain layout.) */
@@ -82,6 +101,8 @@ typedef struct {
   int64_t claimed;          /* first row of the batch claimed next, or -1 */
   int claimers;             /* devices sharing the claims */
   int in_flight;            /* a step is queued on the device */
+  int64_t batches;          /* batches finished (for the trace) */
+  std::chrono::steady_clock::time_point finished_at; /* its last step (trace) */
   int64_t u_lo, u_hi;       /* training units of this device */
   int64_t shard_units;      /* units per step */
   int64_t ldq_max;          /* rows of a query batch */
@@ -389,6 +410,7 @@ static int collect_batch(kde_device_job *job, double *query_offset,
                           cudaMemcpyDeviceToHost));
 next_batch:
   job->q_next = claim_next_batch(job);
+  job->batches++;
   job->shard = 0;
   job->batch_done = 0;
   if (job->stats != NULL) job->stats->batches++;
@@ -588,6 +610,8 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   int64_t claim_cursor = 0; /* the next query no device has claimed */
   int split_training, claiming, prev = -1, active, n_states_per_query, failed = 1;
 
+  const auto t_start = std::chrono::steady_clock::now();
+  auto t_loop = t_start;
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   /* Few queries for several devices: split the training set instead. */
   split_training = n_dev > 1 && nq < (int64_t) n_dev * kMinQueriesPerDevice;
@@ -653,6 +677,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     }
   }
 
+  t_loop = std::chrono::steady_clock::now();
   /* Every device with work has a step queued: a device whose step has
    * finished hands its batch back and gets the next step (and the upload of
    * the batch after it), while the others run; the interrupt probe runs
@@ -673,6 +698,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
           KDE_CUDA_TRY(done);
         }
         if (finish_step(job, query_offset, &done_pairs, status) != 0) goto cleanup;
+        job->finished_at = std::chrono::steady_clock::now();
         finished++;
       }
       if (job->q_next >= job->q_hi) continue;
@@ -704,6 +730,17 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   }
   if (query->pairs_share != NULL)
     *query->pairs_share = evaluated / ((double) nq * (double) model->n_points);
+  if (trace_file() != NULL) {
+    const auto t_end = std::chrono::steady_clock::now();
+    fprintf(trace_file(), "evaluate n_query=%lld devices=%d split_training=%d claiming=%d"
+            " setup_ms=%.2f loop_ms=%.2f", (long long) nq, n_dev, split_training, claiming,
+            ms_between(t_start, t_loop), ms_between(t_loop, t_end));
+    for (int r = 0; r < n_dev; r++)
+      fprintf(trace_file(), " dev%d_done_ms=%.2f dev%d_batches=%lld", r,
+              ms_between(t_loop, jobs[r].finished_at), r, (long long) jobs[r].batches);
+    fprintf(trace_file(), "\n");
+    fflush(trace_file());
+  }
   failed = 0;
 
 cleanup:
@@ -830,8 +867,15 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
       log_density_impl<float>(model, &sorted_query, &pc, interrupted, result, stats, status);
     else
       log_density_impl<double>(model, &sorted_query, &pc, interrupted, result, stats, status);
+    const auto t_scatter = std::chrono::steady_clock::now();
     if (status->code == KDE_OK && order != NULL)
       for (int64_t i = 0; i < m; i++) out[order[i]] = sorted_out[i];
+    if (trace_file() != NULL) {
+      fprintf(trace_file(), "pruned n_query=%lld order_ms=%.2f scatter_ms=%.2f\n",
+              (long long) m, order_ms,
+              ms_between(t_scatter, std::chrono::steady_clock::now()));
+      fflush(trace_file());
+    }
     if (stats != NULL) {
       stats->order_ms = order_ms;
       stats->device_plan = device_plan;

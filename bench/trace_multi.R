@@ -1,0 +1,25 @@
+suppressPackageStartupMessages(library(kdegpu))
+source("bench/timing.R")
+all_gpus <- seq_len(nrow(kdegpu_info()$gpus)) - 1L
+trace <- Sys.getenv("KDEGPU_TRACE")
+for (kind in c("normal", "clustered")) {
+  set.seed(1)
+  n <- 1e7
+  x <- if (kind == "normal") matrix(rnorm(3 * n), n, 3) else {
+    centers <- matrix(runif(60, -50, 50), 20, 3)
+    centers[sample.int(20, n, replace = TRUE), ] + matrix(rnorm(3 * n), n, 3)
+  }
+  for (devices in list(0L, all_gpus)) {
+    options(kdegpu.devices = devices)
+    fit <- kde_gpu(x, backend = "cuda", precision = "single")
+    invisible(predict(fit, x, log = TRUE))
+    cat(sprintf("\n== %s, %d GPU(s)\n", kind, length(devices)))
+    file.remove(trace)
+    t_pred <- system.time(predict(fit, x, log = TRUE))[["elapsed"]]
+    t_eval <- system.time(kdegpu:::evaluate_log_density(fit, x))[["elapsed"]]
+    t_check <- system.time(kdegpu:::match_columns(kdegpu:::as_point_matrix(x, "newdata", 3L), fit$x))[["elapsed"]]
+    cat(sprintf("predict %.3f s, evaluate_log_density %.3f s, argument checks %.3f s\n", t_pred, t_eval, t_check))
+    cat(readLines(trace), sep = "\n")
+    rm(fit); invisible(gc())
+  }
+}
