@@ -135,3 +135,11 @@ void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
     kde_rows_box(x, n, d, begin, end, lo + t * d, hi + t * d);
   }
 }
+
+void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
+                      int threads, double *dst)
+{
+  const int n_threads = kde_thread_count(threads);
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t i = 0; i < n; i++) dst[order[i]] = src[i];
+}

@@ -30,6 +30,12 @@ void kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
 void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
                     int threads, double *lo, double *hi);
 
+/* dst[order[i]] = src[i] for i < n: results computed in a spatial order
+ * put back in the caller's (random writes: in parallel, they take 1/10 of
+ * the time at 1e7 rows). */
+void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
+                      int threads, double *dst);
+
 /* The bounding box of rows [begin, end) of x (n x d, column-major):
  * lo[k], hi[k] for each coordinate k. */
 static inline void kde_rows_box(const double *x, int64_t n, int64_t d,

@@ -26,6 +26,7 @@
 #include "model.cuh"
 #include "plan.cuh"
 #include "prune.h"
+#include "spatial.h"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
 
@@ -203,8 +204,8 @@ static int64_t claim_next_batch(kde_device_job *job)
  * the upload stream, once the previous batch there has been packed. The
  * source is R's (pageable) memory: the call returns when the copy has left
  * it, while the device may still be running the previous batch; or the
- * queries ordered on this device (order.cu), a device-to-device copy
- * (cudaMemcpyDefault tells them apart). */
+ * queries ordered on the first device (order.cu), a copy within or between
+ * devices (cudaMemcpyDefault tells them apart). */
 static int upload_raw(const kde_cuda_model *model, const kde_query_set *query,
                       kde_device_job *job, int64_t first, int64_t rows,
                       kde_status *status)
@@ -869,7 +870,7 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
       log_density_impl<double>(model, &sorted_query, &pc, interrupted, result, stats, status);
     const auto t_scatter = std::chrono::steady_clock::now();
     if (status->code == KDE_OK && order != NULL)
-      for (int64_t i = 0; i < m; i++) out[order[i]] = sorted_out[i];
+      kde_scatter_rows(sorted_out, order, m, query->host_threads, out);
     if (trace_file() != NULL) {
       fprintf(trace_file(), "pruned n_query=%lld order_ms=%.2f scatter_ms=%.2f\n",
               (long long) m, order_ms,

@@ -217,14 +217,7 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
     ordered = order_queries(model, query, rep, 0.5 * (rep->budget - model_bytes),
                             &oq->on_device, oq->order, status);
     if (ordered < 0) goto cleanup;
-    if (ordered && model->n_devices > 1) { /* the other devices read them from the host */
-      KDE_HOST_ALLOC(oq->host_sorted, m * d, "the ordered queries");
-      KDE_CUDA_TRY(cudaMemcpy(oq->host_sorted, oq->on_device, (size_t) (m * d) * sizeof(double),
-                              cudaMemcpyDeviceToHost));
-      KDE_CUDA_TRY(cudaFree(oq->on_device));
-      oq->on_device = NULL;
-      oq->z = oq->host_sorted;
-    } else if (ordered) {
+    if (ordered) { /* several devices copy their batches from the first */
       oq->z = oq->on_device;
       oq->reserved = (double) (m * d) * sizeof(double);
       oq->reserved_on = rep;

@@ -109,8 +109,8 @@ typedef struct {
 } ordered_queries;
 
 /* Orders an evaluation's queries: with on_device, on the first device
- * (order_queries), kept there for one device and copied to the host for
- * several (whose uploads read them); otherwise, or when the device lacks
+ * (order_queries), kept there (other devices copy their batches from it,
+ * device to device); otherwise, or when the device lacks
  * the room, on the host (kde_whiten, kde_kd_order, as the CPU backend).
  * Returns 0, or -1 with the status set and nothing left allocated. */
 int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
