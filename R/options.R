@@ -26,9 +26,13 @@
 #'     its next use.}
 #'   \item{`kdegpu.devices`}{The GPUs to use, numbered from 0 as in CUDA
 #'     (`CUDA_VISIBLE_DEVICES` applies first): an integer vector, or `NULL`
-#'     (default) for every usable GPU. With several, the queries are split
-#'     across them. Changing it rebuilds a fit's GPU copy at its next use;
-#'     [sample()][sample.kde_gpu] draws on the first listed.}
+#'     (default) for every usable GPU. With several, each holds a copy of
+#'     the fit and the queries are split across them (a pruned evaluation
+#'     hands out batches of queries as the GPUs free up, so that uneven work
+#'     per query keeps them all busy); fewer than 16384 queries per GPU
+#'     split the training set instead. Changing it rebuilds a fit's GPU copy
+#'     at its next use; [sample()][sample.kde_gpu], derivatives and
+#'     [kde_modes()] run on the first listed.}
 #'   \item{`kdegpu.tolerance`}{The relative error allowed in each density
 #'     when the `tolerance` argument of [predict()][predict.kde_gpu],
 #'     [logLik()][logLik.kde_gpu], [bw_lscv()] or [bw_mlcv()] is not given:

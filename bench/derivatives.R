@@ -21,12 +21,17 @@ gpu <- nrow(info$gpus) > 0L
 backend <- if (gpu) "cuda" else "cpu"
 device <- if (gpu) info$gpus$name[[1L]] else sprintf("CPU, %d threads", info$threads)
 n <- as.numeric(Sys.getenv("KDEGPU_BENCH_N", if (gpu) "1e6" else "2e4"))
+# Derivatives run on the first GPU: the density too, so that the ratios
+# compare one device with one device (a two-GPU machine would halve the
+# density's time only).
+if (gpu) options(kdegpu.devices = 0L)
 
 rows <- list()
 record <- function(task, d, n, m, precision, seconds, relative = NA_real_) {
   rows[[length(rows) + 1L]] <<- data.frame(task = task, d = d, n = n, m = m,
                                             precision = precision, seconds = seconds,
-                                            relative_to_density = relative)
+                                            relative_to_density = relative,
+                                            gpus = if (gpu) 1L else 0L)
   cat(sprintf("%-26s d=%-2d n=%-7.0e m=%-7.0e %-6s %9.3f s %s\n", task, d, n, m, precision,
               seconds, if (is.na(relative)) "" else sprintf("(%.2fx density)", relative)))
 }
