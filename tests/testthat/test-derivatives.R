@@ -408,6 +408,24 @@ test_that("kde_modes() ends near local maxima of the estimate", {
   }
 })
 
+test_that("kde_modes() ascents end within tol of their mode where mean shift converges slowly", {
+  # Many points and a narrow bandwidth: near a mode each step is ~0.97 of
+  # the one before, so stopping at the first step below `tol` would leave
+  # ascents up to ~100 tol short, and three modes counted as eight.
+  set.seed(41)
+  centres <- matrix(c(-3, 0, 3, 0, 3, 0), ncol = 2)
+  x <- centres[sample(3, 2e4, TRUE), ] + matrix(rnorm(4e4), ncol = 2)
+  fit <- kde_gpu(x, backend = "cpu", adjust = 0.5)
+  m <- kde_modes(fit, start = x[1:150, ], min_size = 0)
+  expect_true(all(m$converged))
+  expect_equal(nrow(m$modes), 3L)
+  # the same ascents continued with a 1000 times smaller tol
+  far <- kde_modes(fit, start = m$end_points, tol = 1e-3 * m$tol, min_size = 0)
+  gap <- sqrt(rowSums((m$end_points - far$end_points)^2))
+  expect_lt(max(gap), 3 * m$tol)
+  expect_identical(far$label, m$label)
+})
+
 test_that("one mean-shift step is the kernel-derivative-weighted mean, from training points too", {
   # g_j = -k1(t_j), k1 = dk/dt, t = s^2, written here from k(s): dk/dt = k'(s) / (2s)
   ref_g <- function(kernel, s) {
