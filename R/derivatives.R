@@ -18,10 +18,6 @@ check_differentiable <- function(object, what) {
       "support. Refit with another kernel (e.g. \"epanechnikov\" or \"gaussian\")."),
       what, object$kernel))
   }
-  if (is_bounded(object)) {
-    stop_arg("type", sprintf("= \"%s\" is not available for a fit with `lower`/`upper` bounds yet.",
-                             what))
-  }
   if (!is.null(object$adaptive)) {
     stop_arg("type", sprintf("= \"%s\" is not available for an adaptive fit yet.", what))
   }
@@ -73,21 +69,34 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
 }
 
 # predict(type = "gradient" / "hessian") at the rows of `query` (the fit's
-# coordinates). grad f = -2 C e^M first A'; Hess f = C e^M A (4 second +
-# 2 k1sum I) A'; with log = TRUE the same divided by f = C e^M s0 (no
-# overflow: M cancels), less score score' for the Hessian of log f.
+# coordinates): the gradient (m x d) or the Hessian (m x d x d) of the
+# density, or with log = TRUE of its log.
 evaluate_derivative <- function(object, query, type, log, tolerance = NULL) {
   check_differentiable(object, type)
+  second <- type == "hessian"
+  parts <- if (is_bounded(object)) {
+    bounded_derivative(object, query, second, log, tolerance)
+  } else {
+    unbounded_derivative(object, query, second, log, tolerance)
+  }
+  if (second) parts$hessian else parts$gradient
+}
+
+# The unbounded estimate's gradient (and with `second` its Hessian) at the
+# rows of `query`. grad f = -2 C e^M first A'; Hess f = C e^M A (4 second +
+# 2 k1sum I) A'; with log = TRUE the same divided by f = C e^M s0 (no
+# overflow: M cancels), less score score' for the Hessian of log f.
+unbounded_derivative <- function(object, query, second, log, tolerance) {
   A <- object$transform
   d <- object$d
   m <- nrow(query)
-  sums <- derivative_sums(object, whiten(object, query), second = type == "hessian",
+  sums <- derivative_sums(object, whiten(object, query), second = second,
                           tolerance = tolerance)
   scale <- if (log) 1 / sums$s0 else exp(object$log_const + sums$log_scale)
   scale[!is.finite(sums$log_scale)] <- if (log) NaN else 0
   gradient <- -2 * (sums$first * scale) %*% t(A)
   dimnames(gradient) <- list(NULL, colnames(object$x))
-  if (type == "gradient") return(gradient)
+  if (!second) return(list(gradient = gradient))
   # B_i = 4 second_i + 2 k1sum_i I, then A B_i A' for every i at once:
   # entry (p, q) is sum_{c,e} A[p, c] B_i[c, e] A[q, e], i.e. the flattened
   # B times t(kronecker(A, A)).
@@ -95,13 +104,80 @@ evaluate_derivative <- function(object, query, type, log, tolerance = NULL) {
   diagonal <- seq(1L, d * d, by = d + 1L)
   B[, diagonal] <- B[, diagonal] + 2 * sums$k1sum
   hessian <- (B * scale) %*% t(kronecker(A, A))
+  if (log) hessian <- hessian - outer_rows(gradient)
+  list(gradient = gradient,
+       hessian = array(hessian, c(m, d, d), list(NULL, colnames(object$x), colnames(object$x))))
+}
+
+# Row i of the result: the d x d entries of gradient[i, ] gradient[i, ]',
+# flattened as a column-major matrix (m x d^2).
+outer_rows <- function(gradient) {
+  d <- ncol(gradient)
+  gradient[, rep(seq_len(d), times = d), drop = FALSE] *
+    gradient[, rep(seq_len(d), each = d), drop = FALSE]
+}
+
+# A bounded (reflection) fit is f(x) = sum_g f0(s_g x + t_g) inside its box
+# (f0 the unbounded estimate, image g a reflection: s_g = +-1 per
+# coordinate) and 0 outside, so grad f = sum_g s_g grad f0(image g) and
+# Hess f = sum_g (s_g s_g') Hess f0(image g). With log = TRUE, the images'
+# scores are averaged with weights f0(image g) / f, from log-densities (the
+# score stays finite where f0 underflows): score = sum_g w_g s_g score0_g,
+# Hess log f = sum_g w_g (s_g s_g') (Hess log f0 + score0 score0')_g -
+# score score'. Outside the box the density is 0: its derivatives are 0,
+# those of its log NaN.
+bounded_derivative <- function(object, query, second, log, tolerance) {
+  d <- object$d
+  m <- nrow(query)
+  columns <- colnames(object$x)
+  gradient <- matrix(if (log) NaN else 0, m, d, dimnames = list(NULL, columns))
+  hessian <- if (second) array(if (log) NaN else 0, c(m, d, d), list(NULL, columns, columns))
+  inside <- in_box(query, object$lower, object$upper)
+  if (!any(inside)) return(list(gradient = gradient, hessian = hessian))
+  q <- query[inside, , drop = FALSE]
+  nq <- nrow(q)
+  images <- object$images
+  n_images <- nrow(images$sign)
   if (log) {
-    for (p in seq_len(d)) {
-      for (q in seq_len(d)) {
-        k <- p + (q - 1L) * d
-        hessian[, k] <- hessian[, k] - gradient[, p] * gradient[, q]
+    log_f0 <- lapply(seq_len(n_images), function(g) {
+      evaluate_log_density(object, image_points(q, images, g), tolerance = tolerance)
+    })
+    log_f <- if (n_images == 1L) log_f0[[1L]] else merge_log_sums(log_f0)
+  }
+  grad_in <- matrix(0, nq, d)
+  hess_in <- matrix(0, nq, d * d)
+  for (g in seq_len(n_images)) {
+    sign <- images$sign[g, ]
+    part <- unbounded_derivative(object, image_points(q, images, g), second, log, tolerance)
+    grad_g <- part$gradient * rep(sign, each = nq)
+    if (second) {
+      hess_g <- matrix(part$hessian, nq)
+      if (log) hess_g <- hess_g + outer_rows(part$gradient)
+      hess_g <- hess_g * rep(as.vector(outer(sign, sign)), each = nq)
+    }
+    if (log) {
+      weight <- exp(log_f0[[g]] - log_f)
+      # an image where f0 is 0 adds nothing (its score is NaN there)
+      none <- !(weight > 0)
+      grad_g <- grad_g * weight
+      grad_g[none, ] <- 0
+      if (second) {
+        hess_g <- hess_g * weight
+        hess_g[none, ] <- 0
       }
     }
+    grad_in <- grad_in + grad_g
+    if (second) hess_in <- hess_in + hess_g
   }
-  array(hessian, c(m, d, d), list(NULL, colnames(object$x), colnames(object$x)))
+  if (log) {
+    zero <- !is.finite(log_f) # outside every kernel: no score
+    grad_in[zero, ] <- NaN
+    if (second) {
+      hess_in <- hess_in - outer_rows(grad_in)
+      hess_in[zero, ] <- NaN
+    }
+  }
+  gradient[inside, ] <- grad_in
+  if (second) hessian[inside, , ] <- array(hess_in, c(nq, d, d))
+  list(gradient = gradient, hessian = hessian)
 }

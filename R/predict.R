@@ -35,7 +35,9 @@
 #'   Kernels with a kink give the derivative almost everywhere: at the edge
 #'   of a compact support the terms of points exactly at distance 1 count
 #'   as outside, and the triangular and exponential kernels (a cusp at 0)
-#'   have an infinite Hessian at a training point. Not yet for bounded or
+#'   have an infinite Hessian at a training point. A bounded fit's are
+#'   those of its reflection estimate inside the box (the images' derivatives,
+#'   reflected) and 0 outside (`NaN` for the log-density's). Not yet for
 #'   adaptive fits.
 #' @param log If `TRUE`, log-densities: accurate and finite far into a
 #'   Gaussian tail, where the density underflows to 0. With `type =

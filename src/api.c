@@ -47,10 +47,7 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
   q.pairs_share = &share;
   kde_cpu_log_density(&t, &q, n_threads, poll_between_chunks, REAL(out),
                       &status);
-  if (status.code == KDE_OK) set_pairs_share(out, share);
-  UNPROTECT(1);
-  raise_status(&status);
-  return out;
+  return finish_evaluation(out, share, &status);
 }
 
 /* The CDF (cdf.c) of a product-kernel estimate, bounded coordinates folded

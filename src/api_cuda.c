@@ -188,10 +188,7 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
   q.pairs_share = &share;
   if (q.n_query > 0)
     kde_cuda_log_density(model, &q, poll_between_chunks, REAL(out), &status);
-  if (status.code == KDE_OK) set_pairs_share(out, share);
-  UNPROTECT(1);
-  raise_status(&status);
-  return out;
+  return finish_evaluation(out, share, &status);
 }
 
 /* Draws from a CUDA fit (see kde_cuda_sample); returns a size x d matrix.

@@ -295,11 +295,16 @@ void raise_status(const kde_status *status)
  * (kde_query_set.pairs_share), as the attribute "pairs_share" of its result,
  * which R moves into the fit (evaluate_log_density()); NA when nothing was
  * evaluated. `out` is protected. */
-void set_pairs_share(SEXP out, double share)
+SEXP finish_evaluation(SEXP out, double share, const kde_status *status)
 {
-  SEXP value = PROTECT(Rf_ScalarReal(ISNAN(share) ? NA_REAL : share));
-  Rf_setAttrib(out, Rf_install("pairs_share"), value);
-  UNPROTECT(1);
+  if (status->code == KDE_OK) {
+    SEXP value = PROTECT(Rf_ScalarReal(ISNAN(share) ? NA_REAL : share));
+    Rf_setAttrib(out, Rf_install("pairs_share"), value);
+    UNPROTECT(1);
+  }
+  UNPROTECT(1); /* out */
+  raise_status(status);
+  return out;
 }
 
 static const char cuda_after_fork[] =

@@ -42,8 +42,11 @@ void progress_begin(SEXP delay);
 int poll_between_chunks(double done);
 /* Ends the bar; an error or interrupt status becomes an R condition. */
 void raise_status(const kde_status *status);
-/* The attribute "pairs_share" of an evaluation's result. */
-void set_pairs_share(SEXP out, double share);
+/* The end of an evaluation's entry point: `out` (the last object it
+ * protected) gets the share of pairs evaluated as its attribute
+ * "pairs_share" when the evaluation succeeded, is unprotected, and an error
+ * or interrupt status becomes an R condition; returns `out`. */
+SEXP finish_evaluation(SEXP out, double share, const kde_status *status);
 /* Whether this process may call the CUDA runtime (not a forked child of
  * one that did); remembers that it did. */
 int cuda_allowed(kde_status *status);

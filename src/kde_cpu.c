@@ -302,8 +302,8 @@ void kde_cpu_log_density(const kde_training_set *train,
     if (train->inv_scale2 != NULL) {
       CPU_ALLOC(buf.tile_scale_lo, n_tiles);
       CPU_ALLOC(buf.tile_scale_hi, n_tiles);
-      kde_tile_scale_bounds(train->inv_scale2, train->n_train, tile,
-                            buf.tile_scale_lo, buf.tile_scale_hi);
+      kde_tile_boxes(train->inv_scale2, train->n_train, 1, tile, 1, buf.tile_scale_lo,
+                     buf.tile_scale_hi);
       plan.inv_scale2_lo = buf.tile_scale_lo;
       plan.inv_scale2_hi = buf.tile_scale_hi;
     }

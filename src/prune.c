@@ -127,23 +127,6 @@ int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
   return 0;
 }
 
-void kde_tile_scale_bounds(const double *inv_scale2, int64_t n, int64_t tile,
-                           double *lo, double *hi)
-{
-  const int64_t n_tiles = (n + tile - 1) / tile;
-  for (int64_t i = 0; i < n_tiles; i++) {
-    const int64_t begin = i * tile;
-    const int64_t end = begin + tile < n ? begin + tile : n;
-    double l = inv_scale2[begin], h = l;
-    for (int64_t j = begin + 1; j < end; j++) {
-      l = inv_scale2[j] < l ? inv_scale2[j] : l;
-      h = inv_scale2[j] > h ? inv_scale2[j] : h;
-    }
-    lo[i] = l;
-    hi[i] = h;
-  }
-}
-
 void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,
                           double *log_total, double *log_rest)
 {

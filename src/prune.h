@@ -24,7 +24,7 @@ typedef struct {
                                      left of a tile without one point */
   /* Adaptive fits (NULL otherwise): each tile's smallest and largest
    * 1 / lambda_j^2, the squared inverse of its widest and its narrowest
-   * kernel's radius (kde_tile_scale_bounds). */
+   * kernel's radius: kde_tile_boxes() of inv_scale2 as a 1-column matrix. */
   const double *inv_scale2_lo, *inv_scale2_hi;
   double tolerance;               /* relative; 0: skip only exact zeros */
   int leave_one_out;
@@ -86,11 +86,6 @@ KDE_HD int kde_prune_first_skipped(const double *bucket_sum)
  * scratch: 2 * n_tiles doubles. */
 int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
                            const double *q_hi, double *scratch, int64_t *visit);
-
-/* Each tile's smallest and largest of inv_scale2[] (1 / lambda_j^2), for
- * tiles of `tile` consecutive points of n. */
-void kde_tile_scale_bounds(const double *inv_scale2, int64_t n, int64_t tile,
-                           double *lo, double *hi);
 
 /* Each tile's log total weight, and log(total - largest weight), which
  * bounds what a tile holds without any one of its points (leave one out),

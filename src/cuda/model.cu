@@ -417,8 +417,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     if (model->adaptive) {
       KDE_HOST_ALLOC(model->unit_scale_lo, n_units, "the units' scales");
       KDE_HOST_ALLOC(model->unit_scale_hi, n_units, "the units' scales");
-      kde_tile_scale_bounds(train->inv_scale2, train->n_train, kUnit, model->unit_scale_lo,
-                            model->unit_scale_hi);
+      kde_tile_boxes(train->inv_scale2, train->n_train, 1, kUnit, 1, model->unit_scale_lo,
+                     model->unit_scale_hi);
     }
     /* and on every device, for the plans made there (plan.cu) */
     const size_t box_bytes = (size_t) (n_units * model->dim) * sizeof(double);
