@@ -18,9 +18,6 @@ check_differentiable <- function(object, what) {
       "support. Refit with another kernel (e.g. \"epanechnikov\" or \"gaussian\")."),
       what, object$kernel))
   }
-  if (!is.null(object$adaptive)) {
-    stop_arg("type", sprintf("= \"%s\" is not available for an adaptive fit yet.", what))
-  }
 }
 
 # Dimensions the GPU's derivative sums serve (kDerivMaxDim in
@@ -28,12 +25,12 @@ check_differentiable <- function(object, what) {
 cuda_derivative_max_dim <- 128L
 
 derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
-  # every caller refuses adaptive fits first (check_differentiable, kde_modes):
-  # their kernels differ per point, which none of the engines below knows
-  stopifnot(is.null(object$adaptive))
+  # An adaptive fit's kernels differ per point: only src/derivatives.c
+  # takes their scales (a CUDA fit's sums then run on the CPU too).
+  adaptive <- !is.null(object$adaptive)
   d <- object$d
   m <- nrow(zq)
-  if (object$backend == "cuda" && d <= cuda_derivative_max_dim) {
+  if (object$backend == "cuda" && d <= cuda_derivative_max_dim && !adaptive) {
     res <- .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object),
                  kernel_index(object$kernel), object$z, log(object$tile_weights), zq, second,
                  resolve_tolerance(tolerance, object), cpu_threads(), progress_delay())
@@ -41,7 +38,7 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
     if (second) dim(res$second) <- c(m, d, d)
     return(res)
   }
-  if (object$kernel == "gaussian") {
+  if (object$kernel == "gaussian" && !adaptive) {
     # k = e^(-t/2): k1 = -k / 2, k2 = k / 4 (kernels.h)
     degree <- if (second) 2L else 1L
     moments <- gaussian_moments(object$z, object$tile_weights, zq, degree, "all",
@@ -62,7 +59,7 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
   }
   log_weights <- log(object$tile_weights)
   res <- .Call(C_kdegpu_derivative_sums_cpu, kernel_index(object$kernel), object$z,
-               log_weights, zq, second, cpu_threads(), progress_delay())
+               log_weights, if (adaptive) object$tile_scale, zq, second, cpu_threads(), progress_delay())
   names(res) <- c("log_scale", "s0", "k1sum", "first", "second")
   if (second) dim(res$second) <- c(m, d, d)
   res

@@ -117,8 +117,10 @@
 #' [sample()][sample.kde_gpu] (point j's noise has covariance
 #' \eqn{\lambda_j^2 H}, on the GPU too), [quantile()][quantile.kde_gpu],
 #' grids, margins, plots, clusters and GPU memory budgets all honour the
-#' factors. Not yet available: bounds (`lower`, `upper`), `debias`, and
-#' derivatives (`type = "gradient"`, `"hessian"`, [kde_modes()]).
+#' factors, and so do derivatives (`type = "gradient"`, `"hessian"`) and
+#' [kde_modes()], whose sums for an adaptive fit run on the CPU (exact, in
+#' double precision) whatever the fit's backend. Not yet available: bounds
+#' (`lower`, `upper`) and `debias`.
 #'
 #' Unlike `ks::kde.sp()` (ks 1.14: d = 2 only; local bandwidths from a
 #' pilot's fourth derivatives on data scaled by the columns' standard

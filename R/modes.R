@@ -8,8 +8,8 @@
 #' points with weights from the kernel's derivative (for the Gaussian,
 #' the Gaussian itself), computed on the fit's backend (on the GPU in the
 #' fit's precision, skipping only training points that provably move a
-#' step by less than 1e-3 of `tol`). Only the points still moving are
-#' recomputed.
+#' step by less than 1e-3 of `tol`; an adaptive fit's on the CPU, in double
+#' precision). Only the points still moving are recomputed.
 #'
 #' @param fit A [kde_gpu()] fit with the gaussian, epanechnikov, biweight,
 #'   cosine or optcosine kernel (the others' mean-shift weights are
@@ -59,9 +59,6 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
   if (is_bounded(fit)) {
     stop_arg("fit", "has `lower`/`upper` bounds; mean shift is not available for a bounded ",
              "fit yet.")
-  }
-  if (!is.null(fit$adaptive)) {
-    stop_arg("fit", "is adaptive; mean shift is not available for an adaptive fit yet.")
   }
   x <- if (is.null(start)) fit$x else
     match_columns(as_point_matrix(start, "start", fit$d), fit$x)

@@ -37,8 +37,8 @@
 #'   as outside, and the triangular and exponential kernels (a cusp at 0)
 #'   have an infinite Hessian at a training point. A bounded fit's are
 #'   those of its reflection estimate inside the box (the images' derivatives,
-#'   reflected) and 0 outside (`NaN` for the log-density's). Not yet for
-#'   adaptive fits.
+#'   reflected) and 0 outside (`NaN` for the log-density's). An adaptive
+#'   fit's come from the CPU's sums, whatever its backend.
 #' @param log If `TRUE`, log-densities: accurate and finite far into a
 #'   Gaussian tail, where the density underflows to 0. With `type =
 #'   "gradient"` or `"hessian"`, derivatives of the log-density.

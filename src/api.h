@@ -44,7 +44,7 @@ SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
                          SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moment_index(SEXP dim, SEXP degree);
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
-                                SEXP query, SEXP second, SEXP threads,
+                                SEXP scale, SEXP query, SEXP second, SEXP threads,
                                 SEXP progress_delay);
 SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
                                  SEXP query, SEXP second, SEXP tolerance, SEXP threads,

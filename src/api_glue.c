@@ -119,7 +119,7 @@ void arg_weights(SEXP weight, int64_t n, kde_training_set *train)
 
 /* The adaptive estimator's per-point scales lambda_j (NULL: none) as the
  * backends take them, 1 / lambda_j^2 (kde_backend.h). */
-static const double *arg_inv_scale2(SEXP scale, int64_t n)
+const double *arg_inv_scale2(SEXP scale, int64_t n)
 {
   if (Rf_isNull(scale)) return NULL;
   const double *lambda = arg_double_vector(scale, "scale", n);

@@ -24,6 +24,9 @@ int arg_flag(SEXP x, const char *name);
 int arg_kernel(SEXP x);
 void arg_weights(SEXP weight, int64_t n, kde_training_set *train);
 /* `scale`: NULL or the adaptive estimator's lambda_j, one per point. */
+/* An adaptive fit's per-point scales lambda_j (`scale`, NULL: none) as the
+ * backends take them, 1 / lambda_j^2 (R-allocated). */
+const double *arg_inv_scale2(SEXP scale, int64_t n);
 kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
                                   SEXP kernel, SEXP tile_size, int threads);
 kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,

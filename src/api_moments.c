@@ -165,6 +165,7 @@ static kde_derivative_problem arg_derivative_problem(SEXP kernel, SEXP train,
   if (p.n_query > INT_MAX || p.dim * p.dim > INT_MAX / (p.n_query > 0 ? p.n_query : 1))
     Rf_error("`query` has too many rows");
   p.log_weight = arg_double_vector(log_weight, "log_weight", p.n_train);
+  p.inv_scale2 = NULL;
   for (int64_t j = 0; j < p.n_train; j++)
     if (ISNAN(p.log_weight[j]) || p.log_weight[j] == INFINITY)
       Rf_error("`log_weight` must be below Inf and not NaN (element %lld)", (long long) j + 1);
@@ -186,12 +187,13 @@ static SEXP derivative_result(const kde_derivative_problem *p, int want_second)
 }
 
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
-                                SEXP query, SEXP second, SEXP threads,
+                                SEXP scale, SEXP query, SEXP second, SEXP threads,
                                 SEXP progress_delay)
 {
   int n_threads = arg_threads(threads);
   kde_derivative_problem p = arg_derivative_problem(kernel, train, log_weight, query,
                                                     n_threads);
+  p.inv_scale2 = arg_inv_scale2(scale, p.n_train);
   int want_second = arg_flag(second, "second");
   SEXP out = PROTECT(derivative_result(&p, want_second));
   kde_status status;

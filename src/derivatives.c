@@ -34,7 +34,9 @@ static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
       v[c] = p->train[j + c * n] - p->query[i + c * m];
       t += v[c] * v[c];
     }
-    const double log_term = p->log_weight[j] + kde_log_profile(kernel, t);
+    const double s = p->inv_scale2 != NULL ? p->inv_scale2[j] : 1.0;
+    const double ts = t * s;
+    const double log_term = p->log_weight[j] + kde_log_profile(kernel, ts);
     if (!(log_term > -INFINITY)) continue;
     if (log_term > scale) { /* rescale what is summed so far */
       const double f = exp(scale - log_term);
@@ -47,7 +49,7 @@ static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
     /* w k e^-M times k1 / k and k2 / k (finite where k > 0) */
     const double term = exp(log_term - scale);
     sum0 += term;
-    const double r1 = kde_profile_ratio1(kernel, t), a1 = term * r1;
+    const double a1 = term * kde_profile_ratio1(kernel, ts) * s;
     if (t == 0) {
       /* v = 0: no direction, nothing for first and second; k1 still adds
        * to k1sum (the Hessian's 2 k1 I term, the mean-shift denominator)
@@ -59,7 +61,7 @@ static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
     sum1 += a1;
     for (int64_t c = 0; c < d; c++) first[c] += a1 * v[c];
     if (second != NULL) {
-      const double a2 = term * kde_profile_ratio2(kernel, t);
+      const double a2 = term * kde_profile_ratio2(kernel, ts) * (s * s);
       for (int64_t e = 0; e < d; e++)
         for (int64_t c = 0; c <= e; c++) second[c + e * d] += a2 * v[c] * v[e];
     }

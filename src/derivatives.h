@@ -40,6 +40,11 @@ typedef struct {
   const double *train;       /* n_train x dim */
   const double *log_weight;  /* n_train */
   const double *query;       /* n_query x dim */
+  /* NULL, or an adaptive fit's 1 / lambda_j^2: point j's kernel has radius
+   * lambda_j (its log_weight includes -dim log lambda_j), so its terms are
+   * k(t s_j), k1(t s_j) s_j and k2(t s_j) s_j^2 with s_j = inv_scale2[j]
+   * (the derivatives of k(|v|^2 s_j) with respect to the query) */
+  const double *inv_scale2;
 } kde_derivative_problem;
 
 /* second may be NULL (gradients and mean shift need only the rest). */

@@ -306,9 +306,6 @@ test_that("adaptive fits print, summarise, and refuse what they cannot do yet", 
                "`adaptive` is not available with `lower`/`upper` bounds")
   expect_error(kde_gpu(x, backend = "cpu", adaptive = TRUE, debias = TRUE),
                "`adaptive` cannot be combined with `debias = TRUE`")
-  expect_error(predict(fit, x[1:2, ], type = "gradient"),
-               "not available for an adaptive fit yet")
-  expect_error(kde_modes(fit), "not available for an adaptive fit yet")
   broken <- fit
   broken$tile_scale <- broken$tile_scale[-1]
   expect_error(predict(broken, x[1:2, ]), "`object` is not an intact kde_gpu\\(\\) fit")
@@ -382,4 +379,78 @@ test_that("CUDA: adaptive fits under a tiny memory budget, pruned, and GPU draws
   mu <- colSums(x * w)
   cov_exact <- crossprod(x * sqrt(w)) + sum(w * fit$adaptive$lambda^2) * fit$H - tcrossprod(mu)
   expect_equal(unname(stats::cov(draws)), unname(cov_exact), tolerance = 0.02)
+})
+
+test_that("adaptive fits' gradients, Hessians and scores match plain R and finite differences", {
+  set.seed(91)
+  x <- rbind(matrix(rnorm(150), ncol = 2), matrix(rt(100, df = 3), ncol = 2) * 3 + 4)
+  w <- runif(nrow(x), 0.5, 2)
+  H <- matrix(c(0.3, 0.08, 0.08, 0.2), 2)
+  q <- rbind(matrix(rnorm(20, sd = 2), ncol = 2), x[1:3, ], c(30, -30))
+  for (be in test_backends()) {
+    fit <- kde_gpu(x, H = H, weights = w, adaptive = TRUE, backend = be, precision = "double")
+    lambda <- fit$adaptive$lambda
+    wn <- fit$weights / sum(fit$weights)
+    # sum_j w_j N(q; x_j, lambda_j^2 H): its gradient and Hessian in plain R
+    ref <- function(p) {
+      f <- 0
+      g <- numeric(2)
+      h <- matrix(0, 2, 2)
+      for (j in seq_len(nrow(x))) {
+        S <- lambda[j]^2 * H
+        Si <- solve(S)
+        u <- p - x[j, ]
+        k <- wn[j] * exp(-0.5 * sum(u * (Si %*% u))) / (2 * pi * sqrt(det(S)))
+        f <- f + k
+        g <- g - k * drop(Si %*% u)
+        h <- h + k * (Si %*% u %*% t(u) %*% Si - Si)
+      }
+      list(f = f, g = g, h = h)
+    }
+    refs <- lapply(seq_len(nrow(q)), function(i) ref(q[i, ]))
+    grad <- predict(fit, q, type = "gradient")
+    hess <- predict(fit, q, type = "hessian")
+    score <- predict(fit, q, type = "gradient", log = TRUE)
+    for (i in seq_len(nrow(q))) {
+      r <- refs[[i]]
+      lab <- paste(be, "query", i)
+      if (r$f > 1e-300) {
+        expect_equal(unname(grad[i, ]), r$g, tolerance = 1e-10, label = paste(lab, "gradient"))
+        expect_equal(unname(hess[i, , ]), r$h, tolerance = 1e-10, label = paste(lab, "Hessian"))
+        expect_equal(unname(score[i, ]), r$g / r$f, tolerance = 1e-10, label = paste(lab, "score"))
+      }
+    }
+    # far out (the last query) the score is still finite: a weighted mean
+    expect_true(all(is.finite(score[nrow(q), ])))
+  }
+  # compact kernels: finite differences of predict()
+  for (k in c("epanechnikov", "biweight", "cosine")) {
+    fit <- kde_gpu(x, kernel = k, adaptive = TRUE, backend = "cpu")
+    p <- c(0.3, -0.2)
+    h <- 1e-5
+    fd <- sapply(1:2, function(j) {
+      e <- replace(c(0, 0), j, h)
+      (predict(fit, rbind(p + e)) - predict(fit, rbind(p - e))) / (2 * h)
+    })
+    expect_equal(drop(predict(fit, rbind(p), type = "gradient")), fd, tolerance = 1e-7, label = k)
+  }
+})
+
+test_that("kde_modes() climbs an adaptive fit to its local maxima", {
+  set.seed(92)
+  x <- rbind(matrix(rnorm(300, sd = 0.5), ncol = 2), matrix(rnorm(300, mean = 6), ncol = 2))
+  fit <- kde_gpu(x, adaptive = TRUE, backend = "cpu")
+  m <- kde_modes(fit)
+  expect_true(all(m$converged))
+  for (k in seq_len(nrow(m$modes))) {
+    at <- m$modes[k, , drop = FALSE]
+    # a maximum: no ascent left, the Hessian negative definite
+    expect_lt(max(abs(predict(fit, at, type = "gradient", log = TRUE) %*% fit$H)), 10 * m$tol)
+    hess <- predict(fit, at, type = "hessian")[1L, , ]
+    expect_true(all(eigen(hess, symmetric = TRUE, only.values = TRUE)$values < 0))
+  }
+  # the tight blob climbs to one mode of its own
+  blob <- rep(1:2, each = 150)
+  expect_length(unique(m$label[blob == 1]), 1L)
+  expect_false(m$label[[1]] %in% m$label[blob == 2])
 })
