@@ -131,9 +131,12 @@ __device__ __forceinline__ int64_t lower_bound_unit(const int32_t *list, int64_t
   return lo;
 }
 
-template <typename T>
-__device__ __forceinline__ visit_units block_visits(const kde_args<T> &a, int64_t p0,
-                                                    int64_t units)
+/* The units this block visits in its split of `units` units from p0: all,
+ * or its share of the plan's list. For the density's arguments (kde_args)
+ * and the derivative sums' (deriv_args): both name train_base, visit and
+ * visit_offset alike. */
+template <typename Args>
+__device__ __forceinline__ visit_units block_visits(const Args &a, int64_t p0, int64_t units)
 {
   visit_units v;
   v.base = (a.train_base + p0) / kUnit;

@@ -175,27 +175,6 @@ __device__ __forceinline__ void load_chunk(T *rec, int R, int aux_at, const T *_
   }
 }
 
-/* The units this block visits in its split (accumulate.cuh's block_visits
- * for these arguments). */
-template <typename T>
-__device__ __forceinline__ visit_units deriv_visits(const deriv_args<T> &a, int64_t p0,
-                                                    int64_t units)
-{
-  visit_units v;
-  v.base = (a.train_base + p0) / kUnit;
-  if (a.visit == nullptr) {
-    v.list = nullptr;
-    v.first = 0;
-    v.count = units;
-    return v;
-  }
-  const int64_t lo = a.visit_offset[blockIdx.x], hi = a.visit_offset[blockIdx.x + 1];
-  v.list = a.visit;
-  v.first = lower_bound_unit(a.visit, lo, hi, v.base);
-  v.count = lower_bound_unit(a.visit, v.first, hi, v.base + units) - v.first;
-  return v;
-}
-
 /* The query's row in storage coordinates (as the packing kernel makes it). */
 __device__ __forceinline__ double storage_query(const double *query, int64_t ldz, int64_t row,
                                                 const double *center, int c, double scale)
@@ -254,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
 
   const int64_t p0 = (int64_t) blockIdx.y * a.split_points;
   const int64_t count = a.n_points - p0 < a.split_points ? a.n_points - p0 : a.split_points;
-  const visit_units visits = deriv_visits(a, p0, count / kUnit);
+  const visit_units visits = block_visits(a, p0, count / kUnit);
   for (int64_t t = 0; t < visits.count; t++) {
     const T *unit = a.train + (p0 + visits.unit(t) * kUnit) * (a.dim + 1);
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
@@ -384,7 +363,7 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_generic_kernel(const deriv
   T s0 = 0, k1 = 0, M = LSE ? real_traits<T>::lowest() : (T) 0;
   const int64_t p0 = (int64_t) blockIdx.y * a.split_points;
   const int64_t count = a.n_points - p0 < a.split_points ? a.n_points - p0 : a.split_points;
-  const visit_units visits = deriv_visits(a, p0, count / kUnit);
+  const visit_units visits = block_visits(a, p0, count / kUnit);
   for (int64_t t = 0; t < visits.count; t++) {
     const T *unit = a.train + (p0 + visits.unit(t) * kUnit) * (dim + 1);
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
