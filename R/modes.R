@@ -127,9 +127,10 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
 # mode mean shift converges linearly: each step is about `rate` times the
 # one before, so the steps left add up to step x rate / (1 - rate). With
 # many points and a narrow bandwidth the rate comes close to 1 (0.97 at
-# n = 1e5), and stopping at the first step below `tol`, as ks::kms does
-# point by point, leaves ascents 10-20 tol short of their mode, up to
-# merge_tol apart: one mode then counts as two. A step that did not shrink
+# n = 1e5), and stopping each point at its first step below `tol` (ks::kms
+# stops every point once the longest step is below it) leaves ascents 10-20
+# tol short of their mode, up to merge_tol apart: one mode then counts as
+# two. A step that did not shrink
 # has everything left to go (Inf); the first step has no rate (0).
 distance_left <- function(step_length, previous_length) {
   rate <- ifelse(is.finite(previous_length) & previous_length > 0,
