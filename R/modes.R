@@ -9,7 +9,9 @@
 #' the Gaussian itself), computed on the fit's backend (on the GPU in the
 #' fit's precision, skipping only training points that provably move a
 #' step by less than 1e-3 of `tol`; an adaptive fit's on the CPU, in double
-#' precision). Only the points still moving are recomputed.
+#' precision). Only the points still moving are recomputed. A bounded
+#' fit's ascent climbs its reflection estimate and stays in the box (a mode
+#' may lie on a bound).
 #'
 #' @param fit A [kde_gpu()] fit with the gaussian, epanechnikov, biweight,
 #'   cosine or optcosine kernel (the others' mean-shift weights are
@@ -56,12 +58,12 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
       "has the %s kernel; mean shift needs the gaussian, epanechnikov, biweight, cosine ",
       "or optcosine kernel."), fit$kernel))
   }
-  if (is_bounded(fit)) {
-    stop_arg("fit", "has `lower`/`upper` bounds; mean shift is not available for a bounded ",
-             "fit yet.")
-  }
   x <- if (is.null(start)) fit$x else
     match_columns(as_point_matrix(start, "start", fit$d), fit$x)
+  if (is_bounded(fit) && !all(in_box(x, fit$lower, fit$upper))) {
+    stop_arg("start", "has points outside the fit's `lower`/`upper` bounds, where the ",
+             "estimate is 0.")
+  }
   spread <- apply(fit$x, 2L, stats::IQR)
   if (all(spread == 0)) spread <- apply(fit$x, 2L, function(v) diff(range(v)))
   spread <- spread[spread > 0]
@@ -91,11 +93,13 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
   previous_length <- rep(Inf, n)
   for (iteration in seq_len(max_iter)) {
     if (!length(active)) break
-    sums <- derivative_sums(fit, whiten(fit, x[active, , drop = FALSE]),
-                            tolerance = step_tolerance)
-    step <- (sums$first / sums$k1sum) %*% A_inverse
+    step <- mean_shift_step(fit, x[active, , drop = FALSE], step_tolerance, A_inverse)
     stuck <- !is.finite(rowSums(step)) # no training point within reach
     step[stuck, ] <- 0
+    if (is_bounded(fit)) { # folded back into the box: the move is what counts
+      moved <- fold_points(x[active, , drop = FALSE] + step, fit$lower, fit$upper)
+      step <- moved - x[active, , drop = FALSE]
+    }
     x[active, ] <- x[active, , drop = FALSE] + step
     iterations[active] <- iteration
     step_length <- sqrt(rowSums(step^2))
@@ -121,6 +125,41 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
     merge_tol = merge_tol,
     min_size = min_size
   ), class = "kde_modes")
+}
+
+# One mean-shift step from each row of `x` (data units): the weighted mean
+# of the training points less the point, weights from the kernel's
+# derivative, mapped back from whitened units: (first / k1sum) A^-1, which
+# is grad f H / (-2 C e^M k1sum) (grad f = -2 C e^M first A', H = (A A')^-1).
+# A bounded fit's is the same for its reflection estimate, whose gradient
+# is the images' gradients reflected: sum_g e^M_g (first_g A' S_g) H /
+# sum_g e^M_g k1sum_g, each image's sums at the point's image in their own
+# scale e^M_g (S_g reflects the data's coordinates, so it goes between A'
+# and H: with a full H it does not commute with them). The caller folds a
+# step that leaves the box back into it.
+mean_shift_step <- function(fit, x, tolerance, A_inverse) {
+  if (!is_bounded(fit)) {
+    sums <- derivative_sums(fit, whiten(fit, x), tolerance = tolerance)
+    return((sums$first / sums$k1sum) %*% A_inverse)
+  }
+  images <- fit$images
+  parts <- lapply(seq_len(nrow(images$sign)), function(g) {
+    sums <- derivative_sums(fit, whiten(fit, image_points(x, images, g)), tolerance = tolerance)
+    first <- (sums$first %*% t(fit$transform)) * rep(images$sign[g, ], each = nrow(x))
+    list(log_scale = sums$log_scale, first = first, k1sum = sums$k1sum)
+  })
+  top <- do.call(pmax, lapply(parts, `[[`, "log_scale"))
+  numerator <- 0
+  denominator <- 0
+  for (part in parts) {
+    # an image with no training point in reach adds nothing
+    scale <- ifelse(is.finite(part$log_scale), exp(part$log_scale - top), 0)
+    first <- part$first
+    first[scale == 0, ] <- 0
+    numerator <- numerator + first * scale
+    denominator <- denominator + ifelse(scale == 0, 0, part$k1sum * scale)
+  }
+  (numerator / denominator) %*% fit$H
 }
 
 # How far an ascent still has to go, from its last two step lengths. Near a

@@ -477,6 +477,38 @@ test_that("kde_modes() ascents end within tol of their mode where mean shift con
   expect_identical(far$label, m$label)
 })
 
+test_that("kde_modes() climbs a bounded fit's reflection estimate, modes on a bound too", {
+  set.seed(31)
+  # 1-D, lower = 0: the reflection estimate of exponential data peaks at 0
+  x <- rexp(400)
+  for (be in test_backends()) {
+    fit <- kde_gpu(x, lower = 0, backend = be, precision = "double")
+    m <- kde_modes(fit, min_size = 0)
+    expect_true(all(m$converged), label = be)
+    expect_true(all(m$end_points >= 0))
+    top <- which.max(m$density)
+    expect_lt(abs(m$modes[top, 1]), 5 * m$tol, label = paste(be, "mode at the bound"))
+    grid <- seq(0, 5, by = 1e-3)
+    expect_gte(m$density[top], max(predict(fit, grid)) * (1 - 1e-5))
+  }
+  # 2-D, a blob against the lower bound of the first coordinate and one inside
+  x2 <- rbind(cbind(abs(rnorm(200, sd = 0.5)), rnorm(200)), cbind(rnorm(200, 4), rnorm(200, 3)))
+  fit <- kde_gpu(x2, lower = c(0, -Inf), backend = "cpu")
+  m <- kde_modes(fit)
+  expect_true(all(m$end_points[, 1] >= 0))
+  for (k in seq_len(nrow(m$modes))) {
+    # a maximum of predict() in the box, refined by a bounded optimiser
+    best <- stats::optim(m$modes[k, ], function(p) -predict(fit, rbind(p)), method = "L-BFGS-B",
+                         lower = c(0, -Inf), control = list(factr = 1e3))
+    expect_lt(sqrt(sum((best$par - m$modes[k, ])^2)), 10 * m$tol, label = paste("mode", k))
+  }
+  # the blob against the bound climbs to one mode, on the bound
+  blob <- rep(1:2, each = 200)
+  expect_length(unique(m$label[blob == 1]), 1L)
+  expect_lte(sum(m$label[blob == 2] == m$label[[1]]), 10)
+  expect_lt(m$modes[m$label[[1]], 1], 5 * m$tol)
+})
+
 test_that("one mean-shift step is the kernel-derivative-weighted mean, from training points too", {
   # g_j = -k1(t_j), k1 = dk/dt, t = s^2, written here from k(s): dk/dt = k'(s) / (2s)
   ref_g <- function(kernel, s) {
@@ -517,8 +549,8 @@ test_that("kde_modes() checks its arguments", {
     expect_error(kde_modes(kde_gpu(x, kernel = kernel, backend = "cpu")),
                  sprintf("`fit` has the %s kernel; mean shift needs the gaussian", kernel))
   }
-  expect_error(kde_modes(kde_gpu(x, lower = 0, backend = "cpu")),
-               "`fit` has `lower`/`upper` bounds; mean shift is not available")
+  expect_error(kde_modes(kde_gpu(x, lower = 0, backend = "cpu"), start = c(-1, 2)),
+               "`start` has points outside the fit's `lower`/`upper` bounds")
   fit <- kde_gpu(x, backend = "cpu")
   expect_error(kde_modes(fit, tol = 0), "`tol` must be one positive number")
   expect_error(kde_modes(fit, tol = c(1, 2)), "`tol` must be one positive number")
