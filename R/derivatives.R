@@ -80,7 +80,7 @@ evaluate_derivative <- function(object, query, type, log, tolerance = NULL) {
 }
 
 # The unbounded estimate's gradient (and with `second` its Hessian) at the
-# rows of `query`. grad f = -2 C e^M first A'; Hess f = C e^M A (4 second +
+# rows of `query`, with its log-density there. grad f = -2 C e^M first A'; Hess f = C e^M A (4 second +
 # 2 k1sum I) A'; with log = TRUE the same divided by f = C e^M s0 (no
 # overflow: M cancels), less score score' for the Hessian of log f.
 unbounded_derivative <- function(object, query, second, log, tolerance) {
@@ -93,7 +93,9 @@ unbounded_derivative <- function(object, query, second, log, tolerance) {
   scale[!is.finite(sums$log_scale)] <- if (log) NaN else 0
   gradient <- -2 * (sums$first * scale) %*% t(A)
   dimnames(gradient) <- list(NULL, colnames(object$x))
-  if (!second) return(list(gradient = gradient))
+  # log f = log C + M + log s0, from the same sums
+  log_density <- object$log_const + sums$log_scale + log(sums$s0)
+  if (!second) return(list(gradient = gradient, log_density = log_density))
   # B_i = 4 second_i + 2 k1sum_i I, then A B_i A' for every i at once:
   # entry (p, q) is sum_{c,e} A[p, c] B_i[c, e] A[q, e], i.e. the flattened
   # B times t(kronecker(A, A)).
@@ -102,7 +104,7 @@ unbounded_derivative <- function(object, query, second, log, tolerance) {
   B[, diagonal] <- B[, diagonal] + 2 * sums$k1sum
   hessian <- (B * scale) %*% t(kronecker(A, A))
   if (log) hessian <- hessian - outer_rows(gradient)
-  list(gradient = gradient,
+  list(gradient = gradient, log_density = log_density,
        hessian = array(hessian, c(m, d, d), list(NULL, colnames(object$x), colnames(object$x))))
 }
 
@@ -134,18 +136,18 @@ bounded_derivative <- function(object, query, second, log, tolerance) {
   q <- query[inside, , drop = FALSE]
   nq <- nrow(q)
   images <- object$images
-  n_images <- nrow(images$sign)
+  parts <- lapply(seq_len(nrow(images$sign)), function(g) {
+    unbounded_derivative(object, image_points(q, images, g), second, log, tolerance)
+  })
   if (log) {
-    log_f0 <- lapply(seq_len(n_images), function(g) {
-      evaluate_log_density(object, image_points(q, images, g), tolerance = tolerance)
-    })
-    log_f <- if (n_images == 1L) log_f0[[1L]] else merge_log_sums(log_f0)
+    log_f0 <- lapply(parts, `[[`, "log_density")
+    log_f <- if (length(parts) == 1L) log_f0[[1L]] else merge_log_sums(log_f0)
   }
   grad_in <- matrix(0, nq, d)
   hess_in <- matrix(0, nq, d * d)
-  for (g in seq_len(n_images)) {
+  for (g in seq_along(parts)) {
     sign <- images$sign[g, ]
-    part <- unbounded_derivative(object, image_points(q, images, g), second, log, tolerance)
+    part <- parts[[g]]
     grad_g <- part$gradient * rep(sign, each = nq)
     if (second) {
       hess_g <- matrix(part$hessian, nq)
