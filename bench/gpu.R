@@ -100,10 +100,5 @@ if (nrow(info$gpus) >= 2L && "multi_gpu" %in% cases) {
 
 results <- do.call(rbind, rows)
 results$device <- device
-results$date <- format(Sys.Date())
-results$commit <- bench_commit()
-results$r_version <- as.character(getRversion())
-results$kdegpu_version <- as.character(packageVersion("kdegpu"))
-dir.create(dirname(out_csv), showWarnings = FALSE, recursive = TRUE)
-write.csv(results, out_csv, row.names = FALSE)
+write_bench_csv(results, out_csv)
 cat(sprintf("\nDevice: %s; wrote %s\n", device, out_csv))

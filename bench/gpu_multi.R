@@ -84,10 +84,5 @@ measure("few_queries", normal_data, 1e7, 100, 3L, "single", default_single)
 
 results <- do.call(rbind, rows)
 results$device <- device
-results$date <- format(Sys.Date())
-results$commit <- bench_commit()
-results$r_version <- as.character(getRversion())
-results$kdegpu_version <- as.character(packageVersion("kdegpu"))
-dir.create(dirname(out_csv), showWarnings = FALSE, recursive = TRUE)
-write.csv(results, out_csv, row.names = FALSE)
+write_bench_csv(results, out_csv)
 cat(sprintf("\nDevice: %d x %s; wrote %s\n", length(all_gpus), device, out_csv))

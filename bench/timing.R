@@ -28,3 +28,14 @@ bench_commit <- function() {
   dirty <- git("status", "--porcelain", "--untracked-files=no")
   if (length(dirty) > 0L) paste0(head, "+dirty") else head
 }
+
+# Writes a benchmark's results to `out_csv` with what every stored result
+# names besides its device: the date, the commit, R's and kdegpu's versions.
+write_bench_csv <- function(results, out_csv) {
+  results$date <- format(Sys.Date())
+  results$commit <- bench_commit()
+  results$r_version <- as.character(getRversion())
+  results$kdegpu_version <- as.character(utils::packageVersion("kdegpu"))
+  dir.create(dirname(out_csv), showWarnings = FALSE, recursive = TRUE)
+  utils::write.csv(results, out_csv, row.names = FALSE)
+}

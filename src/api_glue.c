@@ -291,10 +291,12 @@ void raise_status(const kde_status *status)
   Rf_error("kdegpu: %s", status->message);
 }
 
-/* The share of the query x training pairs that an evaluation computed
- * (kde_query_set.pairs_share), as the attribute "pairs_share" of its result,
- * which R moves into the fit (evaluate_log_density()); NA when nothing was
- * evaluated. `out` is protected. */
+/* The end of an evaluation's entry point (api_glue.h): on success the
+ * share of the query x training pairs it computed (kde_query_set.pairs_share)
+ * becomes the attribute "pairs_share" of `out`, which R moves into the fit
+ * (evaluate_log_density()); NA when nothing was evaluated. `out`, the last
+ * object the caller protected, is unprotected, then a failed status becomes
+ * an R condition. */
 SEXP finish_evaluation(SEXP out, double share, const kde_status *status)
 {
   if (status->code == KDE_OK) {
