@@ -682,6 +682,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   for (int r = 0; r < n_dev; r++) {
     kde_device_job *job = &jobs[r];
     if (job->q_next >= job->q_hi) continue;
+    KDE_CUDA_TRY(cudaSetDevice(job->rep->device)); /* reserve_scratch's device */
     if (claiming) job->q_next = claim_next_batch(job); /* after ldq_max is known */
     if (reserve_scratch<T>(model, job, status) != 0) goto cleanup;
     if (sync_whitening(model, query, job->rep, status) != 0) goto cleanup;
