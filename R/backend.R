@@ -30,7 +30,8 @@ gpu_devices <- function(available) {
     stop(sprintf("`options(kdegpu.devices)` must list device numbers in 0..%d.",
                  available - 1L), call. = FALSE)
   }
-  as.integer(unique(devices))
+  # a device listed twice runs two replicas (the several-device code on one GPU)
+  as.integer(devices)
 }
 
 cuda_info <- function() .Call(C_kdegpu_cuda_info)

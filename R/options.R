@@ -32,7 +32,9 @@
 #'     per query keeps them all busy); fewer than 16384 queries per GPU
 #'     split the training set instead. Changing it rebuilds a fit's GPU copy
 #'     at its next use; [sample()][sample.kde_gpu], derivatives and
-#'     [kde_modes()] run on the first listed.}
+#'     [kde_modes()] run on the first listed. A device listed twice holds
+#'     two copies and runs the several-device code on one GPU (for
+#'     testing; each copy takes its own memory budget).}
 #'   \item{`kdegpu.tolerance`}{The relative error allowed in each density
 #'     when the `tolerance` argument of [predict()][predict.kde_gpu],
 #'     [logLik()][logLik.kde_gpu], [bw_lscv()] or [bw_mlcv()] is not given:

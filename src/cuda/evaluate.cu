@@ -8,6 +8,7 @@
  */
 #include <cuda_runtime.h>
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -100,7 +101,6 @@ typedef struct {
   int64_t q_lo, q_hi;       /* queries of this device (all, when claiming) */
   int64_t *claim_cursor;    /* shared next unclaimed query, or NULL: fixed range */
   int64_t claimed;          /* first row of the batch claimed next, or -1 */
-  int claimers;             /* devices sharing the claims */
   int in_flight;            /* a step is queued on the device */
   int64_t batches;          /* batches finished (for the trace) */
   std::chrono::steady_clock::time_point finished_at; /* its last step (trace) */
@@ -431,7 +431,7 @@ static int prepare_job(const kde_cuda_model *model, kde_device_job *job,
   /* rows to cover: the fixed range, or a share of a claimed batch */
   const int64_t n_job = job->claim_cursor == NULL
                             ? job->q_hi - job->q_lo
-                            : ceil_div(job->q_hi - job->q_lo, job->claimers * kClaimsPerDevice);
+                            : ceil_div(job->q_hi - job->q_lo, kClaimedBatches);
   const int64_t units = job->u_hi - job->u_lo;
   double avail, per_query;
   int blocks_per_sm = 0;
@@ -616,7 +616,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   /* Few queries for several devices: split the training set instead. */
   split_training = n_dev > 1 && nq < (int64_t) n_dev * kMinQueriesPerDevice;
-  claiming = n_dev > 1 && !split_training && prune != NULL;
+  claiming = !split_training;
   n_states_per_query = split_training ? n_dev : 1;
   if (stats != NULL) stats->split_training = split_training;
 
@@ -642,20 +642,13 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
         job->state_max[i] = -INFINITY;
         job->state_sum[i] = 0;
       }
-    } else if (claiming) {
+    } else { /* every device claims batches of all the queries */
       job->q_lo = 0;
       job->q_hi = nq;
       job->u_lo = 0;
       job->u_hi = n_units;
       job->out = out;
       job->claim_cursor = &claim_cursor;
-      job->claimers = n_dev;
-    } else {
-      job->q_lo = nq * r / n_dev;
-      job->q_hi = nq * (r + 1) / n_dev;
-      job->u_lo = 0;
-      job->u_hi = n_units;
-      job->out = out + job->q_lo; /* each device finishes its own queries */
     }
     job->claimed = -1;
     job->q_next = job->q_lo;
@@ -668,6 +661,28 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     total_pairs += claiming ? (double) nq * (double) n_units / n_dev
                             : (double) (job->q_hi - job->q_lo) * (double) (job->u_hi - job->u_lo);
     if (prepare_job<T>(model, job, status) != 0) goto cleanup;
+  }
+  /* Claimed batches of one size and launches of one split limit on every
+   * device (the smallest, where memory differs: the first holds the ordered
+   * queries), so that the devices' batches are the ones one device would
+   * run, summed in the same order. */
+  if (claiming) {
+    int64_t rows = INT64_MAX;
+    int split_cap = INT_MAX;
+    for (int r = 0; r < n_dev; r++) {
+      if (jobs[r].q_next >= jobs[r].q_hi) continue;
+      if (jobs[r].ldq_max < rows) rows = jobs[r].ldq_max;
+      if (jobs[r].split_cap < split_cap) split_cap = jobs[r].split_cap;
+    }
+    for (int r = 0; r < n_dev; r++) {
+      jobs[r].ldq_max = rows;
+      jobs[r].split_cap = split_cap;
+    }
+  }
+  for (int r = 0; r < n_dev; r++) {
+    kde_device_job *job = &jobs[r];
+    if (job->q_next >= job->q_hi) continue;
+    KDE_CUDA_TRY(cudaSetDevice(job->rep->device)); /* reserve_scratch's device */
     if (claiming) job->q_next = claim_next_batch(job); /* after ldq_max is known */
     if (reserve_scratch<T>(model, job, status) != 0) goto cleanup;
     if (sync_whitening(model, query, job->rep, status) != 0) goto cleanup;

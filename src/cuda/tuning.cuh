@@ -50,10 +50,13 @@ constexpr size_t kWideSmemCap = 100 * 1024;
 /* Below this many queries per device, split the training set, not the
  * queries, across devices. */
 constexpr int64_t kMinQueriesPerDevice = 16384;
-/* A pruned evaluation on several devices hands out its query batches as
- * the devices become free (the work per query differs with the data's
- * density); batches are sized so that each device takes about this many. */
-constexpr int64_t kClaimsPerDevice = 8;
+/* An evaluation hands out its query batches as the devices become free
+ * (after pruning the work per query differs with the data's density), in
+ * about this many batches (fewer where memory or kMaxWorkPerStep asks for
+ * smaller ones) whatever the number of devices: the batches, hence each
+ * launch's split of the training range and the order of the sums, are the
+ * same on one GPU as on several, and so are the results, to the bit. */
+constexpr int64_t kClaimedBatches = 16;
 /* Largest query batch (rows). */
 constexpr int64_t kMaxBatchRows = (int64_t) 1 << 22;
 /* Work per step (one batch against one shard), in pairs x the cost per pair

@@ -139,11 +139,11 @@ test_that("CUDA: errors in GPU sampling are R errors", {
   expect_error(ok(size = 0.5), "`size`")
 })
 
-test_that("CUDA: several GPUs give one GPU's answer (queries claimed or split, training split)", {
+test_that("CUDA: several GPUs give one GPU's answer (queries claimed, training split)", {
   skip_without_gpu()
   n_gpus <- nrow(kdegpu_info()$gpus)
-  skip_if(n_gpus < 2, "fewer than two GPUs")
-  all_gpus <- seq_len(n_gpus) - 1L
+  # with one GPU, two replicas on it run the same several-device code
+  all_gpus <- if (n_gpus >= 2) seq_len(n_gpus) - 1L else c(0L, 0L)
   # Tight clusters far apart: pruning leaves very different work per query,
   # so a pruned evaluation hands its batches to the GPUs as they free up.
   set.seed(830)
@@ -166,10 +166,11 @@ test_that("CUDA: several GPUs give one GPU's answer (queries claimed or split, t
         lab <- paste(k, prec, "tolerance", if (is.null(tolerance)) "default" else tolerance)
         one <- on_gpus(0L, k, prec, tolerance)
         two <- on_gpus(all_gpus, k, prec, tolerance)
-        for (part in c("many", "few", "loo")) {
-          expect_log_density_equal(two[[part]], one[[part]], tol = tol[[prec]],
-                                   label = paste(lab, part))
-        }
+        # the same batches, split alike, summed in the same order: the same bits
+        expect_identical(two$many, one$many, label = paste(lab, "many"))
+        expect_identical(two$loo, one$loo, label = paste(lab, "loo"))
+        # few queries split the training set instead: within rounding
+        expect_log_density_equal(two$few, one$few, tol = tol[[prec]], label = paste(lab, "few"))
       }
     }
   }
