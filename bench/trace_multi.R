@@ -1,5 +1,5 @@
 # Where the time of a pruned evaluation goes on one GPU and on all of them
-# (n = m = 1e7, d = 3, single; normal and clustered data): predict(), the
+# (n = m = 1e7, or TRACE_N, d = 3, single; normal and clustered data): predict(), the
 # internal evaluation, the argument checks, and the phases the CUDA code
 # writes to $KDEGPU_TRACE.   KDEGPU_TRACE=/tmp/trace.txt Rscript bench/trace_multi.R
 suppressPackageStartupMessages(library(kdegpu))
@@ -8,7 +8,7 @@ all_gpus <- seq_len(nrow(kdegpu_info()$gpus)) - 1L
 trace <- Sys.getenv("KDEGPU_TRACE")
 for (kind in c("normal", "clustered")) {
   set.seed(1)
-  n <- 1e7
+  n <- as.numeric(Sys.getenv("TRACE_N", "1e7"))
   x <- if (kind == "normal") matrix(rnorm(3 * n), n, 3) else {
     centers <- matrix(runif(60, -50, 50), 20, 3)
     centers[sample.int(20, n, replace = TRUE), ] + matrix(rnorm(3 * n), n, 3)
