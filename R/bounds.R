@@ -166,17 +166,17 @@ folded_log_density <- function(query, images, lower, upper, evaluate) {
   out
 }
 
-# Leaving one out of a bounded fit leaves out the point and all its images:
-# log sum_g sum_{j != i} w_j K(g^{-1} x_i - x_j) at every training point, in
-# the data's order. Image g's queries are the training points' images in
-# the fit's spatial order, so the backends exclude j == i by position,
-# exactly, as they do unbounded.
-bounded_leave_one_out_sum <- function(object, tolerance) {
+# A bounded fit at its own points, log sum_g sum_j w_j K(g^{-1} x_i - x_j),
+# in the data's order. Leaving one out leaves out the point and all its
+# images (j != i in every image's sum): image g's queries are the training
+# points' images in the fit's spatial order, so the backends exclude
+# j == i by position, exactly, as they do unbounded.
+bounded_training_log_density <- function(object, leave_one_out, tolerance) {
   images <- object$images
   in_order <- object$x[object$order, , drop = FALSE]
   parts <- lapply(seq_len(nrow(images$sign)), function(g) {
     queries <- if (g == 1L) object$z else whiten(object, image_points(in_order, images, g))
-    evaluate_log_density(object, queries, leave_one_out = TRUE, whitened = TRUE,
+    evaluate_log_density(object, queries, leave_one_out = leave_one_out, whitened = TRUE,
                          tolerance = tolerance)
   })
   merged <- if (length(parts) == 1L) parts[[1L]] else merge_log_sums(parts)

@@ -83,6 +83,10 @@
 #' they are: they choose the bandwidth of the unbounded estimate, which the
 #' reflection then folds; the cross-validation selectors (`"lscv"`,
 #' `"mlcv"`) would score the unbounded estimate and are refused with bounds.
+#' An adaptive fit (`adaptive = TRUE`) with bounds folds the adaptive
+#' estimate the same way; its pilot is the bounded fixed estimate, so points
+#' near a bound do not get the wide kernels of a density underestimated
+#' there, and the images reach as far as its widest kernel.
 #'
 #' @section Adaptive bandwidths:
 #' With `adaptive = TRUE` the fit is the sample-point adaptive estimator
@@ -119,8 +123,9 @@
 #' grids, margins, plots, clusters and GPU memory budgets all honour the
 #' factors, and so do derivatives (`type = "gradient"`, `"hessian"`) and
 #' [kde_modes()], whose sums for an adaptive fit run on the CPU (exact, in
-#' double precision) whatever the fit's backend. Not yet available: bounds
-#' (`lower`, `upper`) and `debias`.
+#' double precision) whatever the fit's backend. With `lower` or `upper`
+#' the adaptive estimate is folded into the box (see Bounded support), its
+#' pilot the bounded fixed estimate. Not yet available: `debias`.
 #'
 #' Unlike `ks::kde.sp()` (ks 1.14: d = 2 only; local bandwidths from a
 #' pilot's fourth derivatives on data scaled by the columns' standard
@@ -258,10 +263,6 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   bounds <- resolve_bounds(lower, upper, x)
   bounded <- any(is.finite(c(bounds$lower, bounds$upper)))
   if (debias && bounded) stop_arg("debias", "is not available with `lower`/`upper` bounds.")
-  if (adaptive && bounded) {
-    stop_arg("adaptive", "is not available with `lower`/`upper` bounds yet; drop the bounds ",
-             "or fit a fixed-bandwidth estimate.")
-  }
   if (bounded && is.character(bw) && length(bw) == 1L && !is.na(bw) &&
       tolower(bw) %in% cv_rules) {
     stop_arg("bw", sprintf(paste0(
@@ -291,6 +292,8 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     object <- new_kde_gpu(moved, weights, bandwidth, kernel, backend, precision, call, data_name)
   }
   if (adaptive) {
+    # a bounded fit's pilot is the bounded (reflection) fixed estimate
+    if (bounded) object <- set_bounds(object, bounds, kernel)
     lambda <- local_factors(pilot_log_density(object), weights, alpha)
     release_device_copy(object)
     object <- set_local_factors(object, lambda, alpha)
@@ -300,9 +303,21 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   # Cluster workers choose their own backend unless the user asked for one.
   object$requested_backend <- requested_backend
   object$adjust <- adjust
+  set_bounds(object, bounds, kernel)
+}
+
+# The fit's bounds and the images of its box; an adaptive fit's widest
+# kernel (lambda_j^2 H) decides how far the images must reach.
+set_bounds <- function(object, bounds, kernel) {
   object$lower <- bounds$lower
   object$upper <- bounds$upper
-  object$images <- if (bounded) fold_images(kernel, object$H, bounds$lower, bounds$upper)
+  bounded <- any(is.finite(c(bounds$lower, bounds$upper)))
+  widest <- if (is.null(object$adaptive)) 1 else {
+    max(object$adaptive$lambda[object$weights > 0])
+  }
+  object$images <- if (bounded) {
+    fold_images(kernel, widest^2 * object$H, bounds$lower, bounds$upper)
+  }
   object
 }
 
@@ -369,6 +384,7 @@ pilot_log_density <- function(object) {
     object$device <- new.env(parent = emptyenv())
     on.exit(release_device_copy(object))
   }
+  if (is_bounded(object)) return(bounded_training_log_density(object, FALSE, NULL))
   log_density_at_training_points(object, leave_one_out = FALSE)
 }
 

@@ -230,7 +230,7 @@ leave_one_out_log_density <- function(object, engine = NULL, tolerance = NULL) {
     if (!is.null(engine)) {
       stop_arg("cluster", "cannot split leave-one-out of a bounded fit yet; drop `cluster`.")
     }
-    bounded_leave_one_out_sum(object, tolerance)
+    bounded_training_log_density(object, TRUE, tolerance)
   } else if (is.null(engine)) {
     log_density_at_training_points(object, leave_one_out = TRUE, tolerance = tolerance)
   } else {

@@ -302,8 +302,6 @@ test_that("adaptive fits print, summarise, and refuse what they cannot do yet", 
   }
   expect_error(kde_gpu(x, backend = "cpu", alpha = 0.5),
                "`alpha` applies to adaptive fits only: add `adaptive = TRUE`")
-  expect_error(kde_gpu(abs(x), backend = "cpu", adaptive = TRUE, lower = 0),
-               "`adaptive` is not available with `lower`/`upper` bounds")
   expect_error(kde_gpu(x, backend = "cpu", adaptive = TRUE, debias = TRUE),
                "`adaptive` cannot be combined with `debias = TRUE`")
   broken <- fit
@@ -453,4 +451,110 @@ test_that("kde_modes() climbs an adaptive fit to its local maxima", {
   blob <- rep(1:2, each = 150)
   expect_length(unique(m$label[blob == 1]), 1L)
   expect_false(m$label[[1]] %in% m$label[blob == 2])
+})
+
+# The bounded adaptive estimate in plain R, for bounds with one side per
+# coordinate (the images: every combination of identity and x -> 2 L - x,
+# exact): the pilot is the bounded fixed estimate at the data, the factors
+# Abramson's from it, the estimate the adaptive one folded.
+ref_bounded_images <- function(q, lower) {
+  q <- ref_as_matrix(q, length(lower))
+  bounded <- which(is.finite(lower))
+  flips <- as.matrix(expand.grid(rep(list(c(FALSE, TRUE)), length(bounded))))
+  lapply(seq_len(nrow(flips)), function(g) {
+    image <- q
+    for (k in seq_along(bounded)[flips[g, ]]) {
+      c <- bounded[k]
+      image[, c] <- 2 * lower[c] - q[, c]
+    }
+    image
+  })
+}
+ref_log_sum_images <- function(parts) {
+  top <- do.call(pmax, parts)
+  top[!is.finite(top)] <- 0
+  top + log(Reduce(`+`, lapply(parts, function(p) exp(p - top))))
+}
+ref_bounded_adaptive <- function(x, q, H, kernel, w, lower, alpha = 0.5, leave_out = NULL) {
+  pilot <- ref_log_sum_images(lapply(ref_bounded_images(x, lower), function(img) {
+    ref_log_density(x, img, H, kernel, w)
+  }))
+  wn <- w / sum(w)
+  lambda <- exp(-alpha * (pilot - sum(wn[wn > 0] * pilot[wn > 0])))
+  density <- ref_log_sum_images(lapply(ref_bounded_images(q, lower), function(img) {
+    ref_adaptive_log_density(x, img, H, kernel, w, lambda, leave_out)
+  }))
+  list(lambda = lambda, log_density = density)
+}
+
+test_that("bounded adaptive fits equal the folded adaptive estimate in plain R", {
+  set.seed(97)
+  # 1-D, exponential data against 0; 2-D, full H, one column bounded below
+  x1 <- matrix(rexp(150), ncol = 1)
+  q1 <- matrix(c(0, 1e-3, 0.1, 0.5, 2, 6), ncol = 1)
+  x2 <- cbind(rexp(120, 2), rnorm(120))
+  x2[, 2] <- x2[, 2] + 0.5 * x2[, 1]
+  q2 <- rbind(c(0, 0), c(0.05, -1), c(0.4, 0.3), c(2, 1))
+  w2 <- runif(120)
+  cases <- list(
+    list(x = x1, q = q1, H = matrix(0.3^2), w = rep(1, 150), lower = 0),
+    list(x = x2, q = q2, H = matrix(c(0.04, 0.02, 0.02, 0.09), 2), w = w2, lower = c(0, -Inf)))
+  for (case in cases) {
+    for (k in c("gaussian", "epanechnikov", "biweight")) {
+      ref <- ref_bounded_adaptive(case$x, case$q, case$H, k, case$w, case$lower)
+      loo <- ref_bounded_adaptive(case$x, case$x[1:30, , drop = FALSE], case$H, k, case$w,
+                                  case$lower, leave_out = 1:30)$log_density
+      for (backend in test_backends()) {
+        lab <- paste(backend, k, "d =", ncol(case$x))
+        fit <- kde_gpu(case$x, H = case$H, kernel = k, weights = case$w, lower = case$lower,
+                       adaptive = TRUE, backend = backend, precision = "double")
+        positive <- case$w > 0
+        expect_equal(fit$adaptive$lambda[positive], ref$lambda[positive], tolerance = 1e-10,
+                     label = lab)
+        expect_log_density_equal(predict(fit, case$q, log = TRUE), ref$log_density,
+                                 tol = 1e-10, label = lab)
+        expect_log_density_equal(predict(fit, log = TRUE, leave_one_out = TRUE)[1:30], loo,
+                                 tol = 1e-10, label = paste(lab, "loo"))
+      }
+    }
+  }
+})
+
+test_that("a bounded adaptive fit integrates to 1 in its box, and its draws stay there", {
+  set.seed(98)
+  x <- rexp(400)
+  x <- x[x < 4]
+  for (k in c("gaussian", "epanechnikov")) {
+    fit <- kde_gpu(x, kernel = k, lower = 0, upper = 4, adaptive = TRUE, backend = "cpu")
+    # (the epanechnikov kernels' edges are kinks: integrate() reports roundoff
+    # below 1e-7)
+    mass <- integrate(function(t) predict(fit, t), 0, 4, subdivisions = 5000L,
+                      rel.tol = 1e-7, stop.on.error = FALSE)$value
+    expect_equal(mass, 1, tolerance = 1e-5, label = k)
+    expect_equal(predict(fit, c(-1e-9, 4 + 1e-9)), c(0, 0))
+    draws <- sample(fit, 2000)
+    expect_true(all(draws >= 0 & draws <= 4))
+    # the CDF reaches 1 at the upper bound and its quantiles stay inside
+    expect_equal(predict(fit, 4, type = "cdf"), 1, tolerance = 1e-9)
+    expect_true(all(quantile(fit, c(0.001, 0.5, 0.999)) > 0))
+  }
+  # derivatives and modes of the folded adaptive estimate
+  fit <- kde_gpu(x, lower = 0, upper = 4, adaptive = TRUE, backend = "cpu")
+  t <- c(0.2, 1, 3)
+  numeric_gradient <- (predict(fit, t + 1e-5) - predict(fit, t - 1e-5)) / 2e-5
+  expect_equal(as.vector(predict(fit, t, type = "gradient")), numeric_gradient,
+               tolerance = 1e-6)
+  modes <- kde_modes(fit, start = c(0.05, 0.5, 3.9))
+  m <- as.vector(modes$modes)
+  expect_true(all(m >= 0 & m <= 4))
+  # each a local maximum in the box, to the ascent's tolerance (exponential
+  # data: the highest on the bound 0, where the reflection's slope is 0)
+  near <- predict(fit, c(pmax(m - 0.01, 0), pmin(m + 0.01, 4)))
+  expect_true(all(near <= rep(predict(fit, m), 2) * (1 + 1e-5)))
+  expect_lt(min(m), 0.01)
+  # the widest kernel decides the images' reach: more images than the fixed fit
+  fixed <- kde_gpu(x, kernel = "epanechnikov", lower = 0, upper = 4, backend = "cpu")
+  adaptive <- kde_gpu(x, kernel = "epanechnikov", lower = 0, upper = 4, adaptive = TRUE,
+                      backend = "cpu")
+  expect_gte(nrow(adaptive$images$sign), nrow(fixed$images$sign))
 })
