@@ -1,6 +1,6 @@
 /*
  * kde_cuda_common.h: what the CUDA sources share: the default memory
- * budget, and how they report failure. Every runtime
+ * budget, wall times, and how they report failure. Every runtime
  * call goes through KDE_CUDA_TRY, every launch through KDE_CUDA_LAUNCHED;
  * both record the call, the error and file:line into a kde_status named
  * `status` and jump to the function's `cleanup:` label. Nothing prints,
@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
+
 #include "kde_backend.h"
 
 /* The device memory a model or a sampling run may use: the user's budget,
@@ -22,6 +24,13 @@
 static inline double budget_bytes(double requested, size_t free_bytes)
 {
   return requested > 0 ? requested : 0.5 * (double) free_bytes;
+}
+
+/* Milliseconds from t0 to t1 (wall time, for traces and timings). */
+static inline double kde_ms_between(std::chrono::steady_clock::time_point t0,
+                                    std::chrono::steady_clock::time_point t1)
+{
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
 

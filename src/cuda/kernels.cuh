@@ -11,7 +11,7 @@
  * ----------------------------
  * Four kernel families, one translation unit each; each exports a selector
  * (declared here) that hands out its instantiation for a runtime (kernel,
- * d), and evaluate.cu's select_kernel() is the one place that picks:
+ * d), and evaluate_step.cu's select_kernel() is the one place that picks:
  *   kernel_small.cu     kde_small_kernel: FMA, d = 1..4, any kernel, float
  *                       or double; queries in registers (the template in
  *                       kernel_small.cuh)
@@ -35,8 +35,9 @@
  *   pack.cu             the query packing kernel; the host training packers
  *   merge.cu            merging the splits' partial states; finishing
  *   model.cu, .cuh      the model: devices, replicas, buffers, lifetime
- *   evaluate.cu         an evaluation: kernel choice, launch shape, batches
- *                       and shards, the multi-GPU loop, the host merge
+ *   evaluate.cu         an evaluation: the multi-GPU loop, the host merge
+ *   evaluate_step.cu    one device's share (evaluate_job.cuh): kernel
+ *                       choice, launch shape, batches and shards, its steps
  *   order.cu, plan.cu,  a pruned evaluation's queries in a spatial (Morton)
  *   plan.cuh            order and each batch's plan (prune.c's decision,
  *                       made on the device): the visit lists below

@@ -1,7 +1,7 @@
 /*
  * model.cuh: the model on the host and its replicas on the devices
  * (storage layout, device buffers, streams), shared by model.cu (its
- * lifetime), pack.cu (the training packers) and evaluate.cu.
+ * lifetime), pack.cu (the training packers) and evaluate*.cu.
  */
 #ifndef KDEGPU_CUDA_MODEL_CUH
 #define KDEGPU_CUDA_MODEL_CUH

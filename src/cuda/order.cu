@@ -251,12 +251,6 @@ cleanup:
 
 using namespace kdegpu;
 
-static double ms_since(std::chrono::steady_clock::time_point t0)
-{
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-      .count();
-}
-
 extern "C" int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *query,
                                     int64_t *order, double *sorted, int64_t *offsets,
                                     int32_t **visit, double *ms, kde_status *status)
@@ -288,7 +282,7 @@ extern "C" int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *
   rep = &model->rep[0];
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   if (order_evaluation_queries(model, query, 1, &oq, status) != 0) goto cleanup;
-  ms[0] = ms_since(t0);
+  ms[0] = kde_ms_between(t0, std::chrono::steady_clock::now());
   KDE_CUDA_TRY(cudaSetDevice(rep->device));
   z = oq.on_device;
   if (z == NULL) { /* ordered on the host (no room on the device) */
@@ -306,7 +300,7 @@ extern "C" int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *
       plan_fill(&plan, &counts, rep, status) != 0)
     goto cleanup;
   KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
-  ms[1] = ms_since(t0);
+  ms[1] = kde_ms_between(t0, std::chrono::steady_clock::now());
 
   *visit = (int32_t *) malloc((size_t) (counts.total > 0 ? counts.total : 1) * sizeof(int32_t));
   if (*visit == NULL) {

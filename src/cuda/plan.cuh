@@ -1,6 +1,7 @@
 /*
  * plan.cuh: the pruning plan made on the device (plan.cu) and the queries'
- * spatial order made there (order.cu), shared with evaluate.cu.
+ * spatial order made there (order.cu), shared with evaluate.cu and
+ * evaluate_step.cu.
  *
  * The decision is prune.c's (kde_tiles_to_visit, the one statement of the
  * proof), made per query block by one CUDA block in double precision; what

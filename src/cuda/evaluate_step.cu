@@ -1,0 +1,403 @@
+/*
+ * evaluate_step.cu: one device's share of an evaluation (evaluate_job.cuh):
+ * the kernel choice (the one dispatch point) and launch shape on the
+ * device, query batches and training shards sized from the memory budget,
+ * and each step (a query batch against a training shard) enqueued there.
+ * The loop over the devices: evaluate.cu.
+ */
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "kde_cuda.h"
+#include "kde_cuda_common.h"
+#include "evaluate_job.cuh"
+#include "kernels.cuh"
+#include "layout.cuh"
+#include "model.cuh"
+#include "plan.cuh"
+#include "tuning.cuh"
+
+namespace kdegpu {
+
+/* The one dispatch point: runtime (kernel, d, layout, adaptive) -> the
+ * instantiation of a kernel family, through the selector its translation
+ * unit exports. (An adaptive model has the plain layout.) */
+template <typename T>
+static kde_kernel_fn<T> select_kernel(int kernel, int dim, int layout, int adaptive)
+{
+  if constexpr (std::is_same<T, float>::value) {
+    if (layout == KDE_LAYOUT_TC_WIDE) return select_tc_wide_kernel();
+    if (layout == KDE_LAYOUT_TC_SMALL) return select_tc_small_kernel();
+  }
+  if (adaptive)
+    return dim <= 4 ? select_small_adaptive_kernel<T>(kernel, dim)
+                    : select_wide_adaptive_kernel<T>(kernel);
+  if (dim <= 4) return select_small_kernel<T>(kernel, dim);
+  return select_wide_kernel<T>(kernel);
+}
+
+/* Splits of the training range for one launch (grid.y). With 8 or more
+ * waves of query blocks, none (the last wave costs at most 1/8). Otherwise
+ * enough blocks for at least 4 waves (few queries, many training points),
+ * each split at least kMinUnitsPerSplit units; among the candidates the
+ * first whose last wave is nearly full (wave efficiency >= 96%), or else the
+ * most efficient. */
+static int choose_splits(const kde_device_job *job, int64_t blocks_q,
+                         int64_t units)
+{
+  const int64_t conc = job->concurrency > 0 ? job->concurrency : 1;
+  int64_t s_max = units / kMinUnitsPerSplit, s_lo, best = 1;
+  double best_eff = -1;
+  if (s_max > job->split_cap) s_max = job->split_cap;
+  if (s_max > 65535) s_max = 65535;
+  if (s_max < 1) s_max = 1;
+  if (blocks_q >= 8 * conc) return 1;
+  s_lo = ceil_div(4 * conc, blocks_q);
+  if (s_lo > s_max) s_lo = s_max;
+  for (int64_t s = s_lo; s <= s_max && s < s_lo + 64; s++) {
+    /* the split count after rounding the split length to whole units */
+    const int64_t actual = ceil_div(units, ceil_div(units, s));
+    const int64_t blocks = blocks_q * actual;
+    const double eff = (double) blocks / (double) (ceil_div(blocks, conc) * conc);
+    if (eff > best_eff + 1e-9) {
+      best_eff = eff;
+      best = actual;
+    }
+    if (eff >= 0.96) break;
+  }
+  return (int) best;
+}
+
+/* Relative cost of a pair on the path a model takes (FMAs for the distance
+ * or dot product, plus the exp), for the size of a step: double precision
+ * runs about 5x slower, the wide tensor-core kernel about 4x faster. */
+static double pair_cost(const kde_cuda_model *model)
+{
+  double cost = (double) model->dim + 4;
+  if (model->precision == KDE_PRECISION_DOUBLE) cost *= 5;
+  if (model->layout == KDE_LAYOUT_TC_WIDE) cost *= 0.25;
+  return cost;
+}
+
+int upload_raw(const kde_cuda_model *model, const kde_query_set *query, kde_device_job *job,
+               int64_t first, int64_t rows, kde_status *status)
+{
+  kde_replica *rep = job->rep;
+  KDE_CUDA_TRY(cudaStreamWaitEvent(rep->upload, rep->raw_free, 0));
+  KDE_CUDA_TRY(cudaMemcpy2DAsync(rep->raw.ptr, (size_t) job->ldq_max * sizeof(double),
+                                 query->query + first,
+                                 (size_t) query->n_query * sizeof(double),
+                                 (size_t) rows * sizeof(double), (size_t) model->dim,
+                                 cudaMemcpyDefault, rep->upload));
+  KDE_CUDA_TRY(cudaEventRecord(rep->raw_ready, rep->upload));
+  job->raw_first = first;
+  job->raw_rows = rows;
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* Packs the current batch (uploaded to rep->raw) into rep->query, and its
+ * |q|^2 / 2 into the third row of rep->acc. */
+template <typename T>
+static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
+                      kde_device_job *job, kde_status *status)
+{
+  kde_replica *rep = job->rep;
+  kde_pack_args<T> args;
+  const kde_pack_fn<T> pack = select_pack_kernel<T>(model->layout);
+  const unsigned blocks = (unsigned) ceil_div(job->ldq, kPackThreads);
+  args.raw = (const double *) rep->raw.ptr;
+  args.ldr = job->ldq_max;
+  args.rows = job->n_batch;
+  args.ldq = job->ldq;
+  args.dim = (int) model->dim;
+  args.k16 = model->k16;
+  args.center = query->transform != NULL ? rep->whitening : NULL;
+  args.transform = query->transform != NULL ? rep->whitening + model->dim : NULL;
+  args.model_center = rep->model_center;
+  args.scale = model->scale;
+  args.dst = (T *) rep->query.ptr;
+  args.offset = (double *) rep->acc.ptr + 2 * job->ldq_max;
+  KDE_CUDA_TRY(cudaStreamWaitEvent(rep->stream, rep->raw_ready, 0));
+  pack<<<blocks, kPackThreads, 0, rep->stream>>>(args);
+  KDE_CUDA_LAUNCHED("query packing kernel");
+  /* a plan made here needs the query blocks' boxes, from the raw (whitened,
+   * double) rows before the next batch overwrites them */
+  if (job->prune != NULL && job->prune->device &&
+      (buffer_reserve(&rep->plan_box, (size_t) (2 * model->dim * (job->ldq / kBlockQueries)) *
+                                          sizeof(double), status) != 0 ||
+       plan_block_boxes((const double *) rep->raw.ptr, job->ldq_max, job->n_batch,
+                        (int) model->dim, (double *) rep->plan_box.ptr, rep->stream,
+                        status) != 0))
+    goto cleanup;
+  KDE_CUDA_TRY(cudaEventRecord(rep->raw_free, rep->stream));
+  job->raw_rows = 0; /* consumed */
+  return 0;
+cleanup:
+  return -1;
+}
+
+template <typename T>
+int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_device_job *job,
+                 kde_status *status)
+{
+  kde_replica *rep = job->rep;
+  kde_args<T> args;
+  int64_t shard_first, shard_units, blocks_q;
+  int splits, lanes_log2;
+  const T *train;
+  double *acc = (double *) rep->acc.ptr;
+  const kde_merge_fn<T> merge = select_merge_kernel<T>();
+  const kde_finish_fn finish = select_finish_kernel();
+  dim3 grid;
+
+  KDE_CUDA_TRY(cudaSetDevice(rep->device));
+  job->batch_started = job->shard == 0;
+  if (job->batch_started) {
+    job->n_batch = batch_rows(job, job->q_next);
+    job->ldq = ceil_div(job->n_batch, kBlockQueries) * kBlockQueries;
+    if (job->raw_rows != job->n_batch || job->raw_first != job->q_next)
+      if (upload_raw(model, query, job, job->q_next, job->n_batch, status) != 0)
+        goto cleanup;
+    if (pack_batch<T>(model, query, job, status) != 0) goto cleanup;
+    job->visiting = 0;
+    if (job->prune != NULL) {
+      const prune_context *pc = job->prune;
+      const int64_t units = job->u_hi - job->u_lo;
+      batch_plan bp;
+      if ((pc->device ? plan_batch_device(model, rep, &pc->plan, job->n_batch, units, &bp, status)
+                      : plan_batch_host(&pc->plan, pc->queries, pc->n_query, pc->threads,
+                                        job->q_next, job->n_batch, units, rep, &bp, status)) != 0)
+        goto cleanup;
+      job->visiting = bp.visiting;
+      job->batch_pairs = bp.pairs;
+    }
+    *job->pairs += job->visiting ? job->batch_pairs
+                                 : (double) job->n_batch * (double) (job->u_hi - job->u_lo) *
+                                       (double) kUnit;
+  }
+  shard_first = job->u_lo + job->shard * job->shard_units;
+  shard_units = job->shard_units;
+  if (shard_units > job->u_hi - shard_first) shard_units = job->u_hi - shard_first;
+  job->step_units = shard_units;
+  if (model->resident) {
+    train = (const T *) rep->train +
+            shard_first * (kUnit / kTileWidth) * model->tile_elems;
+  } else {
+    KDE_CUDA_TRY(cudaMemcpyAsync(
+        rep->shard.ptr,
+        (const T *) model->host_train +
+            shard_first * (kUnit / kTileWidth) * model->tile_elems,
+        (size_t) shard_units * kUnit * point_bytes(model),
+        cudaMemcpyHostToDevice, rep->stream));
+    train = (const T *) rep->shard.ptr;
+  }
+
+  blocks_q = job->ldq / kBlockQueries;
+  splits = choose_splits(job, blocks_q, shard_units);
+  args.train = train;
+  args.n_points = shard_units * kUnit;
+  args.split_points = ceil_div(shard_units, splits) * kUnit;
+  args.query = (const T *) rep->query.ptr;
+  args.ldq = job->ldq;
+  args.n_query = job->n_batch;
+  args.part_max = (T *) rep->part.ptr;
+  args.part_sum = (T *) rep->part.ptr + (size_t) job->split_cap * job->ldq_max;
+  args.dim = (int) model->dim;
+  args.chunk_dims = job->chunk_dims;
+  args.n_chunks = job->n_chunks;
+  args.leave_one_out = query->leave_one_out;
+  args.query_base = job->q_next;
+  args.train_base = shard_first * kUnit;
+  args.tile_elems = model->tile_elems;
+  args.k16 = model->k16;
+  args.visit = job->visiting ? (const int32_t *) rep->visit.ptr : NULL;
+  args.visit_offset = job->visiting ? (const int64_t *) rep->visit_offset.ptr : NULL;
+  grid = dim3((unsigned) blocks_q, (unsigned) splits, 1);
+
+  if (job->stats != NULL) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));
+  ((kde_kernel_fn<T>) job->fn)<<<grid, kThreads, job->smem, rep->stream>>>(args);
+  KDE_CUDA_LAUNCHED("main kernel");
+  lanes_log2 = 0;
+  while ((1 << lanes_log2) < splits && lanes_log2 < 5) lanes_log2++;
+  merge<<<(unsigned) ceil_div(job->n_batch << lanes_log2, 256), 256, 0, rep->stream>>>(
+      args.part_max, args.part_sum, job->ldq, splits, job->n_batch, acc,
+      acc + job->ldq_max, job->shard == 0, lanes_log2);
+  KDE_CUDA_LAUNCHED("merge kernel");
+  job->batch_done = shard_first + shard_units >= job->u_hi;
+  if (job->batch_done && job->out != NULL) {
+    finish<<<(unsigned) ceil_div(job->n_batch, 256), 256, 0, rep->stream>>>(
+        acc, acc + job->ldq_max, acc + 2 * job->ldq_max, job->n_batch, query->log_const,
+        model->expanded);
+    KDE_CUDA_LAUNCHED("finishing kernel");
+  }
+  if (job->stats != NULL) {
+    KDE_CUDA_TRY(cudaEventRecord(job->ev_stop, rep->stream));
+    job->stats->launches++;
+    if (splits > job->stats->max_splits) job->stats->max_splits = splits;
+  }
+
+  job->shard++;
+  return 0;
+cleanup:
+  return -1;
+}
+
+template <typename T>
+int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *status)
+{
+  const int64_t d = model->dim;
+  const size_t tsz = sizeof(T);
+  const size_t merge_smem = 2 * (size_t) kWarps * kBlockQueries * tsz;
+  /* rows to cover: the fixed range, or a share of a claimed batch */
+  const int64_t n_job = job->claim_cursor == NULL
+                            ? job->q_hi - job->q_lo
+                            : ceil_div(job->q_hi - job->q_lo, kClaimedBatches);
+  const int64_t units = job->u_hi - job->u_lo;
+  double avail, per_query;
+  int blocks_per_sm = 0;
+  const int rows_extra = 1 + model->adaptive; /* aux (and scale) rows per point */
+  kde_kernel_fn<T> fn = select_kernel<T>(model->kernel, (int) d, model->layout,
+                                         model->adaptive);
+
+  KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
+  if (model->layout == KDE_LAYOUT_TC_WIDE) {
+    job->chunk_dims = (int) d;
+    job->n_chunks = 1;
+    job->smem = tc_wide_smem_bytes(model->k16);
+  } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
+    job->chunk_dims = (int) d;
+    job->n_chunks = 1;
+    job->smem = 2 * (size_t) kUnit * point_bytes(model);
+  } else if (d <= 4) {
+    job->chunk_dims = (int) d;
+    job->n_chunks = 1;
+    job->smem = 2 * (size_t) kUnit * (d + rows_extra) * tsz;
+  } else {
+    size_t cap = job->rep->smem_optin < kWideSmemCap ? job->rep->smem_optin
+                                                      : kWideSmemCap;
+    /* sq: dc x 128, sx: 2 x (dc + rows_extra) x 32 values */
+    int64_t dc_max = ((int64_t) (cap / tsz) - 2 * rows_extra * kTileWidth) /
+                     (kBlockQueries + 2 * kTileWidth);
+    if (dc_max < 1) dc_max = 1;
+    job->n_chunks = (int) ceil_div(d, dc_max);
+    job->chunk_dims = (int) ceil_div(d, job->n_chunks);
+    job->smem = ((size_t) job->chunk_dims * kBlockQueries +
+                 2 * (size_t) (job->chunk_dims + rows_extra) * kTileWidth) * tsz;
+  }
+  if (job->smem < merge_smem) job->smem = merge_smem;
+  job->fn = (void *) fn;
+  if (job->smem > 48 * 1024)
+    KDE_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int) job->smem));
+  KDE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks_per_sm, fn, kThreads, job->smem));
+  if (blocks_per_sm < 1) blocks_per_sm = 1;
+  job->concurrency = blocks_per_sm * job->rep->multiprocessors;
+
+  /* Memory: the resident replica, or one shard, then query batches. */
+  avail = job->rep->budget;
+  if (model->resident) {
+    avail -= (double) model->n_points * point_bytes(model);
+    job->shard_units = units > 0 ? units : 1;
+  } else {
+    int64_t fit = (int64_t) (0.5 * job->rep->budget / (kUnit * point_bytes(model)));
+    job->shard_units = units < fit ? units : fit;
+    if (job->shard_units < 1) job->shard_units = 1;
+    avail -= (double) job->shard_units * kUnit * point_bytes(model);
+  }
+  /* Half of the rest for query rows (raw and packed coordinates, the
+   * accumulated states, a plan's share: its lists at their largest, 0.9 of
+   * every unit, and when made here the decisions' bits and the boxes), half
+   * for the partial states of the splits. The queries ordered on this
+   * device stay there for the whole evaluation. */
+  per_query = (double) model->query_elems * tsz + (double) (d + 3) * sizeof(double);
+  if (job->prune != NULL) {
+    const double all_units = (double) (model->n_points / kUnit);
+    per_query += (0.9 * all_units * sizeof(int32_t) + sizeof(int64_t)) / kBlockQueries;
+    if (job->prune->device)
+      per_query += (all_units / 8 + (2 * d + 1) * sizeof(double)) / kBlockQueries;
+    if (job->prune->reserved_on == job->rep) avail -= job->prune->reserved;
+  }
+  job->ldq_max = (int64_t) (0.5 * avail / per_query) / kBlockQueries * kBlockQueries;
+  {
+    const int64_t need = ceil_div(n_job, kBlockQueries) * kBlockQueries;
+    if (job->ldq_max > need) job->ldq_max = need;
+    if (job->ldq_max > kMaxBatchRows) job->ldq_max = kMaxBatchRows;
+    /* bounded work per step, but never below a few full waves of blocks */
+    int64_t rows = (int64_t) (kMaxWorkPerStep / pair_cost(model) /
+                              ((double) job->shard_units * kUnit));
+    int64_t floor_rows = (int64_t) 4 * job->concurrency * kBlockQueries;
+    if (rows < floor_rows) rows = floor_rows;
+    rows = rows / kBlockQueries * kBlockQueries;
+    if (job->ldq_max > rows) job->ldq_max = rows;
+    /* batches of equal size rather than a short last one */
+    if (job->ldq_max >= kBlockQueries) {
+      const int64_t n_batches = ceil_div(need, job->ldq_max);
+      job->ldq_max = ceil_div(ceil_div(need, n_batches), kBlockQueries) * kBlockQueries;
+    }
+  }
+  if (job->ldq_max < kBlockQueries) {
+    kde_status_set(status, KDE_ERR_ALLOC,
+                   "the GPU memory budget (%.0f bytes on device %d) leaves no"
+                   " room for a batch of %d queries; raise"
+                   " options(kdegpu.gpu_memory = ...) or use precision ="
+                   " 'single'", job->rep->budget, job->rep->device,
+                   kBlockQueries);
+    goto cleanup;
+  }
+  {
+    double cap = 0.5 * avail / ((double) job->ldq_max * 2 * tsz);
+    int64_t most = units / kMinUnitsPerSplit; /* choose_splits never exceeds */
+    /* nor does it ask for more than a few waves of blocks in all */
+    const int64_t wave_rows = (int64_t) 16 * job->concurrency * kBlockQueries;
+    if (most > wave_rows / job->ldq_max) most = wave_rows / job->ldq_max;
+    if (most < 1) most = 1;
+    if (most > 65535) most = 65535;
+    job->split_cap = cap > (double) most ? (int) most : (int) cap;
+    if (job->split_cap < 1) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "the GPU memory budget (%.0f bytes on device %d) is too"
+                     " small for this evaluation; raise"
+                     " options(kdegpu.gpu_memory = ...)",
+                     job->rep->budget, job->rep->device);
+      goto cleanup;
+    }
+  }
+  return 0;
+cleanup:
+  return -1;
+}
+
+template <typename T>
+int reserve_scratch(const kde_cuda_model *model, kde_device_job *job, kde_status *status)
+{
+  kde_replica *rep = job->rep;
+  const size_t rows = (size_t) job->ldq_max;
+  if (buffer_reserve(&rep->raw, rows * model->dim * sizeof(double), status) != 0 ||
+      buffer_reserve(&rep->query, rows * model->query_elems * sizeof(T), status) != 0 ||
+      buffer_reserve(&rep->part, 2 * (size_t) job->split_cap * rows * sizeof(T),
+                     status) != 0 ||
+      buffer_reserve(&rep->acc, 3 * rows * sizeof(double), status) != 0)
+    return -1;
+  if (!model->resident &&
+      buffer_reserve(&rep->shard, (size_t) job->shard_units * kUnit * point_bytes(model),
+                     status) != 0)
+    return -1;
+  return 0;
+}
+
+template int prepare_job<float>(const kde_cuda_model *, kde_device_job *, kde_status *);
+template int prepare_job<double>(const kde_cuda_model *, kde_device_job *, kde_status *);
+template int reserve_scratch<float>(const kde_cuda_model *, kde_device_job *, kde_status *);
+template int reserve_scratch<double>(const kde_cuda_model *, kde_device_job *, kde_status *);
+template int enqueue_step<float>(const kde_cuda_model *, const kde_query_set *,
+                                 kde_device_job *, kde_status *);
+template int enqueue_step<double>(const kde_cuda_model *, const kde_query_set *,
+                                  kde_device_job *, kde_status *);
+
+} // namespace kdegpu
