@@ -168,20 +168,32 @@ folded_log_density <- function(query, images, lower, upper, evaluate) {
 
 # A bounded fit at its own points, log sum_g sum_j w_j K(g^{-1} x_i - x_j),
 # in the data's order. Leaving one out leaves out the point and all its
-# images (j != i in every image's sum): image g's queries are the training
-# points' images in the fit's spatial order, so the backends exclude
-# j == i by position, exactly, as they do unbounded.
+# images (j != i in every image's sum).
 bounded_training_log_density <- function(object, leave_one_out, tolerance) {
   images <- object$images
-  in_order <- object$x[object$order, , drop = FALSE]
   parts <- lapply(seq_len(nrow(images$sign)), function(g) {
-    queries <- if (g == 1L) object$z else whiten(object, image_points(in_order, images, g))
-    evaluate_log_density(object, queries, leave_one_out = leave_one_out, whitened = TRUE,
-                         tolerance = tolerance)
+    training_image_log_density(object, images$sign[g, ], images$shift[g, ], leave_one_out,
+                               tolerance)
   })
-  merged <- if (length(parts) == 1L) parts[[1L]] else merge_log_sums(parts)
-  out <- numeric(length(merged))
-  out[object$order] <- merged
+  if (length(parts) == 1L) parts[[1L]] else merge_log_sums(parts)
+}
+
+# log sum_j w_j K(g^{-1} x_i - x_j) at every training point i for one image
+# g^{-1} x = sign * x + shift, in the data's order; with leave_one_out the
+# sum skips j == i. The queries are the training points' images in the
+# fit's spatial order, so the backends exclude j == i by position, exactly,
+# as they do unbounded (a cluster worker calls this on its shard).
+training_image_log_density <- function(object, sign, shift, leave_one_out, tolerance) {
+  identity <- all(sign == 1) && all(shift == 0)
+  queries <- if (identity) object$z else {
+    in_order <- object$x[object$order, , drop = FALSE]
+    whiten(object, in_order * rep(sign, each = nrow(in_order)) +
+                     rep(shift, each = nrow(in_order)))
+  }
+  in_spatial_order <- evaluate_log_density(object, queries, leave_one_out = leave_one_out,
+                                           whitened = TRUE, tolerance = tolerance)
+  out <- numeric(length(in_spatial_order))
+  out[object$order] <- in_spatial_order
   out
 }
 

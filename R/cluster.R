@@ -107,7 +107,13 @@ worker_evaluate <- function(shard, task) {
   on.exit(release_device_copy(fit))
   out <- evaluate_log_density(fit, task$points, tolerance = task$tolerance)
   if (task$leave_one_out) {
-    out[shard$index] <- log_density_at_training_points(fit, TRUE, task$tolerance)
+    # the shard's own points (or their images under task$image: a bounded
+    # fit) leave out their own terms
+    out[shard$index] <- if (is.null(task$image)) {
+      log_density_at_training_points(fit, TRUE, task$tolerance)
+    } else {
+      training_image_log_density(fit, task$image$sign, task$image$shift, TRUE, task$tolerance)
+    }
   }
   out + shard$log_share
 }
@@ -172,14 +178,16 @@ run_parallel <- function(cl, data, key, shards, tasks) {
 # `points` over the cluster. split = "training" shards the training points
 # across the workers and merges; "queries" gives each worker all training
 # points and a chunk of the queries. leave_one_out: points are the training
-# points and each leaves out its own term (training split only).
+# points (or with `image`, list(sign, shift), their images sign * x + shift:
+# a bounded fit) and each leaves out its own term (training split only).
 cluster_log_sum <- function(engine, data, points, H, kernel, precision, backend,
-                            split = "training", leave_one_out = FALSE, tolerance = NULL) {
+                            split = "training", leave_one_out = FALSE, tolerance = NULL,
+                            image = NULL) {
   # The options of this process decide, not the workers' (NULL: each
   # worker's backend default).
   if (is.null(tolerance)) tolerance <- getOption("kdegpu.tolerance")
   base <- list(H = H, kernel = kernel, precision = precision, backend = backend,
-               leave_one_out = leave_one_out, tolerance = tolerance)
+               leave_one_out = leave_one_out, tolerance = tolerance, image = image)
   if (split == "queries") {
     chunks <- split_indices(nrow(points), engine$size)
     shard <- make_shards(data, 1L)

@@ -57,6 +57,24 @@ test_that("leave-one-out and logLik over a cluster equal the single-process ones
                     predict(fit_c, log = TRUE, leave_one_out = TRUE)), 1e-12)
 })
 
+test_that("leave-one-out of bounded fits over a cluster leaves out every image", {
+  cl <- start_cluster()
+  on.exit(stop_cluster(cl), add = TRUE)
+  data <- cluster_data_set(3)
+  x <- abs(data$x)
+  # one bound (2 images of column 1), two bounds on column 2, and adaptive
+  fits <- list(
+    kde_gpu(x, weights = data$w, lower = c(0, -Inf, -Inf), backend = "cpu"),
+    kde_gpu(x, kernel = "biweight", lower = c(0, 0, -Inf), upper = c(Inf, 3.5, Inf),
+            backend = "cpu"),
+    kde_gpu(x, weights = data$w, lower = 0, adaptive = TRUE, backend = "cpu"))
+  for (fit in fits) {
+    expect_gt(nrow(fit$images$sign), 1L)
+    expect_lt(rel_err(predict(fit, log = TRUE, leave_one_out = TRUE, cluster = cl),
+                      predict(fit, log = TRUE, leave_one_out = TRUE)), 1e-12)
+  }
+})
+
 test_that("training data reach each worker once per fit", {
   cl <- start_cluster()
   on.exit(stop_cluster(cl), add = TRUE)
