@@ -5,6 +5,9 @@
 #
 #   Rscript bench/derivatives.R [output.csv]  (default inst/benchmarks/derivatives.csv)
 #
+# KDEGPU_BENCH_PARTS picks parts (default all: "checks,sums,modes,sdkde");
+# the CSV is rewritten after every row, so a run cut short keeps its rows.
+#
 # Scott's H, standard normal data; the Gaussian, and at d = 3 also the
 # epanechnikov and exponential kernels. Sizes: n = m = 1e6 on a GPU, 2e4
 # on the CPU (KDEGPU_BENCH_N overrides). First, correctness lines: the
@@ -25,6 +28,7 @@ n <- as.numeric(Sys.getenv("KDEGPU_BENCH_N", if (gpu) "1e6" else "2e4"))
 # compare one device with one device (a two-GPU machine would halve the
 # density's time only).
 if (gpu) options(kdegpu.devices = 0L)
+parts <- strsplit(Sys.getenv("KDEGPU_BENCH_PARTS", "checks,sums,modes,sdkde"), ",")[[1L]]
 
 rows <- list()
 record <- function(task, d, n, m, precision, seconds, relative = NA_real_) {
@@ -32,6 +36,7 @@ record <- function(task, d, n, m, precision, seconds, relative = NA_real_) {
                                             precision = precision, seconds = seconds,
                                             relative_to_density = relative,
                                             gpus = if (gpu) 1L else 0L)
+  write_rows()
   cat(sprintf("%-26s d=%-2d n=%-7.0e m=%-7.0e %-6s %9.3f s %s\n", task, d, n, m, precision,
               seconds, if (is.na(relative)) "" else sprintf("(%.2fx density)", relative)))
 }
@@ -48,7 +53,16 @@ clear_of_edges <- function(fit, q, margin = 1e-3) {
   q[apply(zq, 1L, function(z) all(abs(colSums((t(fit$z) - z)^2) - 1) > margin)), , drop = FALSE]
 }
 
-if (gpu) {
+write_rows <- function() {
+  res <- do.call(rbind, rows)
+  res$backend <- backend
+  res$device <- device
+  res$date <- format(Sys.Date())
+  res$commit <- bench_commit()
+  utils::write.csv(res, out_csv, row.names = FALSE)
+}
+
+if (gpu && "checks" %in% parts) {
   set.seed(1)
   x <- matrix(rnorm(2e3 * 3), ncol = 3)
   q0 <- x[1:500, ] + 0.1
@@ -68,7 +82,7 @@ if (gpu) {
   }
 }
 
-for (precision in if (gpu) c("single", "double") else "double") {
+for (precision in if ("sums" %in% parts) { if (gpu) c("single", "double") else "double" }) {
   set.seed(2)
   x <- matrix(rnorm(n * 3), ncol = 3)
   for (kernel in c("gaussian", "epanechnikov", "exponential")) {
@@ -86,6 +100,7 @@ for (precision in if (gpu) c("single", "double") else "double") {
 }
 
 # Mean shift from 1e4 starts on the n-point fit (2-D, three clusters).
+if ("modes" %in% parts) {
 set.seed(3)
 centres <- matrix(c(-3, 0, 3, 0, 3, 0), ncol = 2)
 x <- centres[sample(3, n, TRUE), ] + matrix(rnorm(2 * n), ncol = 2)
@@ -93,6 +108,7 @@ fit <- kde_gpu(x, backend = backend, precision = "double")
 starts <- x[seq_len(min(1e4, n)), ]
 s <- system.time(modes <- kde_modes(fit, start = starts))[["elapsed"]]
 record(sprintf("kde_modes (%d modes)", nrow(modes$modes)), 2L, n, nrow(starts), "double", s)
+}
 
 # SD-KDE on the Flash-SD-KDE shape: the score at every training point, the
 # shifted fit, then the density at the queries.
@@ -101,7 +117,7 @@ n_sd <- if (gpu) 1e6 else 2e4
 set.seed(4)
 x <- matrix(rnorm(n_sd * 16), ncol = 16)
 q <- matrix(rnorm(m_sd * 16), ncol = 16)
-for (precision in if (gpu) c("single", "double") else "double") {
+for (precision in if ("sdkde" %in% parts) { if (gpu) c("single", "double") else "double" }) {
   s <- system.time({
     fit <- kde_gpu(x, backend = backend, precision = precision, debias = TRUE)
     invisible(predict(fit, q))
@@ -109,10 +125,4 @@ for (precision in if (gpu) c("single", "double") else "double") {
   record("SD-KDE fit + predict", 16L, n_sd, m_sd, precision, s)
 }
 
-res <- do.call(rbind, rows)
-res$backend <- backend
-res$device <- device
-res$date <- format(Sys.Date())
-res$commit <- bench_commit()
-utils::write.csv(res, out_csv, row.names = FALSE)
 cat("wrote", out_csv, "\n")
