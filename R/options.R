@@ -27,10 +27,12 @@
 #'   \item{`kdegpu.devices`}{The GPUs to use, numbered from 0 as in CUDA
 #'     (`CUDA_VISIBLE_DEVICES` applies first): an integer vector, or `NULL`
 #'     (default) for every usable GPU. With several, each holds a copy of
-#'     the fit and the queries are split across them (a pruned evaluation
-#'     hands out batches of queries as the GPUs free up, so that uneven work
-#'     per query keeps them all busy); fewer than 16384 queries per GPU
-#'     split the training set instead. Changing it rebuilds a fit's GPU copy
+#'     the fit and the GPUs claim batches of the queries as they free up
+#'     (so that uneven work per query after pruning keeps them all busy);
+#'     fewer than 16384 queries per GPU split the training set instead.
+#'     The batches and the order of every sum are those of one GPU, so on
+#'     identical GPUs the results equal one GPU's to the bit (where the
+#'     queries are split). Changing it rebuilds a fit's GPU copy
 #'     at its next use; [sample()][sample.kde_gpu], derivatives and
 #'     [kde_modes()] run on the first listed. A device listed twice holds
 #'     two copies and runs the several-device code on one GPU (for

@@ -216,22 +216,33 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
                             : (double) (job->q_hi - job->q_lo) * (double) (job->u_hi - job->u_lo);
     if (prepare_job<T>(model, job, status) != 0) goto cleanup;
   }
-  /* Claimed batches of one size and launches of one split limit on every
-   * device (the smallest, where memory differs: the first holds the ordered
-   * queries), so that the devices' batches are the ones one device would
-   * run, summed in the same order. */
-  if (claiming) {
-    int64_t rows = INT64_MAX;
+  /* Claimed batches of one size, against training shards of one size,
+   * with one split limit on every device (the smallest of each, where
+   * memory differs: the first holds the ordered queries), so that the
+   * devices' steps are the ones one device would run, summed in the same
+   * order. Each is decided with the ones before it fixed: the shards, then
+   * the batches (which depend on the shards), then the split limit. */
+  if (claiming && n_dev > 1) {
+    for (int pass = 0; pass < 2; pass++) {
+      int64_t shard_units = INT64_MAX, rows = INT64_MAX;
+      for (int r = 0; r < n_dev; r++) {
+        if (jobs[r].q_next >= jobs[r].q_hi) continue;
+        if (jobs[r].shard_units < shard_units) shard_units = jobs[r].shard_units;
+        if (jobs[r].ldq_max < rows) rows = jobs[r].ldq_max;
+      }
+      for (int r = 0; r < n_dev; r++) {
+        kde_device_job *job = &jobs[r];
+        if (job->q_next >= job->q_hi) continue;
+        job->limit_shard_units = shard_units;
+        if (pass == 1) job->limit_ldq = rows;
+        if (prepare_job<T>(model, job, status) != 0) goto cleanup;
+      }
+    }
     int split_cap = INT_MAX;
-    for (int r = 0; r < n_dev; r++) {
-      if (jobs[r].q_next >= jobs[r].q_hi) continue;
-      if (jobs[r].ldq_max < rows) rows = jobs[r].ldq_max;
-      if (jobs[r].split_cap < split_cap) split_cap = jobs[r].split_cap;
-    }
-    for (int r = 0; r < n_dev; r++) {
-      jobs[r].ldq_max = rows;
-      jobs[r].split_cap = split_cap;
-    }
+    for (int r = 0; r < n_dev; r++)
+      if (jobs[r].q_next < jobs[r].q_hi && jobs[r].split_cap < split_cap)
+        split_cap = jobs[r].split_cap;
+    for (int r = 0; r < n_dev; r++) jobs[r].split_cap = split_cap;
   }
   for (int r = 0; r < n_dev; r++) {
     kde_device_job *job = &jobs[r];

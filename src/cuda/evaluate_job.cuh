@@ -68,6 +68,9 @@ typedef struct {
   int64_t raw_rows;
   int batch_started;        /* this step packed a new batch */
   int batch_done;           /* this step finished the batch */
+  /* caps from the other devices (0: none), so that all claim batches of
+   * one size against shards of one size (log_density_impl) */
+  int64_t limit_shard_units, limit_ldq;
   const prune_context *prune; /* NULL: every query block visits every unit */
   int visiting;             /* the current batch has a plan on the device */
   double batch_pairs;       /* pairs its plan evaluates (when visiting) */

@@ -253,10 +253,7 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
   const int64_t d = model->dim;
   const size_t tsz = sizeof(T);
   const size_t merge_smem = 2 * (size_t) kWarps * kBlockQueries * tsz;
-  /* rows to cover: the fixed range, or a share of a claimed batch */
-  const int64_t n_job = job->claim_cursor == NULL
-                            ? job->q_hi - job->q_lo
-                            : ceil_div(job->q_hi - job->q_lo, kClaimedBatches);
+  int64_t n_job; /* rows to cover: the fixed range, or a claimed batch */
   const int64_t units = job->u_hi - job->u_lo;
   double avail, per_query;
   int blocks_per_sm = 0;
@@ -298,6 +295,16 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
       &blocks_per_sm, fn, kThreads, job->smem));
   if (blocks_per_sm < 1) blocks_per_sm = 1;
   job->concurrency = blocks_per_sm * job->rep->multiprocessors;
+  /* A claimed batch is about 1/kClaimedBatches of the queries, but at
+   * least a full wave of query blocks: fewer rows would leave the device
+   * half idle and pay a step's fixed costs for little work (a CV loop's
+   * n = 1e4 evaluations run in one batch, as before claiming). */
+  n_job = job->q_hi - job->q_lo;
+  if (job->claim_cursor != NULL) {
+    const int64_t wave = (int64_t) job->concurrency * kBlockQueries;
+    const int64_t share = ceil_div(n_job, kClaimedBatches);
+    if (n_job > wave) n_job = share > wave ? share : wave;
+  }
 
   /* Memory: the resident replica, or one shard, then query batches. */
   avail = job->rep->budget;
@@ -307,6 +314,8 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
   } else {
     int64_t fit = (int64_t) (0.5 * job->rep->budget / (kUnit * point_bytes(model)));
     job->shard_units = units < fit ? units : fit;
+    if (job->limit_shard_units > 0 && job->shard_units > job->limit_shard_units)
+      job->shard_units = job->limit_shard_units;
     if (job->shard_units < 1) job->shard_units = 1;
     avail -= (double) job->shard_units * kUnit * point_bytes(model);
   }
@@ -340,6 +349,7 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
       const int64_t n_batches = ceil_div(need, job->ldq_max);
       job->ldq_max = ceil_div(ceil_div(need, n_batches), kBlockQueries) * kBlockQueries;
     }
+    if (job->limit_ldq > 0 && job->ldq_max > job->limit_ldq) job->ldq_max = job->limit_ldq;
   }
   if (job->ldq_max < kBlockQueries) {
     kde_status_set(status, KDE_ERR_ALLOC,
