@@ -110,8 +110,8 @@ fold_reach <- function(kernel, H, lower, upper) {
 
 # A fit's images: list(per_coordinate = list of data frames, sign, shift:
 # one row per image of the box, one column per coordinate).
-fold_images <- function(kernel, H, lower, upper) {
-  reach <- fold_reach(kernel, H, lower, upper)
+fold_images <- function(kernel, H, lower, upper, widest = 1) {
+  reach <- fold_reach(kernel, widest^2 * H, lower, upper)
   per_coordinate <- lapply(seq_along(lower), function(c) {
     coordinate_images(lower[c], upper[c], reach[c])
   })
@@ -120,7 +120,10 @@ fold_images <- function(kernel, H, lower, upper) {
     stop_arg("lower", sprintf(paste0(
       "and `upper` need %s reflected images of the data (at most %d): ",
       "bounds on fewer columns, bounds farther apart than the bandwidth, ",
-      "or a smaller bandwidth."), format(prod(counts)), max_fold_images))
+      "or a smaller bandwidth%s."), format(prod(counts)), max_fold_images,
+      if (widest > 1) sprintf(paste0(
+        " (the adaptive fit's widest kernel is %.3g times H's: a smaller `alpha` ",
+        "narrows it)"), widest) else ""))
   }
   combine_images(per_coordinate)
 }

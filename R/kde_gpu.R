@@ -316,7 +316,7 @@ set_bounds <- function(object, bounds, kernel) {
     max(object$adaptive$lambda[object$weights > 0])
   }
   object$images <- if (bounded) {
-    fold_images(kernel, widest^2 * object$H, bounds$lower, bounds$upper)
+    fold_images(kernel, object$H, bounds$lower, bounds$upper, widest)
   }
   object
 }

@@ -565,4 +565,9 @@ test_that("a bounded adaptive fit integrates to 1 in its box, and its draws stay
                       rel.tol = 1e-8, stop.on.error = FALSE)$value
     expect_equal(mass, 1, tolerance = 1e-6, label = k)
   }
+  # too many images for the widest kernel: the error says why
+  x3 <- matrix(rbeta(600, 0.5, 3), ncol = 3)
+  expect_error(kde_gpu(x3, lower = 0, upper = 1, adaptive = TRUE, alpha = 1, bw = 0.2,
+                       backend = "cpu"),
+               "`lower` and `upper` need .* images .* adaptive fit's widest kernel")
 })
