@@ -21,11 +21,14 @@
 #'
 #' The criteria can have several local optima, so the search is global: a
 #' grid of bandwidths proportional to the normal-reference bandwidth
-#' (`range` gives its limits as factors), then a local optimiser
-#' ([stats::optimize()] for a scalar, Nelder-Mead over log standard
-#' deviations or over the Cholesky factor of H otherwise) from the best grid
-#' points. A warning says when the optimum lies at the end of the search
-#' range, as [stats::bw.ucv()] does.
+#' (`range` gives its limits as factors), then a local optimiser from the
+#' best grid point: [stats::optimize()] for a scalar; otherwise
+#' [stats::nlm()] (a Newton-type search with finite-difference gradients)
+#' over log standard deviations relative to the start, or over the
+#' Cholesky factor of H relative to the start's, with Nelder-Mead
+#' ([stats::optim()]) taking over where it stops without converging. A
+#' warning says when the optimum lies at the end of the search range, as
+#' [stats::bw.ucv()] does.
 #'
 #' @param x Data, as for [kde_gpu()].
 #' @param type `"scalar"` (one standard deviation; H = bw^2 I), `"diagonal"`
@@ -34,7 +37,9 @@
 #' @param range Factors of the normal-reference bandwidth that bound the grid
 #'   search; `c(lower, upper)` with `0 < lower < upper`.
 #' @param grid Number of grid points.
-#' @param tol Relative tolerance of the local optimiser.
+#' @param tol Relative tolerance of the local optimiser (for a matrix or
+#'   per-coordinate bandwidth: [stats::nlm()]'s `steptol`, and `sqrt(tol) /
+#'   100` its `gradtol` on the criterion relative to its size at the start).
 #' @param kernel The kernel (`bw_mlcv()`); `bw_lscv()` supports `"gaussian"`.
 #' @param backend,precision As for [kde_gpu()].
 #' @param tolerance The relative error allowed in each kernel sum, as in
@@ -154,32 +159,8 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
                            log(c(lower, upper)), tol = tol)
     H <- exp(2 * opt$minimum) * shape
   } else {
-    start <- factors[best]^2 * shape
-    par_to_H <- if (type == "diagonal") {
-      function(p) diag(exp(2 * p), d)
-    } else {
-      function(p) {
-        L <- matrix(0, d, d)
-        L[lower.tri(L, diag = TRUE)] <- p
-        diag(L) <- exp(diag(L))
-        L %*% t(L)
-      }
-    }
-    p0 <- if (type == "diagonal") log(sqrt(diag(start))) else {
-      L <- t(chol(start))
-      diag(L) <- log(diag(L))
-      L[lower.tri(L, diag = TRUE)]
-    }
-    # Nelder-Mead restarted from its own answer: a fresh simplex escapes the
-    # premature convergence a collapsed one shows on flat valleys.
-    for (round in 1:3) {
-      opt <- stats::optim(p0, function(p) safe_objective(par_to_H(p)), method = "Nelder-Mead",
-                          control = list(reltol = tol, maxit = 200L * length(p0)))
-      if (round > 1L && abs(opt$value - previous) <= tol * abs(previous)) break
-      previous <- opt$value
-      p0 <- opt$par
-    }
-    H <- par_to_H(opt$par)
+    H <- local_search(safe_objective, factors[best]^2 * shape, grid_values[best], type, tol,
+                      criterion_digits(tolerance, backend, precision))
   }
   H <- (H + t(H)) / 2
   if (at_edge) {
@@ -241,6 +222,67 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
   # int f^2 = sum_i w_i f_{2H}(x_i), a KDE with covariance 2H at the data.
   integral <- sum(weights * exp(log_sums(2 * H, FALSE)))
   integral - 2 * sum(weights * exp(loo))
+}
+
+# The local search over diagonal or full H from `start` (where the
+# criterion is `start_value`): H = L0 M M' L0'
+# with L0 the start's Cholesky factor and M lower triangular (log diagonal),
+# so the parameters start at 0 whatever the data's units, and the criterion
+# divided by its size at the start. stats::nlm (Newton-type, finite-
+# difference gradients, `digits` significant digits in the criterion)
+# needed about half the evaluations of Nelder-Mead restarted from its own
+# answer, reaching a lower criterion in every case tried; Nelder-Mead takes
+# over where nlm stops without converging.
+local_search <- function(objective, start, start_value, type, tol, digits) {
+  d <- nrow(start)
+  L0 <- if (type == "full") t(chol(start))
+  par_to_H <- if (type == "diagonal") {
+    function(p) start * tcrossprod(exp(p))
+  } else {
+    function(p) {
+      M <- matrix(0, d, d)
+      M[lower.tri(M, diag = TRUE)] <- p
+      diag(M) <- exp(diag(M))
+      LM <- L0 %*% M
+      LM %*% t(LM)
+    }
+  }
+  p0 <- numeric(if (type == "diagonal") d else d * (d + 1L) / 2L)
+  f0 <- start_value
+  size <- if (is.finite(f0) && f0 != 0 && abs(f0) < .Machine$double.xmax) abs(f0) else 1
+  scaled <- function(p) objective(par_to_H(p)) / size
+  # a step onto an invalid bandwidth (criterion not finite) is a cliff
+  # nlm's line search backs off from
+  bounded <- function(p) min(scaled(p), 1e10)
+  found <- tryCatch(
+    suppressWarnings(stats::nlm(bounded, p0, ndigit = digits, gradtol = sqrt(tol) / 100,
+                                steptol = tol, iterlim = 200L)),
+    error = function(e) NULL)
+  if (!is.null(found) && found$code %in% c(1L, 2L) && found$minimum <= min(f0 / size, 1e10)) {
+    return(par_to_H(found$estimate))
+  }
+  p <- if (is.null(found)) p0 else found$estimate
+  # Nelder-Mead restarted from its own answer: a fresh simplex escapes the
+  # premature convergence a collapsed one shows on flat valleys.
+  for (round in 1:3) {
+    opt <- stats::optim(p, scaled, method = "Nelder-Mead",
+                        control = list(reltol = tol, maxit = 200L * length(p)))
+    if (round > 1L && abs(opt$value - previous) <= tol * abs(previous)) break
+    previous <- opt$value
+    p <- opt$par
+  }
+  par_to_H(opt$par)
+}
+
+# Significant digits of a criterion whose kernel sums are each within
+# relative `tolerance` (or the precision's default), for nlm's finite
+# differences.
+criterion_digits <- function(tolerance, backend, precision) {
+  if (is.null(tolerance)) tolerance <- getOption("kdegpu.tolerance")
+  if (is.null(tolerance)) {
+    tolerance <- default_tolerance[[if (backend == "cuda" && precision == "single") "single" else "double"]]
+  }
+  max(3L, min(12L, floor(-log10(max(tolerance, 1e-15))) - 2L))
 }
 
 # bw = "lscv" / "ucv" / "mlcv" in kde_gpu(): scalar in 1-D, full H in d > 1.

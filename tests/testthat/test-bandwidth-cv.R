@@ -134,3 +134,17 @@ test_that("bad input to the selectors errors naming the argument", {
   expect_error(bw_mlcv(rnorm(20), grid = 1, backend = "cpu"), "`grid`")
   expect_error(bw_mlcv(cbind(1:10, 1:10), backend = "cpu"), "`x`")
 })
+
+test_that("the local search finds a known optimum, also past invalid bandwidths", {
+  target <- matrix(c(2, 0.5, 0.5, 1), 2)
+  f <- function(H) sum((H - target)^2) - 1
+  H <- kdegpu:::local_search(f, diag(2), f(diag(2)), "full", 1e-10, 12L)
+  expect_equal(H, target, tolerance = 1e-5)
+  D <- kdegpu:::local_search(f, diag(2), f(diag(2)), "diagonal", 1e-10, 12L)
+  expect_equal(D, diag(c(2, 1)), tolerance = 1e-5)
+  # where the criterion cannot be computed (NA, as safe_objective's callers
+  # never pass but nlm must survive): the optimum on the edge of the rest
+  g <- function(H) if (H[1L, 1L] > 1.5) NA_real_ else f(H)
+  H2 <- kdegpu:::local_search(g, diag(2), g(diag(2)), "full", 1e-10, 12L)
+  expect_equal(H2, matrix(c(1.5, 0.5, 0.5, 1), 2), tolerance = 1e-4)
+})
