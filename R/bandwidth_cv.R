@@ -48,6 +48,12 @@
 #' @param tolerance The relative error allowed in each kernel sum, as in
 #'   [predict()][predict.kde_gpu] (default: `options(kdegpu.tolerance)`,
 #'   else [default_tolerance] for the precision).
+#' @param lower,upper `bw_mlcv()` only: bounds of a bounded fit, as for
+#'   [kde_gpu()]; the criterion is then the leave-one-out log-likelihood of
+#'   the reflection estimate (each point left out with its mirror images),
+#'   so the bandwidth is the one for `kde_gpu(x, lower = , upper = )`.
+#'   (LSCV would need the integral of the folded estimate's square over the
+#'   box, which has no pair-sum form.)
 #' @param cluster `NULL`, a `parallel` cluster or `"future"`: spread each
 #'   criterion evaluation over the workers, sharding the training points as
 #'   [predict()][predict.kde_gpu] does (each worker receives its shard once
@@ -91,16 +97,19 @@ bw_mlcv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
                     range = c(0.1, 2), grid = 25L, tol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
                     precision = c("double", "single"), cluster = NULL,
-                    tolerance = NULL) {
+                    tolerance = NULL, lower = -Inf, upper = Inf) {
   select_bandwidth(x, "mlcv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
                    weights, range, grid, tol, resolve_kernel(kernel), backend, precision,
-                   cluster, tolerance)
+                   cluster, tolerance, lower, upper)
 }
 
 select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kernel,
-                             backend, precision, cluster = NULL, tolerance = NULL) {
+                             backend, precision, cluster = NULL, tolerance = NULL,
+                             lower = -Inf, upper = Inf) {
   if (!is.null(tolerance)) tolerance <- check_tolerance(tolerance)
   x <- as_point_matrix(x, "x")
+  bounds <- resolve_bounds(lower, upper, x)
+  if (!any(is.finite(c(bounds$lower, bounds$upper)))) bounds <- NULL
   n <- nrow(x)
   d <- ncol(x)
   if (n < 3L) stop_arg("x", "needs at least 3 points for cross-validation.")
@@ -121,7 +130,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   data <- if (is.null(engine)) NULL else cluster_data(x, weights, new_data_id(), new.env())
   evaluate <- function(H) {
     cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data,
-                 requested_backend, tolerance)
+                 requested_backend, tolerance, bounds)
   }
 
   # Normal reference: Silverman's rule with the full weighted covariance.
@@ -205,7 +214,11 @@ print.kdegpu_bandwidth <- function(x, ...) {
 # the cluster `engine` holding `data`.
 cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
                          engine = NULL, data = NULL, requested_backend = backend,
-                         tolerance = NULL) {
+                         tolerance = NULL, bounds = NULL) {
+  if (!is.null(bounds)) {
+    return(bounded_mlcv(x, weights, H, kernel, backend, precision, engine, data,
+                        requested_backend, tolerance, bounds))
+  }
   # log sum_j w_j K_B(x_i - x_j) at every training point, for bandwidth B.
   log_sums <- function(B, leave_one_out) {
     if (!is.null(engine)) {
@@ -226,6 +239,26 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
   # int f^2 = sum_i w_i f_{2H}(x_i), a KDE with covariance 2H at the data.
   integral <- sum(weights * exp(log_sums(2 * H, FALSE)))
   integral - 2 * sum(weights * exp(loo))
+}
+
+# MLCV of the bounded (reflection) estimate: its leave-one-out
+# log-likelihood, each point left out with its images. A bandwidth whose
+# images would be too many (wide against a box) is no candidate (-Inf).
+bounded_mlcv <- function(x, weights, H, kernel, backend, precision, engine, data,
+                         requested_backend, tolerance, bounds) {
+  images <- fold_images(kernel, H, bounds$lower, bounds$upper, too_many = "null")
+  if (is.null(images)) return(-Inf)
+  fit <- new_kde_gpu(x, weights, list(H = H, type = "full", method = "given"),
+                     kernel, backend, precision, NULL, "x")
+  on.exit(release_device_copy(fit))
+  fit$requested_backend <- requested_backend
+  fit$lower <- bounds$lower
+  fit$upper <- bounds$upper
+  fit$images <- images
+  loo <- renormalise_leave_one_out(bounded_leave_one_out_sum(fit, tolerance, engine, data),
+                                   weights)
+  w <- weights * nrow(x)
+  sum(ifelse(w > 0, w * loo, 0))
 }
 
 # Kernels whose profile has a continuous first derivative, at the edge of
@@ -301,11 +334,16 @@ criterion_digits <- function(tolerance, backend, precision) {
 # bw = "lscv" / "ucv" / "mlcv" in kde_gpu(): scalar in 1-D, full H in d > 1.
 cv_rules <- c("lscv", "ucv", "mlcv")
 
-bandwidth_by_cv <- function(x, weights, rule, kernel, backend, precision) {
+bandwidth_by_cv <- function(x, weights, rule, kernel, backend, precision,
+                            bounds = list(lower = -Inf, upper = Inf)) {
   type <- if (ncol(x) == 1L) "scalar" else "full"
-  selector <- if (rule == "mlcv") bw_mlcv else bw_lscv
-  H <- attr(selector(x, type = type, weights = weights, kernel = kernel,
-                     backend = backend, precision = precision), "H")
+  H <- attr(if (rule == "mlcv") {
+    bw_mlcv(x, type = type, weights = weights, kernel = kernel, backend = backend,
+            precision = precision, lower = bounds$lower, upper = bounds$upper)
+  } else {
+    bw_lscv(x, type = type, weights = weights, kernel = kernel, backend = backend,
+            precision = precision)
+  }, "H")
   list(H = H, type = type, method = rule)
 }
 

@@ -110,13 +110,14 @@ fold_reach <- function(kernel, H, lower, upper) {
 
 # A fit's images: list(per_coordinate = list of data frames, sign, shift:
 # one row per image of the box, one column per coordinate).
-fold_images <- function(kernel, H, lower, upper, widest = 1) {
+fold_images <- function(kernel, H, lower, upper, widest = 1, too_many = "error") {
   reach <- fold_reach(kernel, widest^2 * H, lower, upper)
   per_coordinate <- lapply(seq_along(lower), function(c) {
     coordinate_images(lower[c], upper[c], reach[c])
   })
   counts <- vapply(per_coordinate, nrow, 0L)
   if (prod(counts) > max_fold_images) {
+    if (too_many == "null") return(NULL)
     stop_arg("lower", sprintf(paste0(
       "and `upper` need %s reflected images of the data (at most %d): ",
       "bounds on fewer columns, bounds farther apart than the bandwidth, ",
@@ -179,6 +180,21 @@ bounded_training_log_density <- function(object, leave_one_out, tolerance) {
                                tolerance)
   })
   if (length(parts) == 1L) parts[[1L]] else merge_log_sums(parts)
+}
+
+# The leave-one-out sums of a bounded fit, log sum_g sum_{j != i} w_j
+# K(g^{-1} x_i - x_j) in the data's order: here, or over a cluster's
+# workers (`data`: the training points as they hold them), per image each
+# worker leaving its own points out of its shard's sum.
+bounded_leave_one_out_sum <- function(object, tolerance, engine = NULL, data = NULL) {
+  if (is.null(engine)) return(bounded_training_log_density(object, TRUE, tolerance))
+  images <- object$images
+  merge_log_sums(lapply(seq_len(nrow(images$sign)), function(g) {
+    cluster_log_sum(engine, data, image_points(object$x, images, g), object$H, object$kernel,
+                    object$precision, worker_backend(object), "training",
+                    leave_one_out = TRUE, tolerance = tolerance,
+                    image = list(sign = images$sign[g, ], shift = images$shift[g, ]))
+  }))
 }
 
 # log sum_j w_j K(g^{-1} x_i - x_j) at every training point i for one image

@@ -81,8 +81,9 @@
 #' limits within the bounds) all honour the bounds. The bandwidth rules and
 #' the plug-in selectors (`"SJ"`, `"sj-dpi"`, `"plugin"`) see the data as
 #' they are: they choose the bandwidth of the unbounded estimate, which the
-#' reflection then folds; the cross-validation selectors (`"lscv"`,
-#' `"mlcv"`) would score the unbounded estimate and are refused with bounds.
+#' reflection then folds; `"mlcv"` maximises the bounded estimate's own
+#' leave-one-out likelihood ([bw_mlcv()] with `lower`, `upper`), while
+#' `"lscv"` would score the unbounded estimate and is refused with bounds.
 #' An adaptive fit (`adaptive = TRUE`) with bounds folds the adaptive
 #' estimate the same way; its pilot is the bounded fixed estimate, so points
 #' near a bound do not get the wide kernels of a density underestimated
@@ -264,18 +265,19 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   bounded <- any(is.finite(c(bounds$lower, bounds$upper)))
   if (debias && bounded) stop_arg("debias", "is not available with `lower`/`upper` bounds.")
   if (bounded && is.character(bw) && length(bw) == 1L && !is.na(bw) &&
-      tolower(bw) %in% cv_rules) {
+      tolower(bw) %in% c("lscv", "ucv")) {
     stop_arg("bw", sprintf(paste0(
-      "= \"%s\" selects a bandwidth for an unbounded estimate; with `lower` or `upper` ",
-      "give `bw` or `H`, a rule (\"nrd0\", \"nrd\", \"scott\", \"silverman\") or a ",
-      "plug-in selector (\"SJ\", \"sj-dpi\", \"plugin\")."), bw))
+      "= \"%s\" scores an unbounded estimate; with `lower` or `upper` give \"mlcv\" ",
+      "(the bounded estimate's leave-one-out likelihood), `bw` or `H`, a rule (\"nrd0\", ",
+      "\"nrd\", \"scott\", \"silverman\") or a plug-in selector (\"SJ\", \"sj-dpi\", ",
+      "\"plugin\")."), bw))
   }
   requested_backend <- backend
   backend <- choose_backend(backend)
   selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) tolower(bw)
   bandwidth <- if (isTRUE(selector %in% cv_rules)) {
     rule <- if (selector == "ucv") "lscv" else selector
-    bandwidth_by_cv(x, weights, rule, kernel, backend, precision)
+    bandwidth_by_cv(x, weights, rule, kernel, backend, precision, bounds)
   } else if (isTRUE(selector %in% c(sj_rules, plugin_rules))) {
     bandwidth_by_plugin(x, weights, selector, backend, bw)
   } else {

@@ -226,17 +226,9 @@ match_columns <- function(query, train) {
 # log f_{-i}(x_i): the estimate without point i, its weight renormalised.
 # -Inf for a point whose weight is all the weight there is.
 leave_one_out_log_density <- function(object, engine = NULL, tolerance = NULL) {
-  log_sum <- if (is_bounded(object) && is.null(engine)) {
-    bounded_training_log_density(object, TRUE, tolerance)
-  } else if (is_bounded(object)) {
-    # per image, each worker leaves its own points out of its shard's sum
-    images <- object$images
-    merge_log_sums(lapply(seq_len(nrow(images$sign)), function(g) {
-      cluster_log_sum(engine, fit_cluster_data(object), image_points(object$x, images, g),
-                      object$H, object$kernel, object$precision, worker_backend(object),
-                      "training", leave_one_out = TRUE, tolerance = tolerance,
-                      image = list(sign = images$sign[g, ], shift = images$shift[g, ]))
-    }))
+  log_sum <- if (is_bounded(object)) {
+    bounded_leave_one_out_sum(object, tolerance, engine,
+                              if (!is.null(engine)) fit_cluster_data(object))
   } else if (is.null(engine)) {
     log_density_at_training_points(object, leave_one_out = TRUE, tolerance = tolerance)
   } else {

@@ -84,8 +84,10 @@ test_that("bad bounds and data outside them are errors naming the argument", {
                "`x` has values below `lower` in column 1 \\(7 < 10\\)")
   expect_error(kde_gpu(faithful, upper = c(Inf, 90), backend = "cpu"),
                "`x` has values above `upper` in column waiting \\(96 > 90\\)")
-  expect_error(kde_gpu(precip, bw = "mlcv", lower = 0, backend = "cpu"),
-               "`bw` = \"mlcv\" selects a bandwidth for an unbounded estimate")
+  expect_error(kde_gpu(precip, bw = "lscv", lower = 0, backend = "cpu"),
+               "`bw` = \"lscv\" scores an unbounded estimate; with `lower` or `upper` give \"mlcv\"")
+  expect_error(bw_mlcv(precip, lower = 10, backend = "cpu"),
+               "`x` has values below `lower` in column 1 \\(7 < 10\\)")
   expect_error(kde_gpu(precip, bw = 1, lower = 0, upper = 60, backend = "cpu"),
                "`x` has values above `upper` in column 1 \\(67 > 60\\)")
   expect_error(kde_gpu(c(0.1, 0.2), bw = 100, kernel = "exponential", lower = 0, upper = 0.3,
@@ -235,4 +237,33 @@ test_that("print, grids and plots stay within the bounds", {
   expect_silent(plot(fit, prob = 0.5))
   expect_silent(plot(fit2))
   grDevices::dev.off()
+})
+
+test_that("bw_mlcv() with bounds maximises the reflection estimate's leave-one-out likelihood", {
+  set.seed(31)
+  x <- rexp(150)
+  # plain R: log f_{-i}(x_i) = log(sum_{j != i} phi_h(x_i - x_j) + phi_h(x_i + x_j)) - log(n - 1)
+  loo_loglik <- function(h) {
+    K <- outer(x, x, function(a, b) dnorm(a - b, sd = h) + dnorm(a + b, sd = h))
+    diag(K) <- 0
+    sum(log(rowSums(K) / (length(x) - 1)))
+  }
+  ref <- optimize(loo_loglik, c(0.02, 2), maximum = TRUE, tol = 1e-10)
+  ours <- bw_mlcv(x, lower = 0, backend = "cpu")
+  expect_equal(as.numeric(ours), ref$maximum, tolerance = 1e-5)
+  expect_equal(attr(ours, "criterion"), ref$objective, tolerance = 1e-10)
+  # the unbounded selector differs: the data pile up against 0
+  expect_gt(abs(as.numeric(bw_mlcv(x, backend = "cpu")) / ref$maximum - 1), 0.05)
+  # kde_gpu(bw = "mlcv") with bounds uses it, and its logLik is the criterion
+  fit <- kde_gpu(x, bw = "mlcv", lower = 0, backend = "cpu")
+  expect_equal(fit$bw, as.numeric(ours))
+  expect_equal(as.numeric(logLik(fit)), attr(ours, "criterion"), tolerance = 1e-10)
+  # 2-D, full H, a box on one column: the criterion at the optimum is the
+  # fit's leave-one-out log-likelihood, and the search beats its start
+  x2 <- cbind(pmin(rexp(120), 3.9), rnorm(120))
+  H <- bw_mlcv(x2, type = "full", lower = c(0, -Inf), upper = c(4, Inf), backend = "cpu")
+  fit2 <- kde_gpu(x2, H = attr(H, "H"), lower = c(0, -Inf), upper = c(4, Inf), backend = "cpu")
+  expect_equal(attr(H, "criterion"),
+               sum(predict(fit2, log = TRUE, leave_one_out = TRUE)), tolerance = 1e-10)
+  expect_gte(attr(H, "criterion"), max(attr(H, "trace")$value) - 1e-9)
 })
