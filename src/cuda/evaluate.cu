@@ -316,9 +316,14 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     fprintf(trace_file(), "evaluate n_query=%lld devices=%d split_training=%d claiming=%d"
             " setup_ms=%.2f loop_ms=%.2f", (long long) nq, n_dev, split_training, claiming,
             kde_ms_between(t_start, t_loop), kde_ms_between(t_loop, t_end));
-    for (int r = 0; r < n_dev; r++)
+    for (int r = 0; r < n_dev; r++) {
+      if (jobs[r].batches == 0) { /* no work came to it: no finishing time */
+        fprintf(trace_file(), " dev%d_batches=0", r);
+        continue;
+      }
       fprintf(trace_file(), " dev%d_done_ms=%.2f dev%d_batches=%lld", r,
               kde_ms_between(t_loop, jobs[r].finished_at), r, (long long) jobs[r].batches);
+    }
     fprintf(trace_file(), "\n");
     fflush(trace_file());
   }
