@@ -185,9 +185,12 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
 }
 
 # log f (or, leaving one out, log f_{-i} before renormalising) at every
-# training point, in the order of the user's data.
-log_density_at_training_points <- function(object, leave_one_out, tolerance = NULL) {
-  in_spatial_order <- evaluate_log_density(object, object$z, leave_one_out = leave_one_out,
+# training point, in the order of the user's data; `queries` may put other
+# whitened points in their place, in the fit's spatial order (a bounded
+# fit's images of its points), point i still leaving out its own term.
+log_density_at_training_points <- function(object, leave_one_out, tolerance = NULL,
+                                           queries = object$z) {
+  in_spatial_order <- evaluate_log_density(object, queries, leave_one_out = leave_one_out,
                                            whitened = TRUE, tolerance = tolerance)
   out <- numeric(length(in_spatial_order))
   out[object$order] <- in_spatial_order

@@ -215,10 +215,6 @@ print.kdegpu_bandwidth <- function(x, ...) {
 cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
                          engine = NULL, data = NULL, requested_backend = backend,
                          tolerance = NULL, bounds = NULL) {
-  if (!is.null(bounds)) {
-    return(bounded_mlcv(x, weights, H, kernel, backend, precision, engine, data,
-                        requested_backend, tolerance, bounds))
-  }
   # log sum_j w_j K_B(x_i - x_j) at every training point, for bandwidth B.
   log_sums <- function(B, leave_one_out) {
     if (!is.null(engine)) {
@@ -231,7 +227,12 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
     on.exit(release_device_copy(fit))
     log_density_at_training_points(fit, leave_one_out, tolerance)
   }
-  loo <- renormalise_leave_one_out(log_sums(H, TRUE), weights)
+  loo_sums <- if (is.null(bounds)) log_sums(H, TRUE) else {
+    bounded_loo_sums(x, weights, H, kernel, backend, precision, engine, data,
+                     requested_backend, tolerance, bounds)
+  }
+  if (is.null(loo_sums)) return(-Inf) # too many images: no candidate
+  loo <- renormalise_leave_one_out(loo_sums, weights)
   if (criterion == "mlcv") {
     w <- weights * nrow(x)
     return(sum(ifelse(w > 0, w * loo, 0)))
@@ -241,13 +242,13 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
   integral - 2 * sum(weights * exp(loo))
 }
 
-# MLCV of the bounded (reflection) estimate: its leave-one-out
-# log-likelihood, each point left out with its images. A bandwidth whose
-# images would be too many (wide against a box) is no candidate (-Inf).
-bounded_mlcv <- function(x, weights, H, kernel, backend, precision, engine, data,
-                         requested_backend, tolerance, bounds) {
+# The leave-one-out sums of the bounded (reflection) estimate at H, each
+# point left out with its images (MLCV with bounds); NULL for a bandwidth
+# whose images would be too many (wide against a box).
+bounded_loo_sums <- function(x, weights, H, kernel, backend, precision, engine, data,
+                             requested_backend, tolerance, bounds) {
   images <- fold_images(kernel, H, bounds$lower, bounds$upper, too_many = "null")
-  if (is.null(images)) return(-Inf)
+  if (is.null(images)) return(NULL)
   fit <- new_kde_gpu(x, weights, list(H = H, type = "full", method = "given"),
                      kernel, backend, precision, NULL, "x")
   on.exit(release_device_copy(fit))
@@ -255,10 +256,7 @@ bounded_mlcv <- function(x, weights, H, kernel, backend, precision, engine, data
   fit$lower <- bounds$lower
   fit$upper <- bounds$upper
   fit$images <- images
-  loo <- renormalise_leave_one_out(bounded_leave_one_out_sum(fit, tolerance, engine, data),
-                                   weights)
-  w <- weights * nrow(x)
-  sum(ifelse(w > 0, w * loo, 0))
+  bounded_leave_one_out_sum(fit, tolerance, engine, data)
 }
 
 # Kernels whose profile has a continuous first derivative, at the edge of
@@ -294,8 +292,8 @@ local_search <- function(objective, start, start_value, type, tol, digits, newto
     }
   }
   p0 <- numeric(if (type == "diagonal") d else d * (d + 1L) / 2L)
-  f0 <- start_value
-  size <- if (is.finite(f0) && f0 != 0 && abs(f0) < .Machine$double.xmax) abs(f0) else 1
+  size <- if (is.finite(start_value) && start_value != 0 &&
+              abs(start_value) < .Machine$double.xmax) abs(start_value) else 1
   scaled <- function(p) objective(par_to_H(p)) / size
   # a step onto an invalid bandwidth (criterion not finite) is a cliff
   # nlm's line search backs off from
@@ -304,7 +302,7 @@ local_search <- function(objective, start, start_value, type, tol, digits, newto
     suppressWarnings(stats::nlm(bounded, p0, ndigit = digits, gradtol = sqrt(tol) / 100,
                                 steptol = tol, iterlim = 200L)),
     error = function(e) NULL)
-  if (!is.null(found) && found$code %in% c(1L, 2L) && found$minimum <= min(f0 / size, 1e10)) {
+  if (!is.null(found) && found$code %in% c(1L, 2L) && found$minimum <= min(start_value / size, 1e10)) {
     return(par_to_H(found$estimate))
   }
   p <- if (is.null(found)) p0 else found$estimate
@@ -324,10 +322,7 @@ local_search <- function(objective, start, start_value, type, tol, digits, newto
 # relative `tolerance` (or the precision's default), for nlm's finite
 # differences.
 criterion_digits <- function(tolerance, backend, precision) {
-  if (is.null(tolerance)) tolerance <- getOption("kdegpu.tolerance")
-  if (is.null(tolerance)) {
-    tolerance <- default_tolerance[[if (backend == "cuda" && precision == "single") "single" else "double"]]
-  }
+  tolerance <- resolve_tolerance(tolerance, list(backend = backend, precision = precision))
   max(3L, min(12L, floor(-log10(max(tolerance, 1e-15))) - 2L))
 }
 

@@ -203,17 +203,13 @@ bounded_leave_one_out_sum <- function(object, tolerance, engine = NULL, data = N
 # fit's spatial order, so the backends exclude j == i by position, exactly,
 # as they do unbounded (a cluster worker calls this on its shard).
 training_image_log_density <- function(object, sign, shift, leave_one_out, tolerance) {
-  identity <- all(sign == 1) && all(shift == 0)
-  queries <- if (identity) object$z else {
-    in_order <- object$x[object$order, , drop = FALSE]
-    whiten(object, in_order * rep(sign, each = nrow(in_order)) +
-                     rep(shift, each = nrow(in_order)))
+  if (all(sign == 1) && all(shift == 0)) {
+    return(log_density_at_training_points(object, leave_one_out, tolerance))
   }
-  in_spatial_order <- evaluate_log_density(object, queries, leave_one_out = leave_one_out,
-                                           whitened = TRUE, tolerance = tolerance)
-  out <- numeric(length(in_spatial_order))
-  out[object$order] <- in_spatial_order
-  out
+  in_order <- object$x[object$order, , drop = FALSE]
+  queries <- whiten(object, in_order * rep(sign, each = nrow(in_order)) +
+                              rep(shift, each = nrow(in_order)))
+  log_density_at_training_points(object, leave_one_out, tolerance, queries)
 }
 
 # Folds points into the box: reflect across the bound crossed, repeatedly
