@@ -152,6 +152,20 @@ release_device_copy <- function(object) {
   invisible()
 }
 
+# options(kdegpu.spatial = FALSE): no spatial order, every evaluation
+# visits every tile (the baseline that bench/prune.R measures against).
+spatial_order_wanted <- function() !isFALSE(getOption("kdegpu.spatial", TRUE))
+
+# The spatial order of x's rows whitened by bandwidth H (as new_kde_gpu()
+# computes it), for fits at bandwidths of H's shape to share; NULL where
+# fits are not spatially ordered.
+spatial_order_for <- function(x, weights, H, kernel) {
+  if (!spatial_order_wanted()) return(NULL)
+  z <- .Call(C_kdegpu_whiten, x, as.double(colSums(x * weights)),
+             whitening(H, kernel)$transform, cpu_threads())
+  .Call(C_kdegpu_spatial_order, z, cpu_threads())
+}
+
 # Points per spatial tile of a fit's training points (KDE_TILE_POINTS in
 # src/kde_backend.h): the order that kdegpu_spatial_order() gives.
 spatial_tile_size <- 256L

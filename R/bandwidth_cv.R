@@ -128,10 +128,6 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   engine <- cluster_engine(cluster)
   # One id for the whole search: cluster workers receive their shard once.
   data <- if (is.null(engine)) NULL else cluster_data(x, weights, new_data_id(), new.env())
-  evaluate <- function(H) {
-    cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data,
-                 requested_backend, tolerance, bounds)
-  }
 
   # Normal reference: Silverman's rule with the full weighted covariance.
   S <- stats::cov.wt(x, wt = weights)$cov
@@ -159,6 +155,15 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
     scalar = diag(mean(diag(S)), d) * (reference[1L, 1L] / S[1L, 1L]),
     diagonal = diag(diag(reference), d),
     full = reference)
+  # Every fit of the search shares one spatial order, that of the data
+  # whitened by the grid's shape (each grid bandwidth has exactly that
+  # order; the local search's stay close): at n = 1e6 ordering took a third
+  # of a search's time on a GPU.
+  order <- if (is.null(engine)) spatial_order_for(x, weights, shape, kernel)
+  evaluate <- function(H) {
+    cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data,
+                 requested_backend, tolerance, bounds, order)
+  }
   factors <- exp(seq(log(range[[1L]]), log(range[[2L]]), length.out = grid))
   grid_values <- vapply(factors, function(f) safe_objective(f^2 * shape), 0)
   best <- which.min(grid_values)
@@ -214,7 +219,7 @@ print.kdegpu_bandwidth <- function(x, ...) {
 # the cluster `engine` holding `data`.
 cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
                          engine = NULL, data = NULL, requested_backend = backend,
-                         tolerance = NULL, bounds = NULL) {
+                         tolerance = NULL, bounds = NULL, order = NULL) {
   # log sum_j w_j K_B(x_i - x_j) at every training point, for bandwidth B.
   log_sums <- function(B, leave_one_out) {
     if (!is.null(engine)) {
@@ -223,13 +228,13 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
                              leave_one_out, tolerance))
     }
     fit <- new_kde_gpu(x, weights, list(H = B, type = "full", method = "given"),
-                       kernel, backend, precision, NULL, "x")
+                       kernel, backend, precision, NULL, "x", order = order)
     on.exit(release_device_copy(fit))
     log_density_at_training_points(fit, leave_one_out, tolerance)
   }
   loo_sums <- if (is.null(bounds)) log_sums(H, TRUE) else {
     bounded_loo_sums(x, weights, H, kernel, backend, precision, engine, data,
-                     requested_backend, tolerance, bounds)
+                     requested_backend, tolerance, bounds, order)
   }
   if (is.null(loo_sums)) return(-Inf) # too many images: no candidate
   loo <- renormalise_leave_one_out(loo_sums, weights)
@@ -246,11 +251,11 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
 # point left out with its images (MLCV with bounds); NULL for a bandwidth
 # whose images would be too many (wide against a box).
 bounded_loo_sums <- function(x, weights, H, kernel, backend, precision, engine, data,
-                             requested_backend, tolerance, bounds) {
+                             requested_backend, tolerance, bounds, order = NULL) {
   images <- fold_images(kernel, H, bounds$lower, bounds$upper, too_many = "null")
   if (is.null(images)) return(NULL)
   fit <- new_kde_gpu(x, weights, list(H = H, type = "full", method = "given"),
-                     kernel, backend, precision, NULL, "x")
+                     kernel, backend, precision, NULL, "x", order = order)
   on.exit(release_device_copy(fit))
   fit$requested_backend <- requested_backend
   fit$lower <- bounds$lower

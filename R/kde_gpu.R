@@ -323,8 +323,12 @@ set_bounds <- function(object, bounds, kernel) {
   object
 }
 
+# `order`: a spatial order of x's rows to reuse instead of computing one: a
+# bandwidth search's fits share the order of the data whitened by its
+# starting bandwidth (a bandwidth c^2 H has H's order exactly; a nearby
+# shape, an order almost as compact), and every order gives the same sums.
 new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
-                        call, data_name, lambda = NULL) {
+                        call, data_name, lambda = NULL, order = NULL) {
   H <- bandwidth$H
   dimnames(H) <- list(colnames(x), colnames(x))
   white <- whitening(H, kernel)
@@ -362,11 +366,11 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     device = new.env(parent = emptyenv())
   ), class = "kde_gpu")
   z <- whiten(object, x)
-  # options(kdegpu.spatial = FALSE): no spatial order, every evaluation
-  # visits every tile (the baseline that bench/prune.R measures against)
-  spatial <- !isFALSE(getOption("kdegpu.spatial", TRUE))
+  spatial <- spatial_order_wanted()
   object$tile_size <- if (spatial) spatial_tile_size else 0L
-  object$order <- if (spatial) .Call(C_kdegpu_spatial_order, z, cpu_threads()) else seq_len(nrow(z))
+  object$order <- if (!spatial) seq_len(nrow(z)) else if (!is.null(order)) order else {
+    .Call(C_kdegpu_spatial_order, z, cpu_threads())
+  }
   object$z <- z[object$order, , drop = FALSE]
   object$tile_weights <- weights[object$order]
   if (!is.null(lambda)) object <- set_local_factors(object, lambda)
