@@ -1,6 +1,7 @@
 # The estimate's cumulative distribution function (predict(type = "cdf"))
 # and its quantiles. Closed-form integrated kernels in
-# inst/include/kdegpu/kernels.h, summed in C on the CPU (src/cdf.c).
+# inst/include/kdegpu/kernels.h, summed exactly in double: for a CUDA fit
+# on its GPU (src/cuda/cdf.cu), else on the CPU (src/cdf.c).
 
 # The CDF at the rows of `query` (a matrix in the fit's coordinates, +-Inf
 # allowed): 1-D for every kernel, the Gaussian with a diagonal H in d > 1.
@@ -21,9 +22,11 @@ evaluate_cdf <- function(object, query) {
   images <- list(vapply(per_coordinate, nrow, 0L),
                  as.double(unlist(lapply(per_coordinate, `[[`, "sign"))),
                  as.double(unlist(lapply(per_coordinate, `[[`, "shift"))))
-  .Call(C_kdegpu_cdf_cpu, object$x, object$weights, object$adaptive$lambda, sqrt(diag(object$H)),
+  # a CUDA fit sums on its first GPU (the same arithmetic, cdf.h)
+  device <- if (object$backend == "cuda") gpu_devices(gpus_for_cuda_fit())[[1L]]
+  .Call(C_kdegpu_cdf, object$x, object$weights, object$adaptive$lambda, sqrt(diag(object$H)),
         kernel_index(object$kernel), query, as.double(lower), as.double(upper), images,
-        cpu_threads(), progress_delay())
+        device, gpu_memory_budget(), cpu_threads(), progress_delay())
 }
 
 #' Quantiles of a 1-D kernel density estimate

@@ -12,8 +12,8 @@
 #'   estimate's cumulative distribution function \eqn{\hat F(x) = \int_{-\infty}^x
 #'   \hat f}, in closed form: in 1-D for every kernel, in d > 1 for the
 #'   Gaussian kernel with a diagonal H (\eqn{P(X_1 \le x_1, \dots, X_d \le
-#'   x_d)}). Exact sums in double precision on the CPU, for fits on either
-#'   backend (`tolerance` does not apply); values in \eqn{[0, 1]},
+#'   x_d)}). Exact sums in double precision (for a CUDA fit on its first
+#'   GPU, in either `precision`; `tolerance` does not apply); values in \eqn{[0, 1]},
 #'   non-decreasing, each kernel term taken from its smaller tail so that
 #'   small probabilities keep their relative accuracy (an adaptive fit's
 #'   point j with its own sd, \eqn{\lambda_j} times the bandwidth). For a bounded fit

@@ -15,7 +15,9 @@
 # harness's correctness mode), plan (its device-plan mode against prune.c),
 # bench (bench/gpu.R, written to $OUT/gpu.csv), prune (bench/prune.R, to
 # $OUT/prune.csv), derivatives and bandwidth (bench/<step>.R, to
-# $OUT/<step>.csv), adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda
+# $OUT/<step>.csv), large (bench/prune_large.R: issue 15's n = 1e7 and 1e8
+# shapes, to $OUT/prune-large.csv; KDEGPU_LARGE picks rows), cdf
+# (bench/cdf.R, to $OUT/cdf.csv), adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda
 # vs cpu, and timings), gpuderiv (bench/check_gpuderiv.R: the derivative
 # sums' tests, cuda vs cpu, kde_modes and timings), sanitize
 # (compute-sanitizer memcheck on a short R workload).
@@ -27,7 +29,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune derivatives bandwidth gpu-multi; do
+  for csv in prune prune-large cdf derivatives bandwidth gpu-multi; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -79,6 +81,10 @@ for s in ${STEPS:-tests harness bench}; do
       step derivatives Rscript bench/derivatives.R "$out/derivatives.csv" ;;
     bandwidth)
       step bandwidth Rscript bench/bandwidth.R "$out/bandwidth.csv" ;;
+    large)
+      step large Rscript bench/prune_large.R "$out/prune-large.csv" ;;
+    cdf)
+      step cdf Rscript bench/cdf.R "$out/cdf.csv" ;;
     adaptive)
       step adaptive Rscript bench/check_adaptive_gpu.R ;;
     gpuderiv)

@@ -50,12 +50,14 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
   return finish_evaluation(out, share, &status);
 }
 
-/* The CDF (cdf.c) of a product-kernel estimate, bounded coordinates folded
+/* The CDF (cdf.h) of a product-kernel estimate, bounded coordinates folded
  * in; R checked the kernel and H. `images` is list(count, sign, shift);
- * `scale` NULL or an adaptive fit's lambda_j. */
-SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
-                    SEXP kernel, SEXP query, SEXP lower, SEXP upper,
-                    SEXP images, SEXP threads, SEXP progress_delay)
+ * `scale` NULL or an adaptive fit's lambda_j; `device` NULL (the CPU) or
+ * the GPU to sum on, with `memory_budget` bytes (<= 0: the default). */
+SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
+                SEXP kernel, SEXP query, SEXP lower, SEXP upper,
+                SEXP images, SEXP device, SEXP memory_budget, SEXP threads,
+                SEXP progress_delay)
 {
   int n_threads = arg_threads(threads);
   kde_cdf_problem p;
@@ -112,10 +114,22 @@ SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
   for (int64_t i = 0; i < query_rows * query_dim; i++)
     if (ISNAN(q[i])) Rf_error("`query` must not contain NA or NaN");
 
+  int gpu = -1;
+  double budget = 0;
+  if (!Rf_isNull(device)) {
+    gpu = arg_int_scalar(device, "device");
+    if (gpu < 0) Rf_error("`device` must be a non-negative device index");
+    budget = arg_double_scalar(memory_budget, "memory_budget");
+  }
+
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) query_rows));
   kde_status status;
+  kde_status_clear(&status);
   progress_begin(progress_delay);
-  kde_cpu_cdf(&p, q, query_rows, n_threads, poll_between_chunks, REAL(out), &status);
+  if (gpu < 0)
+    kde_cpu_cdf(&p, q, query_rows, n_threads, poll_between_chunks, REAL(out), &status);
+  else if (cuda_allowed(&status))
+    kde_cuda_cdf(&p, q, query_rows, gpu, budget, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);
   raise_status(&status);
   return out;

@@ -14,9 +14,10 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
                             SEXP transform, SEXP kernel, SEXP log_const,
                             SEXP leave_one_out, SEXP tolerance, SEXP threads,
                             SEXP progress_delay);
-SEXP kdegpu_cdf_cpu(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
-                    SEXP kernel, SEXP query, SEXP lower, SEXP upper,
-                    SEXP images, SEXP threads, SEXP progress_delay);
+SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
+                SEXP kernel, SEXP query, SEXP lower, SEXP upper,
+                SEXP images, SEXP device, SEXP memory_budget, SEXP threads,
+                SEXP progress_delay);
 SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);

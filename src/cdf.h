@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "kde_backend.h"
+#include <kdegpu/kernels.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,12 +35,74 @@ typedef struct {
   const double *image_shift;  /*   coordinate: g^{-1} x = sign x + shift */
 } kde_cdf_problem;
 
+/* Clears `status`; 0 (and an error in it) for a problem the engines cannot
+ * sum: R checks the user's arguments before. */
+int kde_cdf_problem_valid(const kde_cdf_problem *problem, int64_t n_query,
+                          kde_status *status);
+
 void kde_cpu_cdf(const kde_cdf_problem *problem, const double *query,
                  int64_t n_query, int threads, kde_interrupt_probe interrupted,
                  double *out, kde_status *status);
 
+/* CUDA (cuda/cdf.cu; kde_cuda_stub.c without nvcc): the same sums on
+ * `device`, using at most `memory_budget` bytes of it (<= 0: the default
+ * fraction of free memory). */
+void kde_cuda_cdf(const kde_cdf_problem *problem, const double *query,
+                  int64_t n_query, int device, double memory_budget,
+                  kde_interrupt_probe interrupted, double *out, kde_status *status);
+
 #ifdef __cplusplus
 }
 #endif
+
+/* The two backends' arithmetic, shared: a query x (coordinate c at
+ * x[c * stride]) either needs no sum (below a lower bound: 0; at or above
+ * every upper bound: 1) or is the sum over j of kde_cdf_term(). */
+KDE_HD double kde_cdf_without_sum(const kde_cdf_problem *p, const double *x,
+                                  int64_t stride)
+{
+  int all_whole = 1;
+  for (int64_t c = 0; c < p->dim; c++) {
+    if (x[c * stride] < p->lower[c]) return 0;
+    if (x[c * stride] < p->upper[c]) all_whole = 0;
+  }
+  return all_whole ? 1 : -1;
+}
+
+/* w_j prod_c F_jc(x_c) (see kde_cdf_problem): per coordinate below its
+ * upper bound, the kernel's mass in each image of [lower, x_c];
+ * `scale` = kde_scale(kernel, 1). */
+KDE_HD double kde_cdf_term(const kde_cdf_problem *p, const double *x, int64_t stride,
+                           int64_t j, double scale)
+{
+  double product = p->weight[j];
+  if (!(product > 0)) return 0;
+  int64_t offset = 0;
+  for (int64_t c = 0; c < p->dim && product > 0; c++) {
+    const int64_t count = p->image_count[c];
+    const double xc = x[c * stride];
+    if (xc < p->upper[c]) {
+      const double centre = p->train[j + c * p->n_train];
+      const double h = p->scale != NULL ? p->bandwidth[c] * p->scale[j] : p->bandwidth[c];
+      double factor = 0;
+      for (int64_t g = 0; g < count; g++) {
+        const double s = p->image_sign[offset + g], t = p->image_shift[offset + g];
+        /* s * (-inf) + t is the right infinity for an open lower end */
+        const double from = s * p->lower[c] + t, to = s * xc + t;
+        const double lo = from < to ? from : to, hi = from < to ? to : from;
+        factor += kde_cdf_between(p->kernel, (lo - centre) / h, (hi - centre) / h, scale);
+      }
+      product *= factor;
+    }
+    offset += count;
+  }
+  return product;
+}
+
+/* The sum of the terms, kept in [0, 1] against rounding. */
+KDE_HD double kde_cdf_clamp(double total)
+{
+  return total < 0 ? 0 : total > 1 ? 1 : total;
+}
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kde_cuda.h"
+#include "cdf.h"
 #include "moments.h"
 #include "cuda_off_reason.h" /* written by configure: why CUDA is off */
 
@@ -65,6 +66,20 @@ void kde_cuda_sample(const kde_sample_request *request, int device,
                      double *out, kde_status *status)
 {
   (void) request;
+  (void) device;
+  (void) memory_budget;
+  (void) interrupted;
+  (void) out;
+  kde_stub_unavailable(status);
+}
+
+void kde_cuda_cdf(const kde_cdf_problem *problem, const double *query,
+                  int64_t n_query, int device, double memory_budget,
+                  kde_interrupt_probe interrupted, double *out, kde_status *status)
+{
+  (void) problem;
+  (void) query;
+  (void) n_query;
   (void) device;
   (void) memory_budget;
   (void) interrupted;

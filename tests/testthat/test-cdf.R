@@ -1,6 +1,6 @@
 # predict(type = "cdf") and quantile(): closed-form integrated kernels,
 # checked against numerical integration of predict(), against sums of
-# pnorm() and against ks::kcde().
+# pnorm() and against ks::kcde(); the GPU's sums against the CPU's.
 
 cdf_data <- function(n = 25, seed = 1) {
   set.seed(seed)
@@ -100,6 +100,51 @@ test_that("a fit on any backend gives the same CDF (computed on the CPU)", {
     expect_equal(predict(fit, c(-1, 0, 1), type = "cdf"), cpu, tolerance = 1e-14,
                  label = be_label(be, "CDF"))
   }
+})
+
+test_that("a CUDA fit's CDF, summed on the GPU, equals the CPU's sums", {
+  skip_without_gpu()
+  set.seed(11)
+  # 6000 points: the GPU splits every query's sum over 23 ranges of points
+  x <- c(rexp(5000), 8 + rnorm(1000))
+  w <- runif(6000)
+  same <- function(args, q, label, tol = 1e-12) {
+    cpu <- predict(do.call(kde_gpu, c(args, backend = "cpu")), q, type = "cdf")
+    for (precision in c("double", "single")) {
+      gpu <- predict(do.call(kde_gpu, c(args, backend = "cuda", precision = precision)),
+                     q, type = "cdf")
+      # relative, also where the CDF is 1e-200 (the sums are in double either way)
+      err <- ifelse(cpu == 0, abs(gpu), abs(gpu / cpu - 1))
+      expect_lt(max(err), tol, label = paste(label, precision))
+    }
+  }
+  q <- c(-Inf, -30, -0.3, 0, 0.2, 1, 4, 8.5, 15, Inf)
+  for (kernel in ref_kernels) {
+    same(list(x = x, bw = 0.4, kernel = kernel, weights = w), q, kernel)
+  }
+  # reflection at a bound (0 below it), two bounds, an adaptive fit
+  same(list(x = x, bw = 0.4, weights = w, lower = 0), q, "lower bound")
+  same(list(x = x, bw = 0.4, kernel = "biweight", lower = 0, upper = 12), q, "two bounds")
+  # (its factors come from each backend's pilot, equal to about 1e-12)
+  same(list(x = x, bw = 0.4, adaptive = TRUE), q, "adaptive", tol = 1e-10)
+  # the Gaussian with a diagonal H in 3-D, one query far in the tail
+  X <- cbind(x, rnorm(6000), runif(6000))
+  Q <- rbind(c(1, 0, 0.5), c(-5, -3, 0.1), c(Inf, Inf, Inf), c(20, 2, Inf), c(0.5, -Inf, 1))
+  same(list(x = X, bw = c(0.5, 0.3, 0.1), weights = w), Q, "3-D diagonal")
+  # a single query (a quantile's bisection) and quantile() itself
+  fit <- kde_gpu(x, bw = 0.4, backend = "cuda")
+  expect_equal(quantile(fit, c(0.01, 0.5, 0.99)),
+               quantile(kde_gpu(x, bw = 0.4, backend = "cpu"), c(0.01, 0.5, 0.99)),
+               tolerance = 1e-12)
+})
+
+test_that("a GPU memory budget too small for the CDF's sums is a clear error", {
+  skip_without_gpu()
+  fit <- kde_gpu(rnorm(1e4), backend = "cuda")
+  old <- options(kdegpu.gpu_memory = 5e4)
+  on.exit(options(old))
+  expect_error(predict(fit, 0, type = "cdf"),
+               "GPU memory budget \\(50000 bytes\\) cannot hold the training set .* for the CDF")
 })
 
 test_that("quantile() inverts the CDF for every kernel", {
