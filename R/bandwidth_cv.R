@@ -47,7 +47,9 @@
 #' @param backend,precision As for [kde_gpu()].
 #' @param tolerance The relative error allowed in each kernel sum, as in
 #'   [predict()][predict.kde_gpu] (default: `options(kdegpu.tolerance)`,
-#'   else [default_tolerance] for the precision).
+#'   else [default_tolerance] for the precision), in the local search and
+#'   the criterion returned. The grid, which only picks where the local
+#'   search starts, sums within 1e-6 (or `tolerance` if looser).
 #' @param lower,upper `bw_mlcv()` only: bounds of a bounded fit, as for
 #'   [kde_gpu()]; the criterion is then the leave-one-out log-likelihood of
 #'   the reflection estimate (each point left out with its mirror images),
@@ -140,13 +142,13 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   trace <- new.env(parent = emptyenv())
   trace$rows <- list()
   # The criterion to minimise at bandwidth matrix H.
-  objective <- function(H) {
-    value <- evaluate(H)
+  objective <- function(H, sum_tolerance) {
+    value <- evaluate(H, sum_tolerance)
     trace$rows[[length(trace$rows) + 1L]] <- c(value = value, H = as.vector(H))
     if (criterion == "mlcv") -value else value
   }
-  safe_objective <- function(H) {
-    v <- objective(H)
+  safe_objective <- function(H, sum_tolerance = tolerance) {
+    v <- objective(H, sum_tolerance)
     if (is.finite(v)) v else .Machine$double.xmax
   }
 
@@ -160,12 +162,18 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   # order; the local search's stay close): at n = 1e6 ordering took a third
   # of a search's time on a GPU.
   order <- if (is.null(engine)) spatial_order_for(x, weights, shape, kernel)
-  evaluate <- function(H) {
+  evaluate <- function(H, sum_tolerance = tolerance) {
     cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data,
-                 requested_backend, tolerance, bounds, order)
+                 requested_backend, sum_tolerance, bounds, order)
   }
+  # The grid only chooses where the local search starts, and neighbouring
+  # grid values differ far more than sums within 1e-6 move them: its sums
+  # take that tolerance (or the user's, if looser). A third less time per
+  # evaluation at n = 1e6; the local search and the result use `tolerance`.
+  grid_tolerance <- max(resolve_tolerance(tolerance, list(backend = backend, precision = precision)),
+                        1e-6)
   factors <- exp(seq(log(range[[1L]]), log(range[[2L]]), length.out = grid))
-  grid_values <- vapply(factors, function(f) safe_objective(f^2 * shape), 0)
+  grid_values <- vapply(factors, function(f) safe_objective(f^2 * shape, grid_tolerance), 0)
   best <- which.min(grid_values)
   at_edge <- best == 1L || best == grid
 
@@ -273,7 +281,7 @@ bounded_loo_sums <- function(x, weights, H, kernel, backend, precision, engine, 
 smooth_criterion_kernels <- c("gaussian", "exponential", "biweight", "cosine")
 
 # The local search over diagonal or full H from `start` (where the
-# criterion is `start_value`): H = L0 M M' L0'
+# criterion is about `start_value`, its scale): H = L0 M M' L0'
 # with L0 the start's Cholesky factor and M lower triangular (log diagonal),
 # so the parameters start at 0 whatever the data's units, and the criterion
 # divided by its size at the start. stats::nlm (Newton-type, finite-
@@ -302,12 +310,19 @@ local_search <- function(objective, start, start_value, type, tol, digits, newto
   scaled <- function(p) objective(par_to_H(p)) / size
   # a step onto an invalid bandwidth (criterion not finite) is a cliff
   # nlm's line search backs off from
-  bounded <- function(p) min(scaled(p), 1e10)
+  # nlm's own first value, at the start (start_value may come from sums of
+  # a looser tolerance: the grid's)
+  at_start <- NULL
+  bounded <- function(p) {
+    v <- min(scaled(p), 1e10)
+    if (is.null(at_start)) at_start <<- v
+    v
+  }
   found <- if (newton) tryCatch(
     suppressWarnings(stats::nlm(bounded, p0, ndigit = digits, gradtol = sqrt(tol) / 100,
                                 steptol = tol, iterlim = 200L)),
     error = function(e) NULL)
-  if (!is.null(found) && found$code %in% c(1L, 2L) && found$minimum <= min(start_value / size, 1e10)) {
+  if (!is.null(found) && found$code %in% c(1L, 2L) && found$minimum <= at_start) {
     return(par_to_H(found$estimate))
   }
   p <- if (is.null(found)) p0 else found$estimate
