@@ -112,6 +112,10 @@ choose_backend <- function(backend) {
   "cpu"
 }
 
+# The device that single-GPU work (moment sums, the CDF) runs on: the
+# first of gpu_devices().
+first_gpu <- function() gpu_devices(gpus_for_cuda_fit())[[1L]]
+
 # The number of usable GPUs, or an error saying why a CUDA fit cannot run.
 gpus_for_cuda_fit <- function() {
   available <- .Call(C_kdegpu_cuda_device_count)
@@ -161,8 +165,7 @@ spatial_order_wanted <- function() !isFALSE(getOption("kdegpu.spatial", TRUE))
 # fits are not spatially ordered.
 spatial_order_for <- function(x, weights, H, kernel) {
   if (!spatial_order_wanted()) return(NULL)
-  z <- .Call(C_kdegpu_whiten, x, as.double(colSums(x * weights)),
-             whitening(H, kernel)$transform, cpu_threads())
+  z <- whiten(list(center = colSums(x * weights), transform = whitening(H, kernel)$transform), x)
   .Call(C_kdegpu_spatial_order, z, cpu_threads())
 }
 

@@ -153,8 +153,12 @@ in_box <- function(query, lower, upper) {
 
 # The rows of `query` mapped by image g: s * x + t per coordinate.
 image_points <- function(query, images, g) {
-  query * rep(images$sign[g, ], each = nrow(query)) +
-    rep(images$shift[g, ], each = nrow(query))
+  reflect_points(query, images$sign[g, ], images$shift[g, ])
+}
+
+# The rows of `query` mapped by x -> sign * x + shift, per coordinate.
+reflect_points <- function(query, sign, shift) {
+  query * rep(sign, each = nrow(query)) + rep(shift, each = nrow(query))
 }
 
 # log of the folded density at the rows of `query`, from `evaluate`, the
@@ -207,8 +211,7 @@ training_image_log_density <- function(object, sign, shift, leave_one_out, toler
     return(log_density_at_training_points(object, leave_one_out, tolerance))
   }
   in_order <- object$x[object$order, , drop = FALSE]
-  queries <- whiten(object, in_order * rep(sign, each = nrow(in_order)) +
-                              rep(shift, each = nrow(in_order)))
+  queries <- whiten(object, reflect_points(in_order, sign, shift))
   log_density_at_training_points(object, leave_one_out, tolerance, queries)
 }
 

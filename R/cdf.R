@@ -23,7 +23,7 @@ evaluate_cdf <- function(object, query) {
                  as.double(unlist(lapply(per_coordinate, `[[`, "sign"))),
                  as.double(unlist(lapply(per_coordinate, `[[`, "shift"))))
   # a CUDA fit sums on its first GPU (the same arithmetic, cdf.h)
-  device <- if (object$backend == "cuda") gpu_devices(gpus_for_cuda_fit())[[1L]]
+  device <- if (object$backend == "cuda") first_gpu()
   .Call(C_kdegpu_cdf, object$x, object$weights, object$adaptive$lambda, sqrt(diag(object$H)),
         kernel_index(object$kernel), query, as.double(lower), as.double(upper), images,
         device, gpu_memory_budget(), cpu_threads(), progress_delay())

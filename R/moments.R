@@ -20,7 +20,7 @@ gaussian_moments <- function(train, weights, query = train, degree = 0L,
   degree <- as.integer(degree)
   pairs <- match(match.arg(pairs), c("all", "leave_one_out", "above")) - 1L
   if (backend == "cuda") {
-    device <- gpu_devices(gpus_for_cuda_fit())[[1L]]
+    device <- first_gpu()
     return(.Call(C_kdegpu_moments_cuda, train, as.double(weights), query, degree,
                  pairs, device, gpu_memory_budget(), cpu_threads(),
                  progress_delay()))

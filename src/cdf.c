@@ -41,8 +41,7 @@ void kde_cpu_cdf(const kde_cdf_problem *p, const double *query,
                  double *out, kde_status *status)
 {
   if (!kde_cdf_problem_valid(p, n_query, status)) return;
-  int64_t n_images = 0;
-  for (int64_t c = 0; c < p->dim; c++) n_images += p->image_count[c];
+  const int64_t n_images = kde_cdf_image_total(p);
   const int n_threads = kde_thread_count(threads);
   const double scale = kde_scale(p->kernel, 1);
   double terms = (double) p->n_train * (double) n_images;

@@ -55,6 +55,14 @@ void kde_cuda_cdf(const kde_cdf_problem *problem, const double *query,
 }
 #endif
 
+/* Images over all coordinates (each query's terms per training point). */
+static inline int64_t kde_cdf_image_total(const kde_cdf_problem *p)
+{
+  int64_t total = 0;
+  for (int64_t c = 0; c < p->dim; c++) total += p->image_count[c];
+  return total;
+}
+
 /* The two backends' arithmetic, shared: a query x (coordinate c at
  * x[c * stride]) either needs no sum (below a lower bound: 0; at or above
  * every upper bound: 1) or is the sum over j of kde_cdf_term(). */

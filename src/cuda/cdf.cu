@@ -79,7 +79,7 @@ extern "C" void kde_cuda_cdf(const kde_cdf_problem *p, const double *query,
   const int64_t n = p->n_train, d = p->dim;
 
   if (!kde_cdf_problem_valid(p, n_query, status) || n_query == 0) return;
-  for (int64_t c = 0; c < d; c++) n_images += p->image_count[c];
+  n_images = kde_cdf_image_total(p);
 
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   KDE_CUDA_TRY(cudaSetDevice(device));
