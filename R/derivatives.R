@@ -84,28 +84,16 @@ evaluate_derivative <- function(object, query, type, log, tolerance = NULL) {
 # 2 k1sum I) A'; with log = TRUE the same divided by f = C e^M s0 (no
 # overflow: M cancels), less score score' for the Hessian of log f.
 unbounded_derivative <- function(object, query, second, log, tolerance) {
-  A <- object$transform
-  d <- object$d
-  m <- nrow(query)
+  columns <- colnames(object$x)
   sums <- derivative_sums(object, whiten(object, query), second = second,
                           tolerance = tolerance)
-  scale <- if (log) 1 / sums$s0 else exp(object$log_const + sums$log_scale)
-  scale[!is.finite(sums$log_scale)] <- if (log) NaN else 0
-  gradient <- -2 * (sums$first * scale) %*% t(A)
-  dimnames(gradient) <- list(NULL, colnames(object$x))
-  # log f = log C + M + log s0, from the same sums
-  log_density <- object$log_const + sums$log_scale + log(sums$s0)
-  if (!second) return(list(gradient = gradient, log_density = log_density))
-  # B_i = 4 second_i + 2 k1sum_i I, then A B_i A' for every i at once:
-  # entry (p, q) is sum_{c,e} A[p, c] B_i[c, e] A[q, e], i.e. the flattened
-  # B times t(kronecker(A, A)).
-  B <- 4 * matrix(sums$second, m)
-  diagonal <- seq(1L, d * d, by = d + 1L)
-  B[, diagonal] <- B[, diagonal] + 2 * sums$k1sum
-  hessian <- (B * scale) %*% t(kronecker(A, A))
-  if (log) hessian <- hessian - outer_rows(gradient)
-  list(gradient = gradient, log_density = log_density,
-       hessian = array(hessian, c(m, d, d), list(NULL, colnames(object$x), colnames(object$x))))
+  # One pass in C (kdegpu_derivative_results): at m = 1e6 R's m x d^2
+  # temporaries cost more than the GPU's sums.
+  res <- .Call(C_kdegpu_derivative_results, sums$log_scale, sums$s0, sums$k1sum, sums$first,
+               if (second) sums$second, object$log_const, object$transform, log, columns,
+               cpu_threads())
+  names(res) <- c("gradient", "log_density", "hessian")
+  if (second) res else res[1:2]
 }
 
 # Row i of the result: the d x d entries of gradient[i, ] gradient[i, ]',

@@ -50,5 +50,8 @@ SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
 SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
                                  SEXP query, SEXP second, SEXP tolerance, SEXP threads,
                                  SEXP progress_delay);
+SEXP kdegpu_derivative_results(SEXP log_scale, SEXP s0, SEXP k1sum, SEXP first,
+                               SEXP second, SEXP log_const, SEXP transform, SEXP of_log,
+                               SEXP columns, SEXP threads);
 
 #endif

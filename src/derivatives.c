@@ -119,3 +119,56 @@ void kde_cpu_derivative_sums(const kde_derivative_problem *p, int threads,
   }
   free(scratch);
 }
+
+/* Rows per task of kde_derivative_results (its inputs and outputs are
+ * column-major m x k: a task reads and writes k short runs). */
+#define RESULT_ROWS 1024
+
+void kde_derivative_results(int64_t m, int64_t d, const double *log_scale, const double *s0,
+                            const double *k1sum, const double *first, const double *second,
+                            double log_const, const double *transform, int score, int threads,
+                            double *gradient, double *log_density, double *hessian)
+{
+  const double *A = transform;
+  const int64_t n_blocks = (m + RESULT_ROWS - 1) / RESULT_ROWS;
+  const int n_threads = kde_thread_count(threads);
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t block = 0; block < n_blocks; block++) {
+    double g[KDE_DERIVATIVE_RESULT_MAX_DIM], b[KDE_DERIVATIVE_RESULT_MAX_DIM];
+    double ab[KDE_DERIVATIVE_RESULT_MAX_DIM];
+    const int64_t end = (block + 1) * RESULT_ROWS < m ? (block + 1) * RESULT_ROWS : m;
+    for (int64_t i = block * RESULT_ROWS; i < end; i++) {
+      const double M = log_scale[i];
+      const double scale = !isfinite(M) ? (score ? NAN : 0.0)
+                                        : score ? 1.0 / s0[i] : exp(log_const + M);
+      log_density[i] = log_const + M + log(s0[i]);
+      for (int64_t p = 0; p < d; p++) { /* g = -2 scale A first_i */
+        double sum = 0;
+        for (int64_t k = 0; k < d; k++) sum += A[p + k * d] * first[i + k * m];
+        g[p] = -2.0 * scale * sum;
+        gradient[i + p * m] = g[p];
+      }
+      if (second == NULL) continue;
+      /* column e of B_i = 4 second_i + 2 k1sum_i I, then column e of
+       * A B_i, then its share of entry (p, q) = scale (A B_i A')[p, q] =
+       * scale sum_e (A B_i)[p, e] A[q, e] */
+      for (int64_t e = 0; e < d; e++) {
+        for (int64_t k = 0; k < d; k++) b[k] = 4.0 * second[i + (k + e * d) * m];
+        b[e] += 2.0 * k1sum[i];
+        for (int64_t p = 0; p < d; p++) {
+          double sum = 0;
+          for (int64_t k = 0; k < d; k++) sum += A[p + k * d] * b[k];
+          ab[p] = scale * sum;
+        }
+        for (int64_t q = 0; q < d; q++) {
+          const double a = A[q + e * d];
+          double *out = hessian + i + q * d * m;
+          if (e == 0)
+            for (int64_t p = 0; p < d; p++) out[p * m] = ab[p] * a - (score ? g[p] * g[q] : 0.0);
+          else
+            for (int64_t p = 0; p < d; p++) out[p * m] += ab[p] * a;
+        }
+      }
+    }
+  }
+}

@@ -53,6 +53,21 @@ void kde_cpu_derivative_sums(const kde_derivative_problem *problem, int threads,
                              double *s0, double *k1sum, double *first,
                              double *second, kde_status *status);
 
+/* The estimate's derivatives from the sums above, for m queries of
+ * dimension d (d <= KDE_DERIVATIVE_RESULT_MAX_DIM): with A the whitening
+ * transform (d x d, column-major), log_const the estimate's log C and scale
+ * C e^M (1 / s0 when `score`: the derivatives of log f),
+ *   gradient = -2 scale A first_i                      (m x d)
+ *   hessian  = scale A (4 second_i + 2 k1sum_i I) A'   (m x d x d, when
+ *              second is not NULL; less gradient gradient' when `score`)
+ *   log_density = log_const + M + log s0.
+ * A query with M = -inf (outside every kernel) gets 0 (NaN when `score`). */
+#define KDE_DERIVATIVE_RESULT_MAX_DIM 128
+void kde_derivative_results(int64_t m, int64_t d, const double *log_scale, const double *s0,
+                            const double *k1sum, const double *first, const double *second,
+                            double log_const, const double *transform, int score, int threads,
+                            double *gradient, double *log_density, double *hessian);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,6 +33,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_moment_index, 2),
   CALLDEF(kdegpu_derivative_sums_cpu, 8),
   CALLDEF(kdegpu_derivative_sums_cuda, 9),
+  CALLDEF(kdegpu_derivative_results, 10),
   {NULL, NULL, 0}
 };
 
