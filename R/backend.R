@@ -156,15 +156,22 @@ release_device_copy <- function(object) {
   invisible()
 }
 
-# options(kdegpu.spatial = FALSE): no spatial order, every evaluation
-# visits every tile (the baseline that bench/prune.R measures against).
-spatial_order_wanted <- function() !isFALSE(getOption("kdegpu.spatial", TRUE))
+# Whether a fit's points get a spatial order: not with options(kdegpu.spatial
+# = FALSE) (every evaluation visits every tile: the baseline that
+# bench/prune.R measures against), and not for a CUDA fit beyond the
+# dimensions whose evaluations the GPU plans (kPlanMaxDim in
+# src/cuda/plan.cuh): there the order would buy nothing and cost a second
+# of the fit at n = 1e6, d = 16.
+spatial_order_wanted <- function(backend = "cpu", d = 1L) {
+  !isFALSE(getOption("kdegpu.spatial", TRUE)) && !(backend == "cuda" && d > cuda_plan_max_dim)
+}
+cuda_plan_max_dim <- 8L
 
 # The spatial order of x's rows whitened by bandwidth H (as new_kde_gpu()
 # computes it), for fits at bandwidths of H's shape to share; NULL where
 # fits are not spatially ordered.
-spatial_order_for <- function(x, weights, H, kernel) {
-  if (!spatial_order_wanted()) return(NULL)
+spatial_order_for <- function(x, weights, H, kernel, backend) {
+  if (!spatial_order_wanted(backend, ncol(x))) return(NULL)
   z <- whiten(list(center = colSums(x * weights), transform = whitening(H, kernel)$transform), x)
   .Call(C_kdegpu_spatial_order, z, cpu_threads())
 }

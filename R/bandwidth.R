@@ -77,7 +77,7 @@ bandwidth_rule <- function(x, weights, rule) {
     nrd = diag(per_column(weighted_bw_nrd)^2, d),
     scott = , silverman = {
       # Weighted covariance; with equal weights exactly cov(x) and n.
-      S <- stats::cov.wt(x, wt = weights)$cov
+      S <- weighted_cov(x, weights)
       n_eff <- 1 / sum(weights^2)
       factor <- if (rule == "scott") 1 else (4 / (d + 2))^(2 / (d + 4))
       factor * n_eff^(-2 / (d + 4)) * S

@@ -132,7 +132,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   data <- if (is.null(engine)) NULL else cluster_data(x, weights, new_data_id(), new.env())
 
   # Normal reference: Silverman's rule with the full weighted covariance.
-  S <- stats::cov.wt(x, wt = weights)$cov
+  S <- weighted_cov(x, weights)
   if (is.null(chol_or_null(S))) {
     stop_arg("x", "has constant or collinear columns; no bandwidth can be selected.")
   }
@@ -161,7 +161,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   # whitened by the grid's shape (each grid bandwidth has exactly that
   # order; the local search's stay close): at n = 1e6 ordering took a third
   # of a search's time on a GPU.
-  order <- if (is.null(engine)) spatial_order_for(x, weights, shape, kernel)
+  order <- if (is.null(engine)) spatial_order_for(x, weights, shape, kernel, backend)
   evaluate <- function(H, sum_tolerance = tolerance) {
     cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data,
                  requested_backend, sum_tolerance, bounds, order)

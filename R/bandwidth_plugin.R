@@ -110,13 +110,13 @@ plugin_bandwidth <- function(x, weights, type, backend, nstage = 2L) {
 # the standard deviations), the transform back (S12), the covariance of the
 # transformed points and the effective n.
 prescale <- function(x, weights, how) {
-  S <- stats::cov.wt(x, wt = weights)$cov
+  S <- weighted_cov(x, weights)
   if (is.null(chol_or_null(S))) {
     stop_arg("x", "has constant or collinear columns; no bandwidth can be selected.")
   }
   S12 <- if (how == "sphere") matrix_sqrt(S) else diag(sqrt(diag(S)), ncol(x))
   z <- x %*% solve(S12)
-  list(x = z, S = stats::cov.wt(z, wt = weights)$cov, S12 = S12, n = 1 / sum(weights^2))
+  list(x = z, S = weighted_cov(z, weights), S12 = S12, n = 1 / sum(weights^2))
 }
 
 # The psi_4 estimates of ks's two-stage plug-in in pre-transformed

@@ -31,3 +31,15 @@ weighted_bw_nrd <- function(x, weights) {
   spread <- weighted_spread(x, weights, "nrd")
   1.06 * min(spread$sd, spread$iqr / 1.34) * spread$n^(-1 / 5)
 }
+
+# stats::cov.wt(x, wt = weights)$cov (the unbiased weighted covariance;
+# any positive total weight), with the centring in C (kdegpu_whiten with the
+# identity): cov.wt's sweep() took most of a fit's second at n = 1e6, d = 16.
+weighted_cov <- function(x, weights) {
+  d <- ncol(x)
+  weights <- weights / sum(weights)
+  centred <- whiten(list(center = colSums(x * weights), transform = diag(d)), x)
+  S <- crossprod(centred * sqrt(weights)) / (1 - sum(weights^2))
+  if (!is.null(colnames(x))) dimnames(S) <- list(colnames(x), colnames(x))
+  S
+}

@@ -55,7 +55,8 @@ resolve_bounds <- function(lower, upper, x) {
                               bad[1L], lower[bad[1L]], upper[bad[1L]]))
   }
   labels <- if (is.null(colnames(x))) as.character(seq_len(d)) else colnames(x)
-  for (c in seq_len(d)) {
+  # x is finite (as_point_matrix): only finite bounds need a pass over it
+  for (c in which(is.finite(lower) | is.finite(upper))) {
     below <- x[, c] < lower[c]
     above <- x[, c] > upper[c]
     if (any(below)) {

@@ -289,6 +289,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     # SD-KDE: every point moved by H / 2 times the estimate's score there,
     # then the estimate of the moved points with the same H
     score <- evaluate_derivative(object, x, "gradient", log = TRUE)
+    release_device_copy(object) # the pilot's GPU memory, before the next fit's
     moved <- x + (score %*% bandwidth$H) / 2
     dimnames(moved) <- dimnames(x)
     object <- new_kde_gpu(moved, weights, bandwidth, kernel, backend, precision, call, data_name)
@@ -366,13 +367,17 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     device = new.env(parent = emptyenv())
   ), class = "kde_gpu")
   z <- whiten(object, x)
-  spatial <- spatial_order_wanted()
+  spatial <- spatial_order_wanted(backend, ncol(x))
   object$tile_size <- if (spatial) spatial_tile_size else 0L
-  object$order <- if (!spatial) seq_len(nrow(z)) else if (!is.null(order)) order else {
-    .Call(C_kdegpu_spatial_order, z, cpu_threads())
+  if (spatial) {
+    object$order <- if (!is.null(order)) order else .Call(C_kdegpu_spatial_order, z, cpu_threads())
+    object$z <- z[object$order, , drop = FALSE]
+    object$tile_weights <- weights[object$order]
+  } else {
+    object$order <- seq_len(nrow(z))
+    object$z <- z
+    object$tile_weights <- weights
   }
-  object$z <- z[object$order, , drop = FALSE]
-  object$tile_weights <- weights[object$order]
   if (!is.null(lambda)) object <- set_local_factors(object, lambda)
   if (backend == "cuda") cuda_model(object)
   object

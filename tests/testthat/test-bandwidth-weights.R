@@ -89,3 +89,16 @@ test_that("a bad adjust is an error that names it", {
     expect_error(kde_gpu(faithful$eruptions, adjust = bad, backend = "cpu"), "`adjust`")
   }
 })
+
+test_that("weighted_cov() is stats::cov.wt()'s covariance, offset data and zero weights included", {
+  set.seed(11)
+  for (d in c(1L, 3L)) {
+    x <- matrix(rnorm(200 * d, mean = 1e4), ncol = d, dimnames = list(NULL, letters[seq_len(d)]))
+    w <- runif(200)
+    w[1:5] <- 0
+    expected <- stats::cov.wt(x, wt = w / sum(w))$cov
+    got <- kdegpu:::weighted_cov(x, w)
+    expect_equal(got, expected, tolerance = 1e-12)
+    expect_identical(dimnames(got), dimnames(expected))
+  }
+})
