@@ -15,7 +15,9 @@
  * Gaussian at d = 3 and d >= 16, whose tensor-core layouts hold fp16 or
  * bfloat16 pieces, and fits too large for the budget); otherwise a plain
  * copy packed on the host from the fit's points (the same order and units)
- * is uploaded for the call, or streamed in shards.
+ * is uploaded, or streamed in shards. A tensor-core model keeps its upload
+ * for later calls (rep->deriv_train) when it takes at most a quarter of
+ * the budget.
  *
  * Pruning (d <= 4 on a spatially ordered fit, as the density): the
  * queries in the density's spatial order (order.cu), each batch's plan by
@@ -121,6 +123,11 @@ template <typename T> int deriv_training(deriv_run<T> *r, kde_status *status)
     else r->host_train = (const T *) model->host_train;
     return 0;
   }
+  if (r->rep->deriv_train != NULL) { /* kept from an earlier call */
+    r->dev_train = (const T *) r->rep->deriv_train;
+    r->expanded = r->rep->deriv_expanded;
+    return 0;
+  }
   memset(&ts, 0, sizeof ts);
   ts.kernel = p->kernel;
   ts.n_train = p->n_train;
@@ -202,7 +209,32 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
   room = 0.5 * avail;
   if (room > avail - batch_rows_min(r, per_row)) room = avail - batch_rows_min(r, per_row);
   r->shard_units = r->n_units;
-  if (r->dev_train == NULL && train_bytes <= room) {
+  if (r->dev_train == NULL && model->layout != KDE_LAYOUT_PLAIN &&
+      train_bytes <= 0.25 * rep->budget) {
+    /* a tensor-core model's plain copy, kept for later calls: its bytes
+     * leave the budget of every later call on this model */
+    void *copy = NULL;
+    cudaError_t err;
+    KDE_CUDA_TRY(cudaMalloc(&copy, (size_t) train_bytes));
+    err = cudaMemcpyAsync(copy, r->host_train, (size_t) train_bytes, cudaMemcpyHostToDevice,
+                          rep->stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(rep->stream);
+    if (err != cudaSuccess) {
+      (void) cudaFree(copy);
+      kde_cuda_record(status, err, "cudaMemcpyAsync(derivative training copy)", __FILE__,
+                      __LINE__);
+      goto cleanup;
+    }
+    rep->deriv_train = copy;
+    rep->deriv_train_bytes = train_bytes;
+    rep->deriv_expanded = r->expanded;
+    rep->budget -= train_bytes;
+    r->dev_train = (const T *) copy;
+    r->host_train = NULL;
+    free(r->own_host);
+    r->own_host = NULL;
+    avail -= train_bytes;
+  } else if (r->dev_train == NULL && train_bytes <= room) {
     KDE_CUDA_TRY(cudaMalloc((void **) &r->own_dev, (size_t) train_bytes));
     KDE_CUDA_TRY(cudaMemcpyAsync(r->own_dev, r->host_train, (size_t) train_bytes,
                                  cudaMemcpyHostToDevice, rep->stream));

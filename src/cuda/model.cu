@@ -189,6 +189,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
       if (rep->model_center != NULL) (void) cudaFree(rep->model_center);
       if (rep->whitening != NULL) (void) cudaFree(rep->whitening);
       if (rep->units != NULL) (void) cudaFree(rep->units);
+      if (rep->deriv_train != NULL) (void) cudaFree(rep->deriv_train);
       scratch_release(rep);
     }
   }

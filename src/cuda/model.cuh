@@ -38,6 +38,14 @@ typedef struct {
    * an adaptive model unit_scale_lo, unit_scale_hi) in one allocation
    * (NULL when the model visits every unit). */
   double *units;
+  /* The derivative sums' plain copy of a tensor-core model's training set
+   * (derivatives.cu), made by the first such call and kept: packing it on
+   * the host took a tenth of a gradient's time at n = 1e6. Its bytes
+   * (deriv_train_bytes) have left `budget`. aux in the expanded form or
+   * not, as deriv_expanded says (the kernels convert on the fly). */
+  void *deriv_train;
+  double deriv_train_bytes;
+  int deriv_expanded;
   /* Scratch of evaluations: raw query batch, packed queries, partial
    * states of the splits, accumulated states (max, sum, |q|^2 / 2), a
    * training shard when streaming, and a batch's pruning plan (the units
