@@ -52,8 +52,6 @@ namespace {
 /* Work per batch (pairs times deriv_pair_cost): about 0.1 to 0.5 s on an
  * H100, so that the interrupt poll and the progress bar run that often. */
 constexpr double kDerivWorkPerBatch = 3e12;
-/* A pruned call's batches: up to this many times the full sums' size. */
-constexpr int64_t kPrunedBatchGrowth = 8;
 /* One batch's states on the host, at most. */
 constexpr double kStagingBytes = 64.0 * 1024 * 1024;
 constexpr int kMergeThreads = 256;
@@ -86,10 +84,8 @@ template <typename T> struct deriv_run {
   int prune;
   ordered_queries oq;
   double plan_tolerance;
-  /* batches: at most ldq_max rows; rows_time rows of the full sums take
-   * about kDerivWorkPerBatch, and a pruned call sizes each batch by the
-   * share of pairs the last one visited (next_rows) */
-  int64_t ldq_max, split_cap, rows_time, next_rows;
+  /* batches */
+  int64_t ldq_max, split_cap;
   double *d_query, *d_acc, *staging;
   T *d_part;
 };
@@ -267,24 +263,17 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
   rows = (int64_t) (kStagingBytes / ((double) r->fields * sizeof(double))) / kThreads * kThreads;
   if (rows < kThreads) rows = kThreads;
   if (r->ldq_max > rows) r->ldq_max = rows;
-  /* bounded work per batch, but a few full waves of blocks at least; a
-   * pruned call's batches grow up to kPrunedBatchGrowth times as the
-   * plans show how few pairs they visit (each batch costs a plan, a
-   * partial last wave, a merge and a copy: at n = m = 1e6 seven batches
-   * of the full-sum size took a tenth of a pruned gradient's time) */
+  /* bounded work per batch, but a few full waves of blocks at least */
   rows = (int64_t) (kDerivWorkPerBatch /
                     deriv_pair_cost(d, r->second, sizeof(T) == sizeof(double)) /
                     ((double) r->n_units * kUnit));
   if (rows < 4 * r->concurrency * kThreads) rows = 4 * r->concurrency * kThreads;
   rows = rows / kThreads * kThreads;
-  r->rows_time = rows;
-  if (r->prune) rows *= kPrunedBatchGrowth;
   if (r->ldq_max > rows) r->ldq_max = rows;
-  if (r->ldq_max >= kThreads && !r->prune) { /* batches of equal size */
+  if (r->ldq_max >= kThreads) { /* batches of equal size */
     const int64_t n_batches = ceil_div(need, r->ldq_max);
     r->ldq_max = ceil_div(ceil_div(need, n_batches), kThreads) * kThreads;
   }
-  r->next_rows = r->rows_time < r->ldq_max ? r->rows_time : r->ldq_max;
   if (r->ldq_max < kThreads) {
     kde_status_set(status, KDE_ERR_ALLOC,
                    "the GPU memory budget (%.0f bytes) leaves no room for a batch of %d"
@@ -331,7 +320,7 @@ int64_t deriv_splits(int64_t blocks_q, int64_t units, int64_t concurrency, int64
 /* Rows [first, first + rows) of the (ordered) queries: plan, every shard,
  * merge; their states end in r->staging ([fields][rows]). */
 template <typename T>
-int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, double *pairs, kde_status *status)
+int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, kde_status *status)
 {
   kde_replica *rep = r->rep;
   const int64_t d = r->p->dim, m = r->p->n_query;
@@ -340,7 +329,6 @@ int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, double *pairs, kde
   const double *qz = r->oq.on_device != NULL ? r->oq.on_device + first : r->d_query;
   const int64_t ldz = r->oq.on_device != NULL ? m : r->ldq_max;
   int visiting = 0;
-  double planned = 0;
   if (r->oq.on_device == NULL)
     KDE_CUDA_TRY(cudaMemcpy2DAsync(r->d_query, (size_t) r->ldq_max * sizeof(double),
                                    r->oq.z + first, (size_t) m * sizeof(double),
@@ -355,9 +343,7 @@ int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, double *pairs, kde
         deriv_plan_batch(r->model, rep, r->plan_tolerance, r->second, rows, &bp, status) != 0)
       return -1;
     visiting = bp.visiting;
-    planned = bp.pairs;
   }
-  *pairs = visiting ? planned : (double) ldq * (double) r->n_units * kUnit;
   for (int64_t shard_first = 0; shard_first < r->n_units; shard_first += r->shard_units) {
     const int64_t units = r->n_units - shard_first < r->shard_units ? r->n_units - shard_first
                                                                     : r->shard_units;
@@ -470,19 +456,10 @@ void derivative_sums_impl(kde_cuda_model *model, const kde_derivative_problem *p
   if (deriv_training(&r, status) != 0 || deriv_order(&r, tolerance, threads, status) != 0 ||
       deriv_size(&r, status) != 0)
     goto cleanup;
-  for (int64_t at = 0, rows; at < p->n_query; at += rows) {
-    double pairs = 0;
-    rows = p->n_query - at < r.next_rows ? p->n_query - at : r.next_rows;
-    if (deriv_batch(&r, at, rows, &pairs, status) != 0) goto cleanup;
+  for (int64_t at = 0; at < p->n_query; at += r.ldq_max) {
+    const int64_t rows = p->n_query - at < r.ldq_max ? p->n_query - at : r.ldq_max;
+    if (deriv_batch(&r, at, rows, status) != 0) goto cleanup;
     deriv_scatter(&r, at, rows, log_scale, s0, k1sum, first, second);
-    if (r.prune) { /* the next batch: rows_time times the share not visited */
-      const double share = pairs / ((double) rows * (double) r.n_units * kUnit);
-      const double grow = share > 1.0 / kPrunedBatchGrowth ? 1.0 / share
-                                                           : (double) kPrunedBatchGrowth;
-      r.next_rows = (int64_t) (grow * (double) r.rows_time) / kThreads * kThreads;
-      if (r.next_rows < kThreads) r.next_rows = kThreads;
-      if (r.next_rows > r.ldq_max) r.next_rows = r.ldq_max;
-    }
     if (at + rows < p->n_query && interrupted != NULL &&
         interrupted((double) (at + rows) / (double) p->n_query)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");

@@ -211,8 +211,6 @@ int deriv_plan_batch(const kde_cuda_model *model, kde_replica *rep, double toler
   if ((double) counts.total >= 0.9 * (double) blocks * (double) plan.n_tiles) return 0;
   if (plan_fill(&plan, &counts, rep, status) != 0) return -1;
   out->visiting = 1;
-  out->pairs = planned_pairs(n_batch, blocks, counts.total, counts.last_count, plan.n_tiles,
-                             plan.n_tiles);
   return 0;
 cleanup:
   return -1;

@@ -333,8 +333,8 @@ cleanup:
  * kBlockQueries queries (`last` by the last block, maybe shorter), each unit
  * kUnit points. When the devices split the training set, each evaluates
  * its share (job_units of n_units) of the same lists: counted as that. */
-double planned_pairs(int64_t n_batch, int64_t blocks, int64_t total, int64_t last,
-                     int64_t job_units, int64_t n_units)
+static double planned_pairs(int64_t n_batch, int64_t blocks, int64_t total, int64_t last,
+                            int64_t job_units, int64_t n_units)
 {
   const int64_t last_rows = n_batch - (blocks - 1) * kBlockQueries;
   const double pairs = ((double) (total - last) * kBlockQueries + (double) last * last_rows) *

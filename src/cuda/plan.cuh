@@ -64,12 +64,6 @@ int plan_fill(const kde_prune_plan *plan, const plan_counts *counts, kde_replica
               kde_status *status);
 
 /* A batch's plan, for its device's kernels. */
-/* The pairs of a batch's lists (plan.cu): `total` units visited by its
- * blocks (`last` by the last one, maybe shorter), job_units of n_units
- * evaluated. */
-double planned_pairs(int64_t n_batch, int64_t blocks, int64_t total, int64_t last,
-                     int64_t job_units, int64_t n_units);
-
 typedef struct {
   int visiting; /* 1: the lists are in rep->visit and rep->visit_offset; 0:
                    the batch sweeps every unit (a plan that would visit
