@@ -129,9 +129,11 @@ template <typename T, int D, bool SECOND> struct deriv_state {
       for (int c = 0; c < P; c++) S[c] += o.S[c];
     }
   }
-  __device__ __forceinline__ void add_pair(const T (&v)[D], T term, T a1, T a2, bool gaussian)
+  /* with_s0 false: the caller adds the group's terms to s0 at once */
+  __device__ __forceinline__ void add_pair(const T (&v)[D], T term, T a1, T a2, bool gaussian,
+                                           bool with_s0 = true)
   {
-    s0 += term;
+    if (with_s0) s0 += term;
     if (!gaussian) k1 += a1;
 #pragma unroll
     for (int c = 0; c < D; c++) f[c] = fma(a1, v[c], f[c]);
@@ -263,28 +265,45 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
             level[p] = pair_level<K>(tt[p], aux[p]);
           }
         }
+        /* LSE: the lazy maximum of accumulate.cuh. The terms against the
+         * running M; only when their sum passes kLazyLimit (or is inf: M
+         * starts at lowest()) does M become the group's maximum, the sums
+         * so far rescaled and the terms taken again. Rare after the first
+         * group, it saves the maximum of every group. */
+        T terms[U];
         if (LSE) {
-          T top = level[0];
 #pragma unroll
-          for (int p = 1; p < U; p++) top = fmax(top, level[p]);
-          if (top > M) { /* a new maximum: rare after the first chunks */
+          for (int p = 0; p < U; p++) terms[p] = fast_exp2(level[p] - M);
+          T g = terms[0];
+#pragma unroll
+          for (int p = 1; p < U; p++) g += terms[p];
+          if (__builtin_expect(!(g <= (T) kLazyLimit), 0)) {
+            T top = level[0];
+#pragma unroll
+            for (int p = 1; p < U; p++) top = fmax(top, level[p]);
             const T f = fast_exp2(M - top);
             if (TWO_LEVEL) chunk.scale(f);
             total.scale(f);
             M = top;
+#pragma unroll
+            for (int p = 0; p < U; p++) terms[p] = fast_exp2(level[p] - M);
+            g = terms[0];
+#pragma unroll
+            for (int p = 1; p < U; p++) g += terms[p];
           }
+          part.s0 += g; /* the group's sum is s0's share: no per-term add */
         }
 #pragma unroll
         for (int p = 0; p < U; p++) {
           T term, a1, a2;
           if (LSE) {
-            term = fast_exp2(level[p] - M);
+            term = terms[p];
           } else {
             term = level[p];
             M = fmax(M, term);
           }
           pair_coefficients<K>(tt[p], term, aux[p], SECOND, a1, a2);
-          part.add_pair(v[p], term, a1, a2, K == KDE_GAUSSIAN);
+          part.add_pair(v[p], term, a1, a2, K == KDE_GAUSSIAN, !LSE);
         }
       }
       if (TWO_LEVEL) {
