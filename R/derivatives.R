@@ -7,7 +7,8 @@
 # query, in whitened units (z = (x - center) A, v = z_j - z_q, t = |v|^2,
 # k1 = dk/dt, k2 = d^2k/dt^2):
 #   log_scale M, s0 = sum w k e^-M, k1sum = sum w k1 e^-M,
-#   first = sum w k1 v e^-M (m x d), second = sum w k2 v v' e^-M (m x d x d).
+#   first = sum w k1 v e^-M (m x d), second = sum w k2 v v' e^-M (m x d^2:
+#   row i is query i's d x d matrix, column-major).
 
 # Every kernel's profile has a usable derivative but the rectangular's,
 # flat inside its support (its density's derivative is 0 or a jump).
@@ -29,13 +30,11 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
   # takes their scales (a CUDA fit's sums then run on the CPU too).
   adaptive <- !is.null(object$adaptive)
   d <- object$d
-  m <- nrow(zq)
   if (object$backend == "cuda" && d <= cuda_derivative_max_dim && !adaptive) {
     res <- .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object),
                  kernel_index(object$kernel), object$z, log(object$tile_weights), zq, second,
                  resolve_tolerance(tolerance, object), cpu_threads(), progress_delay())
     names(res) <- c("log_scale", "s0", "k1sum", "first", "second")
-    if (second) dim(res$second) <- c(m, d, d)
     return(res)
   }
   if (object$kernel == "gaussian" && !adaptive) {
@@ -53,7 +52,7 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
     if (second) {
       pairs <- expand.grid(c = seq_len(d), e = seq_len(d))
       columns <- mapply(function(c, e) column_of(diag(d)[c, ] + diag(d)[e, ]), pairs$c, pairs$e)
-      out$second <- array(0.25 * moments$sums[, columns], c(m, d, d))
+      out$second <- 0.25 * moments$sums[, columns, drop = FALSE]
     }
     return(out)
   }
@@ -61,7 +60,6 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
   res <- .Call(C_kdegpu_derivative_sums_cpu, kernel_index(object$kernel), object$z,
                log_weights, if (adaptive) object$tile_scale, zq, second, cpu_threads(), progress_delay())
   names(res) <- c("log_scale", "s0", "k1sum", "first", "second")
-  if (second) dim(res$second) <- c(m, d, d)
   res
 }
 
@@ -80,9 +78,10 @@ evaluate_derivative <- function(object, query, type, log, tolerance = NULL) {
 }
 
 # The unbounded estimate's gradient (and with `second` its Hessian) at the
-# rows of `query`, with its log-density there. grad f = -2 C e^M first A'; Hess f = C e^M A (4 second +
-# 2 k1sum I) A'; with log = TRUE the same divided by f = C e^M s0 (no
-# overflow: M cancels), less score score' for the Hessian of log f.
+# rows of `query`, with its log-density there. grad f = -2 C e^M first A';
+# Hess f = C e^M A (4 second + 2 k1sum I) A'; with log = TRUE the same
+# divided by f = C e^M s0 (no overflow: M cancels), less score score' for
+# the Hessian of log f.
 unbounded_derivative <- function(object, query, second, log, tolerance) {
   columns <- colnames(object$x)
   sums <- derivative_sums(object, whiten(object, query), second = second,
