@@ -111,7 +111,7 @@ template <typename T> void deriv_free(deriv_run<T> *r, int failed)
 }
 
 /* The training points' source (see the top of the file). */
-template <typename T> int deriv_training(deriv_run<T> *r, kde_status *status)
+template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_status *status)
 {
   const kde_cuda_model *model = r->model;
   const kde_derivative_problem *p = r->p;
@@ -134,6 +134,7 @@ template <typename T> int deriv_training(deriv_run<T> *r, kde_status *status)
   ts.dim = p->dim;
   ts.train = p->train;
   ts.log_weight = p->log_weight;
+  ts.host_threads = threads;
   KDE_HOST_ALLOC(r->weight, p->n_train, "the weights");
   for (int64_t j = 0; j < p->n_train; j++) r->weight[j] = exp(p->log_weight[j]);
   ts.weight = r->weight;
@@ -453,8 +454,8 @@ void derivative_sums_impl(kde_cuda_model *model, const kde_derivative_problem *p
   KDE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, r.fn, kThreads,
                                                              r.smem));
   r.concurrency = (int64_t) (blocks_per_sm > 0 ? blocks_per_sm : 1) * r.rep->multiprocessors;
-  if (deriv_training(&r, status) != 0 || deriv_order(&r, tolerance, threads, status) != 0 ||
-      deriv_size(&r, status) != 0)
+  if (deriv_training(&r, threads, status) != 0 ||
+      deriv_order(&r, tolerance, threads, status) != 0 || deriv_size(&r, status) != 0)
     goto cleanup;
   for (int64_t at = 0; at < p->n_query; at += r.ldq_max) {
     const int64_t rows = p->n_query - at < r.ldq_max ? p->n_query - at : r.ldq_max;
