@@ -207,8 +207,10 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
 {
   constexpr int R = deriv_record<T>(D);
   constexpr int CH = deriv_chunk(D);
-  /* points per group (one max check): fewer where registers are short */
-  constexpr int U = D <= 4 ? 4 : sizeof(T) == sizeof(float) ? 2 : 1;
+  /* points per group (one max check, one loop step): fewer where
+   * registers are short */
+  constexpr bool F = sizeof(T) == sizeof(float);
+  constexpr int U = D <= 4 ? (F ? 8 : 4) : F ? 2 : 1;
   /* a chunk's sums, then the total: float only (double has the digits) */
   constexpr bool TWO_LEVEL = sizeof(T) == sizeof(float);
   constexpr bool LSE = kernel_sums_logs(K);
