@@ -25,14 +25,16 @@ check_differentiable <- function(object, what) {
 # src/cuda/derivatives.cuh); beyond, a CUDA fit's sums run on the CPU.
 cuda_derivative_max_dim <- 128L
 
-derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
+# log_weights: log(object$tile_weights), for callers that sum many times.
+derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL,
+                            log_weights = log(object$tile_weights)) {
   # An adaptive fit's kernels differ per point: only src/derivatives.c
   # takes their scales (a CUDA fit's sums then run on the CPU too).
   adaptive <- !is.null(object$adaptive)
   d <- object$d
   if (object$backend == "cuda" && d <= cuda_derivative_max_dim && !adaptive) {
     res <- .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object),
-                 kernel_index(object$kernel), object$z, log(object$tile_weights), zq, second,
+                 kernel_index(object$kernel), object$z, log_weights, zq, second,
                  resolve_tolerance(tolerance, object), cpu_threads(), progress_delay())
     names(res) <- c("log_scale", "s0", "k1sum", "first", "second")
     return(res)
@@ -56,7 +58,6 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL) {
     }
     return(out)
   }
-  log_weights <- log(object$tile_weights)
   res <- .Call(C_kdegpu_derivative_sums_cpu, kernel_index(object$kernel), object$z,
                log_weights, if (adaptive) object$tile_scale, zq, second, cpu_threads(), progress_delay())
   names(res) <- c("log_scale", "s0", "k1sum", "first", "second")

@@ -91,9 +91,13 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
   converged <- logical(n)
   active <- seq_len(n)
   previous_length <- rep(Inf, n)
+  # the weights' logs once for every step (at n = 1e6 each log() pass cost
+  # milliseconds of every step's few on the GPU)
+  log_weights <- log(fit$tile_weights)
   for (iteration in seq_len(max_iter)) {
     if (!length(active)) break
-    step <- mean_shift_step(fit, x[active, , drop = FALSE], step_tolerance, A_inverse)
+    step <- mean_shift_step(fit, x[active, , drop = FALSE], step_tolerance, A_inverse,
+                            log_weights)
     stuck <- !is.finite(rowSums(step)) # no training point within reach
     step[stuck, ] <- 0
     if (is_bounded(fit)) { # folded back into the box: the move is what counts
@@ -137,14 +141,17 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
 # scale e^M_g (S_g reflects the data's coordinates, so it goes between A'
 # and H: with a full H it does not commute with them). The caller folds a
 # step that leaves the box back into it.
-mean_shift_step <- function(fit, x, tolerance, A_inverse) {
+mean_shift_step <- function(fit, x, tolerance, A_inverse,
+                            log_weights = log(fit$tile_weights)) {
   if (!is_bounded(fit)) {
-    sums <- derivative_sums(fit, whiten(fit, x), tolerance = tolerance)
+    sums <- derivative_sums(fit, whiten(fit, x), tolerance = tolerance,
+                            log_weights = log_weights)
     return((sums$first / sums$k1sum) %*% A_inverse)
   }
   images <- fit$images
   parts <- lapply(seq_len(nrow(images$sign)), function(g) {
-    sums <- derivative_sums(fit, whiten(fit, image_points(x, images, g)), tolerance = tolerance)
+    sums <- derivative_sums(fit, whiten(fit, image_points(x, images, g)), tolerance = tolerance,
+                            log_weights = log_weights)
     first <- (sums$first %*% t(fit$transform)) * rep(images$sign[g, ], each = nrow(x))
     list(log_scale = sums$log_scale, first = first, k1sum = sums$k1sum)
   })
