@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -22,7 +21,7 @@
 #include "layout.cuh"
 #include "model.cuh"
 #include "numeric.cuh"
-#include "threads.h"
+#include "host_threads.cuh"
 #include "tuning.cuh"
 
 namespace kdegpu {
@@ -131,38 +130,6 @@ template <typename T> kde_pack_fn<T> select_pack_kernel(int layout)
 }
 template kde_pack_fn<float> select_pack_kernel<float>(int);
 template kde_pack_fn<double> select_pack_kernel<double>(int);
-
-/* fn(first, last) over [0, count) in contiguous ranges on up to `threads`
- * host threads (kde_thread_count's: 1 in a forked child), each range a
- * whole number of `grain`s; the ranges are disjoint, so the result does not
- * depend on the thread count. A thread that cannot be started leaves its
- * range to this one. The packers took 0.6 s of a fit at n = 1e6, d = 16 on
- * one core. */
-template <typename F>
-static void parallel_ranges(int64_t count, int64_t grain, int threads, F fn)
-{
-  int64_t n = kde_thread_count(threads);
-  if (n > count / (64 * grain)) n = count / (64 * grain);
-  if (n <= 1) {
-    fn((int64_t) 0, count);
-    return;
-  }
-  const int64_t per = ceil_div(ceil_div(count, n), grain) * grain;
-  std::vector<std::thread> pool;
-  int64_t started = 1; /* range 0 is this thread's */
-  try {
-    pool.reserve((size_t) n);
-    for (; started < n && started * per < count; started++) {
-      const int64_t last = (started + 1) * per < count ? (started + 1) * per : count;
-      pool.emplace_back(fn, started * per, last);
-    }
-  } catch (...) { /* no more threads: the rest run here */
-  }
-  fn((int64_t) 0, per < count ? per : count);
-  for (int64_t r = started; r * per < count; r++)
-    fn(r * per, (r + 1) * per < count ? (r + 1) * per : count);
-  for (std::thread &t : pool) t.join();
-}
 
 /* Coordinate k of training point j as every layout stores it: centred on
  * the training mean and scaled (the packing kernel does the same to the
