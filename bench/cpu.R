@@ -6,7 +6,9 @@
 # plain vectorised base R and ks::kde(binned = FALSE) at n = m = 4000, d = 2,
 # Gaussian, full H (medians and ratios); time and peak R memory against n;
 # and 1-D grids against stats::density and KernSmooth::bkde.
-# Writes the numbers to inst/benchmarks/cpu.csv when run from the source tree.
+# Writes the numbers to inst/benchmarks/cpu.csv when run from the source tree,
+# then runs bench/derivatives.R into derivatives-cpu.csv
+# (KDEGPU_BENCH_DERIVATIVES=0 skips it).
 suppressPackageStartupMessages(library(kdegpu))
 
 source("bench/timing.R")
@@ -129,3 +131,5 @@ if (dir.exists("inst/benchmarks")) {
     "inst/benchmarks/cpu.csv", row.names = FALSE)
   cat("\nwrote inst/benchmarks/cpu.csv\n")
 }
+run_derivatives_bench(if (dir.exists("inst/benchmarks")) "inst/benchmarks/cpu.csv" else
+                        file.path(tempdir(), "cpu.csv"), "derivatives-cpu.csv")

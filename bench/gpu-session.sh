@@ -70,7 +70,7 @@ for s in ${STEPS:-tests harness bench}; do
     harness)
       step harness env SANITIZE=0 PROFILE=0 MODE=test OUT="$out/harness" bash bench/cuda/run.sh ;;
     bench)
-      step bench Rscript bench/gpu.R "$out/gpu.csv" ;;
+      step bench env KDEGPU_BENCH_DERIVATIVES=0 Rscript bench/gpu.R "$out/gpu.csv" ;; # see derivatives
     plan)
       step plan env SANITIZE=0 PROFILE=0 MODE=plan OUT="$out/harness-plan" bash bench/cuda/run.sh ;;
     prune)

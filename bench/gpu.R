@@ -8,7 +8,8 @@
 # few-queries shape (100 x 1e7), two GPUs against one when there are two,
 # and PyTorch (torch.cdist + logsumexp, chunked) on the same problems in the
 # same run, as the ratio kdegpu / PyTorch. The CSV records the device, date
-# and versions for the vignettes.
+# and versions for the vignettes. Then bench/derivatives.R (derivatives.csv
+# beside it; KDEGPU_BENCH_DERIVATIVES=0 skips it).
 suppressPackageStartupMessages(library(kdegpu))
 args <- commandArgs(trailingOnly = TRUE)
 out_csv <- if (length(args)) args[[1L]] else "inst/benchmarks/gpu.csv"
@@ -102,3 +103,4 @@ results <- do.call(rbind, rows)
 results$device <- device
 write_bench_csv(results, out_csv)
 cat(sprintf("\nDevice: %s; wrote %s\n", device, out_csv))
+run_derivatives_bench(out_csv, "derivatives.csv")

@@ -39,3 +39,17 @@ write_bench_csv <- function(results, out_csv) {
   dir.create(dirname(out_csv), showWarnings = FALSE, recursive = TRUE)
   utils::write.csv(results, out_csv, row.names = FALSE)
 }
+
+# The derivatives benchmark (bench/derivatives.R: the gradient, Hessian,
+# score and mean shift next to the density's time, and SD-KDE), run at the
+# end of bench/gpu.R and bench/cpu.R in its own R process, its CSV (`name`)
+# beside theirs (`out_csv`'s folder). KDEGPU_BENCH_DERIVATIVES=0 skips it
+# (three minutes on a GPU); KDEGPU_BENCH_PARTS picks its parts.
+run_derivatives_bench <- function(out_csv, name) {
+  if (identical(Sys.getenv("KDEGPU_BENCH_DERIVATIVES"), "0")) return(invisible())
+  cat("\nDerivatives (bench/derivatives.R):\n")
+  status <- system2(file.path(R.home("bin"), "Rscript"),
+                    c("bench/derivatives.R", file.path(dirname(out_csv), name)))
+  if (!identical(status, 0L)) warning("bench/derivatives.R exited with status ", status)
+  invisible()
+}
