@@ -244,7 +244,7 @@ SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_w
 /* ---- derivatives of the estimate from the sums -------------------------- */
 
 /* predict(type = "gradient" / "hessian") from the derivative sums of m
- * queries (log_scale, s0, k1sum, first m x d, second m x d x d or NULL),
+ * queries (log_scale, s0, k1sum, first m x d, second m x d^2 or NULL),
  * the fit's log constant and whitening transform (d x d):
  * list(gradient m x d, log_density m, hessian m x d x d or NULL), their
  * dimensions named by `columns` (NULL or d names); kde_derivative_results

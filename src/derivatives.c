@@ -138,9 +138,14 @@ void kde_derivative_results(int64_t m, int64_t d, const double *log_scale, const
     double ab[KDE_DERIVATIVE_RESULT_MAX_DIM];
     const int64_t end = (block + 1) * RESULT_ROWS < m ? (block + 1) * RESULT_ROWS : m;
     for (int64_t i = block * RESULT_ROWS; i < end; i++) {
+      /* C e^M as f / s0 where s0 > 0: the GPU's lazy maximum leaves M up
+       * to ~43 below the largest term (and s0 that much above 1), and e^M
+       * alone would underflow first far in a tail */
       const double M = log_scale[i];
       const double scale = !isfinite(M) ? (score ? NAN : 0.0)
-                                        : score ? 1.0 / s0[i] : exp(log_const + M);
+                           : score      ? 1.0 / s0[i]
+                           : s0[i] > 0  ? exp(log_const + M + log(s0[i])) / s0[i]
+                                        : exp(log_const + M);
       log_density[i] = log_const + M + log(s0[i]);
       for (int64_t p = 0; p < d; p++) { /* g = -2 scale A first_i */
         double sum = 0;

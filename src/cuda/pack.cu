@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <type_traits>
 #include <vector>
 
@@ -152,16 +153,16 @@ static float expanded_aux(const kde_training_set *train, int64_t j, double norm2
  * tensor-core layout needs (queries are scaled per row; points are not). */
 int train_fits_f16(const kde_training_set *train, const kde_cuda_model *model)
 {
-  const int64_t n = train->n_train;
-  std::vector<char> fits((size_t) n, 1); /* per point, so that threads share nothing */
-  parallel_ranges(n, 1, train->host_threads, [&](int64_t first, int64_t last) {
-    for (int64_t k = 0; k < model->dim; k++)
+  std::atomic<int> fits(1); /* no allocation: nothing to throw into C */
+  parallel_ranges(train->n_train, 1, train->host_threads, [&](int64_t first, int64_t last) {
+    for (int64_t k = 0; k < model->dim && fits.load(std::memory_order_relaxed); k++)
       for (int64_t j = first; j < last; j++)
-        if (!(fabsf((float) train_coordinate(train, model, j, k)) < kF16Limit)) fits[j] = 0;
+        if (!(fabsf((float) train_coordinate(train, model, j, k)) < kF16Limit)) {
+          fits.store(0, std::memory_order_relaxed);
+          break;
+        }
   });
-  for (int64_t j = 0; j < n; j++)
-    if (!fits[j]) return 0;
-  return 1;
+  return fits.load();
 }
 
 /* Wide tensor-core storage tiles: big and small fp16 parts of the
