@@ -16,7 +16,13 @@ bandwidth_label <- function(object, digits = 4L) {
 
 backend_label <- function(object) {
   if (object$backend == "cuda") {
-    sprintf("cuda, %s precision", object$precision)
+    # once the fit is on the GPU: how its pairs are computed (the Gaussian
+    # leaves the tensor cores for the exact difference form where the
+    # expanded form would round too much: ?kde_gpu, precision)
+    handle <- object$device$handle
+    path <- if (!is.null(handle)) attr(handle, "path")
+    sprintf("cuda, %s precision%s", object$precision,
+            if (is.null(path)) "" else paste0(" (", path, ")"))
   } else {
     info <- .Call(C_kdegpu_cpu_info, cpu_threads())
     threads <- info$threads

@@ -140,9 +140,9 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
 # sum_g e^M_g k1sum_g, each image's sums at the point's image in their own
 # scale e^M_g (S_g reflects the data's coordinates, so it goes between A'
 # and H: with a full H it does not commute with them). The caller folds a
-# step that leaves the box back into it.
-mean_shift_step <- function(fit, x, tolerance, A_inverse,
-                            log_weights = log(fit$tile_weights)) {
+# step that leaves the box back into it. `log_weights` is
+# log(fit$tile_weights), which kde_modes() takes once per call.
+mean_shift_step <- function(fit, x, tolerance, A_inverse, log_weights) {
   if (!is_bounded(fit)) {
     sums <- derivative_sums(fit, whiten(fit, x), tolerance = tolerance,
                             log_weights = log_weights)

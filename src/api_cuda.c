@@ -134,6 +134,8 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
   REAL(shape)[1] = (double) t.dim;
   SEXP handle = PROTECT(R_MakeExternalPtr(model, cuda_model_tag(), shape));
   R_RegisterCFinalizerEx(handle, cuda_model_finalizer, TRUE);
+  /* how its pairs are computed, for print() (kde_cuda_model_path) */
+  Rf_setAttrib(handle, Rf_install("path"), Rf_mkString(kde_cuda_model_path(model)));
   UNPROTECT(2);
   return handle;
 }

@@ -55,6 +55,13 @@ kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
 /* Frees every device and host allocation of the model; NULL is a no-op. */
 void kde_cuda_model_free(kde_cuda_model *model);
 
+/* How the model's evaluations compute a pair, for print(): "tensor cores"
+ * (the single-precision Gaussian's expanded form on the MMA units),
+ * "expanded form" (the Gaussian at d >= 3 on the FMA units: aux + q.x) or
+ * "difference form" (|q - x|^2: every other kernel and dimension, and the
+ * Gaussian where the expanded form would round too much). */
+const char *kde_cuda_model_path(const kde_cuda_model *model);
+
 /* Same contract as kde_cpu_log_density(). */
 void kde_cuda_log_density(kde_cuda_model *model, const kde_query_set *query,
                           kde_interrupt_probe interrupted, double *out,

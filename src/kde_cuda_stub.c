@@ -50,6 +50,12 @@ kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
 
 void kde_cuda_model_free(kde_cuda_model *model) { (void) model; }
 
+const char *kde_cuda_model_path(const kde_cuda_model *model)
+{
+  (void) model;
+  return "none";
+}
+
 void kde_cuda_log_density(kde_cuda_model *model, const kde_query_set *query,
                           kde_interrupt_probe interrupted, double *out,
                           kde_status *status)

@@ -31,7 +31,7 @@ flags="-O3 -std=c++17 -arch=$ARCH -I$root/inst/include -I$root/src"
 # moment-sum bookkeeping).
 sources() { ls "$root"/src/cuda/*.cu 2>/dev/null; }
 objects() { for f in $(sources); do printf '%s\n' "$here/build/$(basename "${f%.cu}").o"; done; }
-host_sources="moments prune spatial threads whiten"
+host_sources="cdf moments prune spatial threads whiten"
 host_objects() { for f in $host_sources; do printf '%s\n' "$here/build/host_$f.o"; done; }
 CC=${CC:-cc}
 

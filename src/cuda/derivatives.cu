@@ -38,7 +38,7 @@
 #include "kde_cuda.h"
 #include "kde_cuda_common.h"
 #include "derivatives.cuh"
-#include "host_threads.cuh"
+#include "spatial.h"
 #include "layout.cuh"
 #include "model.cuh"
 #include "numeric.cuh"
@@ -124,9 +124,15 @@ template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_statu
     else r->host_train = (const T *) model->host_train;
     return 0;
   }
-  if (r->rep->deriv_train != NULL) { /* kept from an earlier call */
+  /* aux as the kernel wants it (the Gaussian's gradient: expanded,
+   * derivatives_kernels.cuh) */
+  const int want_expanded = p->kernel == KDE_GAUSSIAN && !r->second;
+  if (r->rep->deriv_train != NULL && r->rep->deriv_expanded == want_expanded) {
+    /* kept from an earlier call of the same form (another form would make
+     * the kernels convert aux in T: the result would depend on which call
+     * came first) */
     r->dev_train = (const T *) r->rep->deriv_train;
-    r->expanded = r->rep->deriv_expanded;
+    r->expanded = want_expanded;
     return 0;
   }
   memset(&ts, 0, sizeof ts);
@@ -140,12 +146,11 @@ template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_statu
   for (int64_t j = 0; j < p->n_train; j++) r->weight[j] = exp(p->log_weight[j]);
   ts.weight = r->weight;
   KDE_HOST_ALLOC(r->own_host, model->n_points * (p->dim + 1), "the training points");
-  /* the model's centre and scale, the plain layout, aux as the kernel
-   * wants it (the Gaussian's gradient: expanded, derivatives_kernels.cuh) */
+  /* the model's centre and scale, the plain layout, aux as wanted */
   shell = *model;
   shell.adaptive = 0; /* never one here (kde_cuda_derivative_sums refuses them) */
   shell.layout = KDE_LAYOUT_PLAIN;
-  shell.expanded = p->kernel == KDE_GAUSSIAN && !r->second;
+  shell.expanded = want_expanded;
   shell.tile_elems = (p->dim + 1) * kTileWidth;
   pack_train<T>(&ts, &shell, r->own_host);
   r->host_train = r->own_host;
@@ -211,37 +216,23 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
   room = 0.5 * avail;
   if (room > avail - batch_rows_min(r, per_row)) room = avail - batch_rows_min(r, per_row);
   r->shard_units = r->n_units;
-  if (r->dev_train == NULL && model->layout != KDE_LAYOUT_PLAIN &&
-      train_bytes <= 0.25 * rep->budget) {
-    /* a tensor-core model's plain copy, kept for later calls: its bytes
-     * leave the budget of every later call on this model */
-    void *copy = NULL;
-    cudaError_t err;
-    KDE_CUDA_TRY(cudaMalloc(&copy, (size_t) train_bytes));
-    err = cudaMemcpyAsync(copy, r->host_train, (size_t) train_bytes, cudaMemcpyHostToDevice,
-                          rep->stream);
-    if (err == cudaSuccess) err = cudaStreamSynchronize(rep->stream);
-    if (err != cudaSuccess) {
-      (void) cudaFree(copy);
-      kde_cuda_record(status, err, "cudaMemcpyAsync(derivative training copy)", __FILE__,
-                      __LINE__);
-      goto cleanup;
-    }
-    rep->deriv_train = copy;
-    rep->deriv_train_bytes = train_bytes;
-    rep->deriv_expanded = r->expanded;
-    rep->budget -= train_bytes;
-    r->dev_train = (const T *) copy;
-    r->host_train = NULL;
-    free(r->own_host);
-    r->own_host = NULL;
-    avail -= train_bytes;
-  } else if (r->dev_train == NULL && train_bytes <= room) {
+  if (r->dev_train == NULL && train_bytes <= room) {
+    /* on the device for this call; a tensor-core model's plain copy (the
+     * first, when it takes at most a quarter of the budget) stays for later
+     * calls, its bytes out of the budget of every later call on the model */
+    const bool keep = model->layout != KDE_LAYOUT_PLAIN && rep->deriv_train == NULL &&
+                      train_bytes <= 0.25 * rep->budget;
     KDE_CUDA_TRY(cudaMalloc((void **) &r->own_dev, (size_t) train_bytes));
     KDE_CUDA_TRY(cudaMemcpyAsync(r->own_dev, r->host_train, (size_t) train_bytes,
                                  cudaMemcpyHostToDevice, rep->stream));
     KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
     r->dev_train = r->own_dev;
+    if (keep) { /* the model's now (model.cu frees it) */
+      rep->deriv_train = r->own_dev;
+      rep->deriv_expanded = r->expanded;
+      rep->budget -= train_bytes;
+      r->own_dev = NULL;
+    }
     r->host_train = NULL;
     free(r->own_host);
     r->own_host = NULL;
@@ -396,32 +387,26 @@ void deriv_scatter(const deriv_run<T> *r, int64_t first, int64_t rows, int threa
 {
   const int64_t d = r->p->dim, m = r->p->n_query;
   const int64_t *order = r->prune ? r->oq.order : NULL;
-  const double *st = r->staging;
-  /* rows in ranges over the host's threads: each row's destination is its
-   * own (order is a permutation); a Hessian's 15 fields per row took tens
-   * of milliseconds at m = 1e6 on one thread */
-  parallel_ranges(rows, 1, threads, [&](int64_t lo, int64_t hi) {
-#define DERIV_DST(i) (order != NULL ? order[first + (i)] : first + (i))
-    for (int64_t i = lo; i < hi; i++) {
-      const double top = st[kFieldMax * rows + i];
-      log_scale[DERIV_DST(i)] = top > -INFINITY ? top * kLn2 : -INFINITY;
-      s0[DERIV_DST(i)] = st[kFieldS0 * rows + i];
-      k1sum[DERIV_DST(i)] = st[kFieldK1 * rows + i];
-    }
-    for (int64_t c = 0; c < d; c++)
-      for (int64_t i = lo; i < hi; i++)
-        first_out[DERIV_DST(i) + c * m] = st[(kFieldFirst + c) * rows + i];
-    if (second_out != NULL)
-      for (int64_t b = 0; b < d; b++)
-        for (int64_t c = 0; c <= b; c++) {
-          const double *src = st + (kFieldFirst + d + b * (b + 1) / 2 + c) * rows;
-          for (int64_t i = lo; i < hi; i++) {
-            second_out[DERIV_DST(i) + (c + b * d) * m] = src[i];
-            second_out[DERIV_DST(i) + (b + c * d) * m] = src[i];
-          }
-        }
-#undef DERIV_DST
-  });
+  double *st = r->staging;
+  /* one field of the batch to its rows of the caller's column `dst` */
+  auto put = [&](int field, double *dst) {
+    const double *src = st + (int64_t) field * rows;
+    if (order != NULL) kde_scatter_rows(src, order + first, rows, threads, dst);
+    else memcpy(dst + first, src, (size_t) rows * sizeof(double));
+  };
+  double *top = st + kFieldMax * rows; /* log2 of the scale: to natural logs */
+  for (int64_t i = 0; i < rows; i++) top[i] = top[i] > -INFINITY ? top[i] * kLn2 : -INFINITY;
+  put(kFieldMax, log_scale);
+  put(kFieldS0, s0);
+  put(kFieldK1, k1sum);
+  for (int64_t c = 0; c < d; c++) put(kFieldFirst + (int) c, first_out + c * m);
+  if (second_out != NULL)
+    for (int64_t b = 0; b < d; b++)
+      for (int64_t c = 0; c <= b; c++) {
+        const int field = kFieldFirst + (int) (d + b * (b + 1) / 2 + c);
+        put(field, second_out + (c + b * d) * m);
+        if (c != b) put(field, second_out + (b + c * d) * m);
+      }
 }
 
 template <typename T>

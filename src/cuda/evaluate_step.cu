@@ -22,17 +22,19 @@
 
 namespace kdegpu {
 
-/* The one dispatch point: runtime (kernel, d, layout, adaptive) -> the
+/* The one dispatch point: a model's (kernel, d, layout, form) -> the
  * instantiation of a kernel family, through the selector its translation
  * unit exports. (An adaptive model has the plain layout.) */
-template <typename T>
-static kde_kernel_fn<T> select_kernel(int kernel, int dim, int layout, int adaptive)
+template <typename T> static kde_kernel_fn<T> select_kernel(const kde_cuda_model *model)
 {
+  const int kernel = model->kernel, dim = (int) model->dim;
   if constexpr (std::is_same<T, float>::value) {
-    if (layout == KDE_LAYOUT_TC_WIDE) return select_tc_wide_kernel();
-    if (layout == KDE_LAYOUT_TC_SMALL) return select_tc_small_kernel();
+    if (model->layout == KDE_LAYOUT_TC_WIDE) return select_tc_wide_kernel();
+    if (model->layout == KDE_LAYOUT_TC_SMALL) return select_tc_small_kernel();
   }
-  if (adaptive)
+  if (kernel == KDE_GAUSSIAN && dim >= 3 && !model->expanded && !model->adaptive)
+    return select_plain_gaussian_kernel<T>(dim);
+  if (model->adaptive)
     return dim <= 4 ? select_small_adaptive_kernel<T>(kernel, dim)
                     : select_wide_adaptive_kernel<T>(kernel);
   if (dim <= 4) return select_small_kernel<T>(kernel, dim);
@@ -71,12 +73,13 @@ static int choose_splits(const kde_device_job *job, int64_t blocks_q,
   return (int) best;
 }
 
-/* Relative cost of a pair on the path a model takes (FMAs for the distance
- * or dot product, plus the exp), for the size of a step: double precision
+/* Relative cost of a pair on the path a model takes (FMAs for the dot
+ * product, or subtractions and FMAs for the distance, plus the exp), for the size of a step: double precision
  * runs about 5x slower, the wide tensor-core kernel about 4x faster. */
 static double pair_cost(const kde_cuda_model *model)
 {
-  double cost = (double) model->dim + 4;
+  const bool plain = model->kernel == KDE_GAUSSIAN && !model->expanded;
+  double cost = (plain ? 2.0 : 1.0) * (double) model->dim + 4;
   if (model->precision == KDE_PRECISION_DOUBLE) cost *= 5;
   if (model->layout == KDE_LAYOUT_TC_WIDE) cost *= 0.25;
   return cost;
@@ -258,8 +261,7 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
   double avail, per_query;
   int blocks_per_sm = 0;
   const int rows_extra = 1 + model->adaptive; /* aux (and scale) rows per point */
-  kde_kernel_fn<T> fn = select_kernel<T>(model->kernel, (int) d, model->layout,
-                                         model->adaptive);
+  kde_kernel_fn<T> fn = select_kernel<T>(model);
 
   KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
   if (model->layout == KDE_LAYOUT_TC_WIDE) {

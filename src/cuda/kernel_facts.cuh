@@ -23,6 +23,24 @@ __host__ __device__ constexpr bool kernel_sums_logs(int kernel)
   return !kde_kernel_is_compact(kernel);
 }
 
+/* The variant of a fit that the FMA kernels take (their template argument
+ * A): kFitFixed, a fixed bandwidth, with the Gaussian at d >= 3 in the
+ * expanded form (aux = log2 w - |x|^2 / 2 in storage, a pair's level aux +
+ * q.x); kFitAdaptive, a row of per-point 1 / lambda^2 after aux and the
+ * difference form; kFitPlain, a fixed bandwidth with the difference form
+ * for every kernel, for a fit whose points span too many bandwidths for the
+ * expanded form's rounding (model.cu, expanded_rounding_ok). */
+enum { kFitFixed = 0, kFitAdaptive = 1, kFitPlain = 2 };
+
+/* Rows of a storage tile after aux: the adaptive fit's scales. */
+__host__ __device__ constexpr int scale_rows(int A) { return A == kFitAdaptive ? 1 : 0; }
+
+/* Whether a kernel of variant A at dimension d takes the expanded form. */
+__host__ __device__ constexpr bool expanded_form(int kernel, int d, int A)
+{
+  return kernel == KDE_GAUSSIAN && d >= 3 && A == kFitFixed;
+}
+
 } // namespace kdegpu
 
 #endif /* KDEGPU_CUDA_KERNEL_FACTS_CUH */

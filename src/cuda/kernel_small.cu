@@ -8,7 +8,7 @@ namespace kdegpu {
 
 template <typename T> kde_kernel_fn<T> select_small_kernel(int kernel, int dim)
 {
-  return small_kernel_for<T, 0>(kernel, dim);
+  return small_kernel_for<T, kFitFixed>(kernel, dim);
 }
 template kde_kernel_fn<float> select_small_kernel<float>(int, int);
 template kde_kernel_fn<double> select_small_kernel<double>(int, int);

@@ -37,13 +37,14 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
   /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 and the query holds q, so
    * aux + q.x = log2 w + log2 k + |q|^2 / 2; the host subtracts |q|^2 / 2.
    * (log2 k = -s2 / 2 for the pre-scaled coordinates, kde_log_profile.)
-   * Adaptive (A = 1): the difference form, s2 times the point's 1 /
-   * lambda^2 from the row after aux. */
-  constexpr bool EXPANDED = K == KDE_GAUSSIAN && D >= 3 && A == 0;
-  const T *base = tile + (j / kTileWidth) * (D + 1 + A) * kTileWidth + (j % kTileWidth);
-  T x[D + 1 + A][U];
+   * Adaptive (A = kFitAdaptive): the difference form, s2 times the point's
+   * 1 / lambda^2 from the row after aux. kFitPlain: the difference form. */
+  constexpr bool EXPANDED = expanded_form(K, D, A);
+  constexpr int ROWS = D + 1 + scale_rows(A);
+  const T *base = tile + (j / kTileWidth) * ROWS * kTileWidth + (j % kTileWidth);
+  T x[ROWS][U];
 #pragma unroll
-  for (int k = 0; k <= D + A; k++) load_vec<T, U>(base + k * kTileWidth, x[k]);
+  for (int k = 0; k < ROWS; k++) load_vec<T, U>(base + k * kTileWidth, x[k]);
 #pragma unroll
   for (int p = 0; p < U; p++) {
 #pragma unroll
@@ -60,7 +61,7 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
           const T diff = q[i][k] - x[k][p];
           s2 = fma(diff, diff, s2);
         }
-        if (A == 1) s2 *= x[D + A][p];
+        if (A == kFitAdaptive) s2 *= x[D + 1][p];
         v = pair_value<K, LSE>(s2, x[D][p]);
       }
       if (CHECK && first + j + p == qg[i]) v = excluded_value<LSE, T>();
@@ -122,8 +123,8 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
  * d = D in 1..4. Block (bx, by): queries [128 bx, 128 bx + 128) against the
  * by-th split of the training range. Queries live in registers (4 per
  * thread, rows lane + 32 i); each warp takes a quarter of every tile.
- * Tiles are double-buffered with cp.async. A = 1: an adaptive fit's tiles,
- * (D + 2) rows per point.
+ * Tiles are double-buffered with cp.async. A: the fit's variant
+ * (kernel_facts.cuh); an adaptive fit's tiles have (D + 2) rows per point.
  */
 template <int K, typename T, int D, int A>
 __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
@@ -131,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
 {
   constexpr int Q = kQueriesPerThread;
   constexpr bool LSE = kernel_sums_logs(K);
-  constexpr int tile_elems = kUnit * (D + 1 + A);
+  constexpr int tile_elems = kUnit * (D + 1 + scale_rows(A));
   extern __shared__ float4 smem_f4[];
   T *smem = reinterpret_cast<T *>(smem_f4);
 
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int64_t p0 = block_split(a, split_count);
   const visit_units visits = block_visits(a, p0, split_count / kUnit);
   const int64_t n_tiles = visits.count;
-  const T *src = a.train + p0 * (D + 1 + A);
+  const T *src = a.train + p0 * (D + 1 + scale_rows(A));
 
   if (n_tiles > 0)
     block_copy_async(smem, src + visits.unit(0) * tile_elems, tile_elems * sizeof(T));

@@ -8,7 +8,7 @@ namespace kdegpu {
 
 template <typename T> kde_kernel_fn<T> select_wide_kernel(int kernel)
 {
-  return wide_kernel_for<T, 0>(kernel);
+  return wide_kernel_for<T, kFitFixed>(kernel);
 }
 template kde_kernel_fn<float> select_wide_kernel<float>(int);
 template kde_kernel_fn<double> select_wide_kernel<double>(int);

@@ -29,9 +29,10 @@ namespace kdegpu {
  * 16-byte loads for 32 FMAs). Queries of the block stay in shared memory,
  * dimension-major [dim][128]; each step brings one 32-point storage tile
  * (or, when d is too large for shared memory, one chunk of dimensions of it,
- * with the queries' chunk reloaded alongside). A = 1: an adaptive fit,
- * whose storage tiles hold a row of per-point 1 / lambda^2 after aux and
- * whose pairs take the difference form, s^2 times that.
+ * with the queries' chunk reloaded alongside). A: the fit's variant
+ * (kernel_facts.cuh); an adaptive fit's storage tiles hold a row of
+ * per-point 1 / lambda^2 after aux, and its pairs take the difference form,
+ * s^2 times that.
  */
 template <int K, typename T, int A>
 __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
@@ -40,7 +41,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   constexpr int Q = kQueriesPerThread;
   constexpr int P = kWidePoints;
   constexpr bool LSE = kernel_sums_logs(K);
-  constexpr bool EXPANDED = K == KDE_GAUSSIAN && A == 0;
+  constexpr bool EXPANDED = expanded_form(K, 5, A); /* d >= 5 here */
+  constexpr int EXTRA = 1 + scale_rows(A); /* rows after the coordinates */
   extern __shared__ float4 smem_f4[];
   T *smem = reinterpret_cast<T *>(smem_f4);
 
@@ -51,8 +53,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int dc = a.chunk_dims;
   const int n_chunks = a.n_chunks;
   T *sq = smem;                               /* [dc][kBlockQueries] */
-  T *sx = smem + (size_t) dc * kBlockQueries; /* 2 x [(dc + 1 + A)][32] */
-  const int sx_elems = (dc + 1 + A) * kTileWidth;
+  T *sx = smem + (size_t) dc * kBlockQueries; /* 2 x [(dc + EXTRA)][32] */
+  const int sx_elems = (dc + EXTRA) * kTileWidth;
 
   int slot[Q];
   int64_t qg[Q];
@@ -74,8 +76,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int64_t p0 = block_split(a, split_count);
   const int64_t n_tiles = split_count / kTileWidth;
   const int64_t n_steps = n_tiles * n_chunks;
-  const T *src = a.train + p0 * (d + 1 + A);
-  const size_t tile_stride = (size_t) (d + 1 + A) * kTileWidth;
+  const T *src = a.train + p0 * (d + EXTRA);
+  const size_t tile_stride = (size_t) (d + EXTRA) * kTileWidth;
 
   /* Rows of query chunk c: dims [c dc, c dc + len). */
   auto load_query_chunk = [&](int c) {
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     const int64_t tile = step / n_chunks;
     const int c = (int) (step % n_chunks);
     const int len = min(dc, d - c * dc);
-    const int rows = len + (c == n_chunks - 1) * (1 + A);
+    const int rows = len + (c == n_chunks - 1) * EXTRA;
     block_copy_async(dst, src + tile * tile_stride + (size_t) c * dc * kTileWidth,
                      (size_t) rows * kTileWidth * sizeof(T));
   };
@@ -148,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     if (c == n_chunks - 1) {
       T aux[P], inv[P];
       load_vec<T, P>(xs + len * kTileWidth + warp * P, aux);
-      if (A == 1) {
+      if (A == kFitAdaptive) {
         load_vec<T, P>(xs + (len + 1) * kTileWidth + warp * P, inv);
       } else {
 #pragma unroll
@@ -161,8 +163,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
       for (int i = 0; i < Q; i++)
 #pragma unroll
         for (int p = 0; p < P; p++) {
-          T v = EXPANDED ? acc[i][p] + aux[p]
-                         : pair_value<K, LSE>(A == 1 ? acc[i][p] * inv[p] : acc[i][p], aux[p]);
+          const T s2 = A == kFitAdaptive ? acc[i][p] * inv[p] : acc[i][p];
+          T v = EXPANDED ? acc[i][p] + aux[p] : pair_value<K, LSE>(s2, aux[p]);
           if (check && first + p == qg[i]) v = excluded_value<LSE, T>();
           acc[i][p] = v;
         }

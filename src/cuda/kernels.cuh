@@ -219,6 +219,8 @@ template <typename T> kde_kernel_fn<T> select_wide_kernel(int kernel);
 /* The same two for adaptive models (kernel_adaptive.cu). */
 template <typename T> kde_kernel_fn<T> select_small_adaptive_kernel(int kernel, int dim);
 template <typename T> kde_kernel_fn<T> select_wide_adaptive_kernel(int kernel);
+/* The Gaussian in the difference form at d >= 3 (kernel_plain.cu). */
+template <typename T> kde_kernel_fn<T> select_plain_gaussian_kernel(int dim);
 /* kde_tc_small_kernel (kernel_tc_small.cu): the Gaussian at d = kTcSmallDim. */
 kde_kernel_fn<float> select_tc_small_kernel();
 /* kde_tc_wide_kernel (kernel_tc_wide.cu): the Gaussian at d >= kTcWideMinDim. */

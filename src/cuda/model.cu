@@ -219,6 +219,29 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
                                      NULL, status);
 }
 
+extern "C" const char *kde_cuda_model_path(const kde_cuda_model *model)
+{
+  if (model->layout != KDE_LAYOUT_PLAIN) return "tensor cores";
+  return model->expanded ? "expanded form" : "difference form";
+}
+
+/* Whether the Gaussian's expanded form, aux + q.x - |q|^2 / 2 with aux =
+ * log2 w - |x|^2 / 2, keeps its rounding below kExpandedRounding: its
+ * terms reach R^2 / 2, R the farthest point from the centre in storage
+ * units, each rounded at the precision's epsilon, and a pair's level sums
+ * d + 1 of them. Measured (bench/cuda harness "forms", n = 1e6, single
+ * against double, the largest error of a density over 5e4 queries): 0.38
+ * eps R^2 on the tensor cores and 0.53 on the FMA units at d = 3, 1.1-1.3
+ * at d = 16, 2.0-3.8 at d = 64; (0.4 + d / 20) eps R^2 bounds them. Beyond
+ * it the model takes the difference form |q - x|^2, whose rounding is
+ * relative to each pair's own distance. */
+static int expanded_rounding_ok(const kde_training_set *train, const kde_cuda_model *model)
+{
+  const double eps = model->precision == KDE_PRECISION_SINGLE ? 0x1p-24 : 0x1p-53;
+  const double factor = 0.4 + (double) model->dim / 20;
+  return factor * eps * train_max_norm2(train, model) <= kExpandedRounding;
+}
+
 extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *train,
                                                        int precision,
                                                        const int *devices,
@@ -228,7 +251,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                                                        kde_status *status)
 {
   kde_cuda_model *model = NULL;
-  int count = 0, prev = -1, ok = 0, mma_ok = 1, gaussian_single;
+  int count = 0, prev = -1, ok = 0, mma_ok = 1, expanded_single;
   size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0;
   double min_budget = 0;
 
@@ -282,9 +305,6 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   model->elem = precision == KDE_PRECISION_SINGLE ? sizeof(float) : sizeof(double);
   model->scale = kde_log2_coordinate_scale(train->kernel);
   model->adaptive = train->inv_scale2 != NULL;
-  /* the expanded form would need a per-pair |q|^2 / lambda^2: adaptive
-   * models take the difference form */
-  model->expanded = train->kernel == KDE_GAUSSIAN && train->dim >= 3 && !model->adaptive;
   model->n_devices = n_devices;
   KDE_HOST_ALLOC(model->rep, n_devices, "the device list");
   KDE_HOST_ALLOC(model->center, model->dim, "the training mean");
@@ -295,6 +315,13 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     for (int64_t j = 0; j < train->n_train; j++) sum += col[j];
     model->center[k] = sum / (double) train->n_train;
   }
+  /* the expanded form would need a per-pair |q|^2 / lambda^2: adaptive
+   * models take the difference form */
+  model->expanded = train->kernel == KDE_GAUSSIAN && train->dim >= 3 && !model->adaptive;
+  if (model->expanded && tuning != NULL && tuning->form != 0)
+    model->expanded = tuning->form == 1;
+  else if (model->expanded)
+    model->expanded = expanded_rounding_ok(train, model);
 
   min_budget = -1;
   mma_ok = 1;
@@ -330,15 +357,15 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
    * d = kTcSmallDim and d >= kTcWideMinDim (training points within fp16's
    * range, and the block's shared memory within the device's: d <= 288 on
    * an H100, where even at one block per SM it is 2.8x the FMA kernel at d =
-   * 208), else 32-point tiles of (d + 1) rows (d + 2 for an adaptive
-   * model, which has no tensor-core kernel and takes the FMA kernels). */
-  gaussian_single = precision == KDE_PRECISION_SINGLE && train->kernel == KDE_GAUSSIAN &&
-                    !model->adaptive;
+   * 208), in the expanded form (their MMA gives q.x), else 32-point tiles
+   * of (d + 1) rows (d + 2 for an adaptive model, which has no tensor-core
+   * kernel and takes the FMA kernels). */
+  expanded_single = precision == KDE_PRECISION_SINGLE && model->expanded;
   if (tuning != NULL && tuning->no_mma) mma_ok = 0;
   model->layout = KDE_LAYOUT_PLAIN;
-  if (gaussian_single && mma_ok && model->dim == kTcSmallDim)
+  if (expanded_single && mma_ok && model->dim == kTcSmallDim)
     model->layout = KDE_LAYOUT_TC_SMALL;
-  if (gaussian_single && mma_ok && model->dim >= kTcWideMinDim &&
+  if (expanded_single && mma_ok && model->dim >= kTcWideMinDim &&
       tc_wide_smem_bytes(ceil_div(model->dim, 16)) <= min_smem_optin &&
       train_fits_f16(train, model))
     model->layout = KDE_LAYOUT_TC_WIDE;

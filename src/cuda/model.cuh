@@ -41,10 +41,9 @@ typedef struct {
   /* The derivative sums' plain copy of a tensor-core model's training set
    * (derivatives.cu), made by the first such call and kept: packing it on
    * the host took a tenth of a gradient's time at n = 1e6. Its bytes
-   * (deriv_train_bytes) have left `budget`. aux in the expanded form or
-   * not, as deriv_expanded says (the kernels convert on the fly). */
+   * have left `budget`. aux in the expanded form or not, as deriv_expanded
+   * says: it serves later calls of that form. */
   void *deriv_train;
-  double deriv_train_bytes;
   int deriv_expanded;
   /* Scratch of evaluations: raw query batch, packed queries, partial
    * states of the splits, accumulated states (max, sum, |q|^2 / 2), a
@@ -65,7 +64,8 @@ struct kde_cuda_model {
   size_t elem;          /* sizeof(T) */
   double *center;       /* dim: training mean, subtracted from both sets */
   double scale;         /* then coordinates are multiplied by this */
-  int expanded;         /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 */
+  int expanded;         /* Gaussian, d >= 3, when its rounding allows it
+                           (expanded_rounding_ok): aux = log2 w - |x|^2 / 2 */
   int adaptive;         /* per-point scales: a row of 1 / lambda^2 after aux
                            (kernel_adaptive.cu), the plain layout only */
   int layout;           /* enum kde_layout */
@@ -112,6 +112,7 @@ int sync_whitening(kde_cuda_model *model, const kde_query_set *query, kde_replic
 
 /* The training set in each storage layout (pack.cu). */
 int train_fits_f16(const kde_training_set *train, const kde_cuda_model *model);
+double train_max_norm2(const kde_training_set *train, const kde_cuda_model *model);
 int pack_train_tc_wide(const kde_training_set *train, const kde_cuda_model *model,
                        uint32_t *dst);
 void pack_train_tc_small(const kde_training_set *train, const kde_cuda_model *model,

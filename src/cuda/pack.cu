@@ -165,6 +165,28 @@ int train_fits_f16(const kde_training_set *train, const kde_cuda_model *model)
   return fits.load();
 }
 
+/* The largest |x|^2 over the training points, in storage coordinates
+ * (NaN never: the data are finite). */
+double train_max_norm2(const kde_training_set *train, const kde_cuda_model *model)
+{
+  std::atomic<double> best(0.0); /* no allocation: nothing to throw into C */
+  parallel_ranges(train->n_train, 4096, train->host_threads, [&](int64_t first, int64_t last) {
+    double local = 0;
+    for (int64_t j = first; j < last; j++) {
+      double norm2 = 0;
+      for (int64_t k = 0; k < model->dim; k++) {
+        const double v = train_coordinate(train, model, j, k);
+        norm2 += v * v;
+      }
+      if (norm2 > local) local = norm2;
+    }
+    double seen = best.load();
+    while (local > seen && !best.compare_exchange_weak(seen, local)) {
+    }
+  });
+  return best.load();
+}
+
 /* Wide tensor-core storage tiles: big and small fp16 parts of the
  * coordinates in B fragment order, then aux = log2 w - |x|^2 / 2 of the
  * float coordinates. Padding (dimensions up to 16 k16, null points) is

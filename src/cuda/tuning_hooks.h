@@ -20,6 +20,10 @@ extern "C" {
 /* How a model is built; NULL, or all zero, is the default. */
 typedef struct {
   int no_mma; /* 1: the FMA kernels, even where a tensor-core kernel serves */
+  /* The Gaussian's form at d >= 3: 0 as the rounding estimate says
+   * (model.cu), 1 the expanded form (tensor cores where they serve), 2 the
+   * difference form (the FMA kernels) */
+  int form;
 } kde_cuda_tuning;
 
 /* What one evaluation did (all devices together). */

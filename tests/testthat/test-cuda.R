@@ -56,6 +56,44 @@ test_that("CUDA: single precision at n = 1e5 is within 1e-5 of double", {
   }
 })
 
+# The path a single-precision Gaussian fit should take, by the rule in
+# src/cuda/model.cu (expanded_rounding_ok), written again here from the
+# fit's whitened points: the expanded form (tensor cores where they serve)
+# while (0.4 + d / 20) 2^-24 R^2 <= 1e-4, R the farthest point from their
+# mean in the kernel's storage units (sqrt(log2 e) per bandwidth).
+expected_single_path <- function(fit, tensor_cores = TRUE) {
+  z <- sweep(fit$z, 2, colMeans(fit$z))
+  rounding <- (0.4 + ncol(z) / 20) * 2^-24 * max(rowSums(z^2)) * log2(exp(1))
+  if (rounding > 1e-4) return("difference form")
+  if (tensor_cores) "tensor cores" else "expanded form"
+}
+
+test_that("CUDA: single precision stays within 1e-5 of double at a bandwidth 5x below Scott's rule, data offset by 1e4 (d = 3, 16, 64)", {
+  skip_without_gpu()
+  for (d in c(3, 16, 64)) {
+    n <- if (d == 3) 1e5 else 2e4
+    set.seed(880 + d)
+    x <- matrix(rnorm(n * d), n) + 1e4
+    # at training points (where the kernel sums are largest against the
+    # rounding) and at new points from the same law
+    q <- rbind(x[1:2000, ], matrix(rnorm(2000 * d), 2000) + 1e4)
+    fits <- lapply(c(single = "single", double = "double"), function(p)
+      kde_gpu(x, bw = "scott", adjust = 1 / 5, backend = "cuda", precision = p))
+    lab <- sprintf("d = %d, Scott / 5, offset 1e4", d)
+    # The expanded form would round by ~1e-4..1e-3 here: the fit takes the
+    # difference form, and says so.
+    expect_identical(expected_single_path(fits$single), "difference form", label = lab)
+    expect_output(print(fits$single), "single precision (difference form)", fixed = TRUE)
+    expect_log_density_equal(predict(fits$single, q, log = TRUE),
+                             predict(fits$double, q, log = TRUE), tol = 1e-5, label = lab)
+    # relative error of the densities themselves at the training points
+    at <- seq_len(2000)
+    expect_lt(max(abs(expm1(predict(fits$single, q[at, ], log = TRUE) -
+                            predict(fits$double, q[at, ], log = TRUE)))), 1e-5,
+              label = lab)
+  }
+})
+
 test_that("CUDA: the tensor-core paths (single gaussian, d = 3, 16, 21, 64) match the reference", {
   skip_without_gpu()
   for (d in c(3, 16, 21, 64)) {
@@ -78,6 +116,7 @@ test_that("CUDA: the tensor-core paths (single gaussian, d = 3, 16, 21, 64) matc
                      if (is.null(wt)) "" else " weighted")
       fit <- kde_gpu(x, H = H, weights = wt, backend = "cuda",
                      precision = "single")
+      expect_output(print(fit), expected_single_path(fit), fixed = TRUE)
       expect_log_density_equal(predict(fit, q, log = TRUE),
                                ref_log_density(x, q, H, "gaussian", wt),
                                tol = cuda_tol[["single"]], label = lab)
