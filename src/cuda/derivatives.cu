@@ -124,9 +124,9 @@ template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_statu
     else r->host_train = (const T *) model->host_train;
     return 0;
   }
-  /* aux as the kernel wants it (the Gaussian's gradient: expanded,
-   * derivatives_kernels.cuh) */
-  const int want_expanded = p->kernel == KDE_GAUSSIAN && !r->second;
+  /* aux as the kernel wants it (the Gaussian's gradient: expanded where
+   * the density's rounding allows it, derivatives_kernels.cuh) */
+  const int want_expanded = p->kernel == KDE_GAUSSIAN && !r->second && model->rounding_ok;
   if (r->rep->deriv_train != NULL && r->rep->deriv_expanded == want_expanded) {
     /* kept from an earlier call of the same form (another form would make
      * the kernels convert aux in T: the result would depend on which call
@@ -423,7 +423,8 @@ void derivative_sums_impl(kde_cuda_model *model, const kde_derivative_problem *p
   r.second = second != NULL;
   r.fields = deriv_fields((int) p->dim, r.second);
   r.n_units = model->n_points / kUnit;
-  r.fn = select_deriv_kernel<T>(p->kernel, (int) p->dim, r.second, &r.smem);
+  r.fn = select_deriv_kernel<T>(p->kernel, (int) p->dim, r.second, !model->rounding_ok,
+                                &r.smem);
   if (r.fn == NULL) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "the GPU derivative sums need a kernel with a derivative and at most %d"

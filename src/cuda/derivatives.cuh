@@ -92,9 +92,11 @@ constexpr int kDerivMaxDim = 128;
 /* The instantiation of (kernel, dim, second) in precision T and its
  * dynamic shared memory (derivatives_kernels.cuh, instantiated by
  * derivatives_single.cu and derivatives_double.cu); NULL for the
- * rectangular kernel (no derivative) or dim > kDerivMaxDim. */
+ * rectangular kernel (no derivative) or dim > kDerivMaxDim. `plain`: the
+ * Gaussian's gradient in the difference form, not the expanded one. */
 template <typename T>
-deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, size_t *smem);
+deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, bool plain,
+                                       size_t *smem);
 
 /* The plan of a batch of n_batch queries whose blocks' boxes are in
  * rep->plan_box (derivatives_plan.cu): the lists in rep->visit and

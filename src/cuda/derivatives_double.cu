@@ -7,6 +7,7 @@
 
 namespace kdegpu {
 
-template deriv_kernel_fn<double> select_deriv_kernel<double>(int, int, bool, size_t *);
+template deriv_kernel_fn<double> select_deriv_kernel<double>(int, int, bool, bool,
+                                                                size_t *);
 
 } // namespace kdegpu

@@ -200,15 +200,17 @@ template <int K> __host__ __device__ constexpr double field_factor(int order)
  * |q|^2 / 2 above the true maximum) and first sums term x, less q s0 at
  * the end: d FMAs fewer per pair for the distance and d subtractions fewer
  * for v, for the rounding of |x|^2 against q.x (the density's, in single
- * precision). Hessians keep the difference form, which v v' needs. */
+ * precision). Hessians keep the difference form, which v v' needs, and so
+ * does the gradient of a fit whose density takes it (PLAIN: model.cu's
+ * expanded_rounding_ok). */
 
-template <int K, typename T, int D, bool SECOND>
+template <int K, typename T, int D, bool SECOND, bool PLAIN = false>
 __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T> a)
 {
   constexpr int R = deriv_record<T>(D);
   constexpr int CH = deriv_chunk(D);
   constexpr bool LSE = kernel_sums_logs(K);
-  constexpr bool EXPANDED = K == KDE_GAUSSIAN && !SECOND;
+  constexpr bool EXPANDED = K == KDE_GAUSSIAN && !SECOND && !PLAIN;
   /* points per group (one lazy-max check, one loop step): 8 for the
    * expanded gradient in single precision (1.75x the density's time at
    * n = m = 1e6, d = 3, against 2.0x with 4; the Hessian and the
@@ -449,7 +451,8 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_generic_kernel(const deriv
 
 /* The selector (derivatives.cuh); each precision's .cu instantiates it. */
 template <typename T>
-deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, size_t *smem)
+deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, bool plain,
+                                       size_t *smem)
 {
   if (kernel == KDE_RECTANGULAR || dim < 1 || dim > kDerivMaxDim) return nullptr;
   int bucket = dim <= 4 ? dim : dim <= 8 ? 8 : dim <= 16 ? 16 : 32;
@@ -457,6 +460,18 @@ deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, size_t 
   *smem = bucket == 0
               ? ((size_t) deriv_chunk(0) * deriv_record<T>(dim) + (size_t) kThreads * dim) * sizeof(T)
               : (size_t) deriv_chunk(bucket) * deriv_record<T>(bucket) * sizeof(T);
+  if (kernel == KDE_GAUSSIAN && !second && plain) { /* the generic kernel is plain */
+    switch (bucket) {
+    case 1: return kde_deriv_kernel<KDE_GAUSSIAN, T, 1, false, true>;
+    case 2: return kde_deriv_kernel<KDE_GAUSSIAN, T, 2, false, true>;
+    case 3: return kde_deriv_kernel<KDE_GAUSSIAN, T, 3, false, true>;
+    case 4: return kde_deriv_kernel<KDE_GAUSSIAN, T, 4, false, true>;
+    case 8: return kde_deriv_kernel<KDE_GAUSSIAN, T, 8, false, true>;
+    case 16: return kde_deriv_kernel<KDE_GAUSSIAN, T, 16, false, true>;
+    case 32: return kde_deriv_kernel<KDE_GAUSSIAN, T, 32, false, true>;
+    default: return kde_deriv_generic_kernel<KDE_GAUSSIAN, T, false>;
+    }
+  }
   return dispatch_kernel(kernel, [bucket, second](auto k) -> deriv_kernel_fn<T> {
     constexpr int K = decltype(k)::value;
     if (K == KDE_RECTANGULAR) return nullptr;

@@ -7,6 +7,7 @@
 
 namespace kdegpu {
 
-template deriv_kernel_fn<float> select_deriv_kernel<float>(int, int, bool, size_t *);
+template deriv_kernel_fn<float> select_deriv_kernel<float>(int, int, bool, bool,
+                                                                size_t *);
 
 } // namespace kdegpu

@@ -78,7 +78,8 @@ static int choose_splits(const kde_device_job *job, int64_t blocks_q,
  * runs about 5x slower, the wide tensor-core kernel about 4x faster. */
 static double pair_cost(const kde_cuda_model *model)
 {
-  const bool plain = model->kernel == KDE_GAUSSIAN && !model->expanded;
+  /* the Gaussian's difference form at d >= 3 (the rounding's choice) */
+  const bool plain = model->kernel == KDE_GAUSSIAN && model->dim >= 3 && !model->expanded;
   double cost = (plain ? 2.0 : 1.0) * (double) model->dim + 4;
   if (model->precision == KDE_PRECISION_DOUBLE) cost *= 5;
   if (model->layout == KDE_LAYOUT_TC_WIDE) cost *= 0.25;

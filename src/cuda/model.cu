@@ -317,11 +317,10 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   }
   /* the expanded form would need a per-pair |q|^2 / lambda^2: adaptive
    * models take the difference form */
-  model->expanded = train->kernel == KDE_GAUSSIAN && train->dim >= 3 && !model->adaptive;
-  if (model->expanded && tuning != NULL && tuning->form != 0)
-    model->expanded = tuning->form == 1;
-  else if (model->expanded)
-    model->expanded = expanded_rounding_ok(train, model);
+  if (train->kernel == KDE_GAUSSIAN && !model->adaptive)
+    model->rounding_ok = tuning != NULL && tuning->form != 0 ? tuning->form == 1
+                                                             : expanded_rounding_ok(train, model);
+  model->expanded = model->rounding_ok && train->dim >= 3;
 
   min_budget = -1;
   mma_ok = 1;

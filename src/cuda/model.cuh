@@ -64,8 +64,10 @@ struct kde_cuda_model {
   size_t elem;          /* sizeof(T) */
   double *center;       /* dim: training mean, subtracted from both sets */
   double scale;         /* then coordinates are multiplied by this */
-  int expanded;         /* Gaussian, d >= 3, when its rounding allows it
-                           (expanded_rounding_ok): aux = log2 w - |x|^2 / 2 */
+  int rounding_ok;      /* the Gaussian's expanded form rounds within
+                           kExpandedRounding here (expanded_rounding_ok) */
+  int expanded;         /* Gaussian, d >= 3, rounding_ok: the density's
+                           storage aux = log2 w - |x|^2 / 2 */
   int adaptive;         /* per-point scales: a row of 1 / lambda^2 after aux
                            (kernel_adaptive.cu), the plain layout only */
   int layout;           /* enum kde_layout */

@@ -599,6 +599,26 @@ test_that("debias = TRUE is refused where it is not defined", {
 
 # Every kernel's sums run on the GPU's fused derivative kernels
 # (src/cuda/derivatives.cu), in the fit's precision.
+test_that("CUDA: the single-precision gradient at a bandwidth 5x below Scott's rule takes the difference form and matches double", {
+  skip_without_gpu()
+  # There the density's expanded form would round by ~1e-3 (test-cuda.R),
+  # and so would the gradient's; both take the difference form.
+  for (d in c(2, 3, 16)) {
+    n <- if (d == 16) 2e4 else 1e5
+    set.seed(890 + d)
+    x <- matrix(rnorm(n * d), n) + 1e4
+    # at training points and near them (0.02 is half a bandwidth or less)
+    q <- rbind(x[1:300, ], x[301:600, ] + matrix(rnorm(300 * d), 300) * 0.02)
+    fits <- lapply(c(single = "single", double = "double"), function(p)
+      kde_gpu(x, bw = "scott", adjust = 1 / 5, backend = "cuda", precision = p))
+    lab <- sprintf("cuda single gradient, d = %d, Scott / 5", d)
+    for (log in c(FALSE, TRUE))
+      dd_expect_close(predict(fits$single, q, type = "gradient", log = log),
+                      predict(fits$double, q, type = "gradient", log = log), 1e-4,
+                      paste(lab, if (log) "score" else ""))
+  }
+})
+
 test_that("CUDA: Gaussian derivatives, far-tail score, modes and SD-KDE match the references", {
   skip_without_gpu()
   tol <- 1e-5

@@ -69,7 +69,7 @@ static double ref_sums(int kernel, int64_t n, int64_t d, const double *z, const 
 
 template <typename T>
 static double run_case(int kernel, int d, bool second, int expanded, unsigned seed, int splits,
-                       int shards, bool prune)
+                       int shards, bool prune, bool plain)
 {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> N(0, 1);
@@ -118,7 +118,7 @@ static double run_case(int kernel, int d, bool second, int expanded, unsigned se
     offset.push_back((int64_t) visit.size());
   }
   size_t smem = 0;
-  auto fn = select_deriv_kernel<T>(kernel, d, second, &smem);
+  auto fn = select_deriv_kernel<T>(kernel, d, second, plain, &smem);
   if (fn == nullptr || smem > sizeof deriv_smem) { printf("no kernel / smem %zu\n", smem); return 1e300; }
   const int fields = deriv_fields(d, second);
   std::vector<T> part((size_t) splits * fields * ldq);
@@ -181,12 +181,14 @@ int main(int argc, char **argv)
     if (kernel == KDE_RECTANGULAR || (only >= 0 && kernel != only)) continue;
     for (int d : dims)
       for (int second = 0; second < 2; second++)
-        for (int expanded = 0; expanded <= (kernel == KDE_GAUSSIAN); expanded++) {
+        for (int expanded = 0; expanded <= (kernel == KDE_GAUSSIAN); expanded++)
+        for (int plain = 0; plain <= (kernel == KDE_GAUSSIAN && !second); plain++) {
           const unsigned seed = 1000 + kernel * 100 + d * 3 + second;
-          const double ef = run_case<float>(kernel, d, second, expanded, seed, 3, 2, true);
-          const double ed = run_case<double>(kernel, d, second, expanded, seed, 2, 1, d <= 4);
-          printf("%-12s d=%-2d %s%s float %.2e double %.2e%s\n", names[kernel], d, second ? "hess" : "grad",
-                 expanded ? " (expanded storage)" : "", ef, ed, (ef > 1e-4 || ed > 1e-10) ? "   <-- FAIL" : "");
+          const double ef = run_case<float>(kernel, d, second, expanded, seed, 3, 2, true, plain);
+          const double ed = run_case<double>(kernel, d, second, expanded, seed, 2, 1, d <= 4, plain);
+          printf("%-12s d=%-2d %s%s%s float %.2e double %.2e%s\n", names[kernel], d, second ? "hess" : "grad",
+                 expanded ? " (expanded storage)" : "", plain ? " (difference form)" : "", ef, ed,
+                 (ef > 1e-4 || ed > 1e-10) ? "   <-- FAIL" : "");
           fflush(stdout);
         }
   }

@@ -150,7 +150,7 @@ int main()
     for (int64_t j = 0; j < n; j++) { double *tile = &train[(j / 32) * (d + 1) * 32 + j % 32];
       for (int c = 0; c < d; c++) tile[c * 32] = z[j + c * n] * scale;
       tile[d * 32] = lse ? lw[j] * kLog2e : exp(lw[j]); }
-    size_t smem; auto fn = select_deriv_kernel<double>(kernel, d, second, &smem);
+    size_t smem; auto fn = select_deriv_kernel<double>(kernel, d, second, false, &smem);
     const int fields = deriv_fields(d, second);
     std::vector<double> part((size_t) fields * m), acc((size_t) fields * m);
     deriv_args<double> a; a.train = train.data(); a.n_points = n; a.split_points = n; a.train_base = 0;

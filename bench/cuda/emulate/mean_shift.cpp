@@ -121,7 +121,7 @@ static void gpu_steps(int64_t n, int64_t n_units, const std::vector<double> &z, 
     for (int c = 0; c < D; c++) tile[c * 32] = (T) ((z[j + c * n] - center[c]) * scale);
     tile[D * 32] = (T) (lw[j] * kLog2e);
   }
-  size_t smem; auto fn = select_deriv_kernel<T>(kernel, D, false, &smem);
+  size_t smem; auto fn = select_deriv_kernel<T>(kernel, D, false, false, &smem);
   const int fields = deriv_fields(D, false), splits = 3;
   std::vector<T> part((size_t) splits * fields * m);
   std::vector<double> acc((size_t) fields * m);

@@ -138,7 +138,7 @@ static void run(int kernel, int64_t d, int64_t n, int64_t m, bool second, int st
   }
   const int fields = deriv_fields((int) d, second);
   size_t smem = 0;
-  auto fn = select_deriv_kernel<T>(kernel, (int) d, second, &smem);
+  auto fn = select_deriv_kernel<T>(kernel, (int) d, second, false, &smem);
   if (fn == nullptr || smem > sizeof deriv_smem) { fprintf(stderr, "no kernel / smem %zu\n", smem); exit(2); }
   if (shard_units < 1 || shard_units > n_units) shard_units = n_units;
   std::vector<double> acc((size_t) fields * ldq);
