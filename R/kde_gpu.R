@@ -36,26 +36,29 @@
 #' Accuracy: double precision agrees with a plain-R reference to about
 #' 1e-12 relative on log-densities (and with scikit-learn and scipy to 1e-12
 #' or better, `bench/compare_sklearn.R`). In single precision the GPU
-#' computes the Gaussian at d >= 3 either in the expanded form
-#' \eqn{|q|^2 + |x|^2 - 2 q \cdot x}{|q|^2 + |x|^2 - 2 q.x} (on the tensor
-#' cores at d = 3 and d >= 16), whose float rounding grows with the square
-#' of how many bandwidths the points lie from their mean, or in the
-#' difference form \eqn{|q - x|^2}{|q - x|^2}, whose rounding is relative to
-#' each pair's own distance but which is slower (1.5x at d = 3, 3x at d =
-#' 16, 4x at d = 64). Each fit takes the expanded form only while its
-#' predicted rounding of a density stays below 1e-4 relative, and
-#' `print()` says which it took. So single precision keeps densities within
-#' about 1e-4 relative of double (log-densities within 1e-4 absolute), and
-#' within 1e-5 where the bandwidth is narrow against the data's spread:
-#' measured on one H200 at n = 1e6, normal data: at Scott's rule 7e-5 (d =
-#' 3, tensor cores) and 5e-5 (d = 16, 64); at a 5x narrower bandwidth, with
-#' or without the data offset by 1e4, 4e-6 or better (d = 3, 16, 64). Other
-#' kernels always take the difference form. Far from all the data,
-#' densities of \eqn{e^{-D^2/2}}{exp(-D^2/2)} at D bandwidths keep about
-#' \eqn{6 \times 10^{-8} D^2}{6e-8 D^2} relative, as float's exponent
-#' allows. Use `"double"` where that matters. The default `tolerance` of
-#' skipped terms in single precision, 1e-7 ([default_tolerance]), is below
-#' this rounding.
+#' computes the Gaussian either in the expanded form
+#' \eqn{|q|^2 + |x|^2 - 2 q \cdot x}{|q|^2 + |x|^2 - 2 q.x} (at d >= 3; on
+#' the tensor cores at d = 3 and d >= 16), whose float rounding grows with
+#' the square of how many bandwidths the points lie from their mean, or in
+#' the difference form \eqn{|q - x|^2}{|q - x|^2}, whose rounding is
+#' relative to each pair's own distance but which is slower (1.5x at d = 3,
+#' 2.8x at d = 16, 4.4x at d = 64 on an H200). Each fit takes the expanded
+#' form only while its predicted rounding of a density stays below 1e-4
+#' relative, and `print()` says which form it took; the gradient follows
+#' the density. Measured on one H200 at n = 10^6 (d = 64: 2 x 10^5), normal
+#' data, single against double over 10^5 queries
+#' (`inst/benchmarks/single-precision.csv`): at Scott's rule densities
+#' within 6e-5 relative (tensor cores at d = 3, 16, 64; the expanded form
+#' at d = 5); at a 5x narrower bandwidth, with or without the data offset
+#' by 1e4, within 4e-6 at the data (difference form, d = 3, 16, 64), and
+#' log-densities within 3e-6 by the tests' measure (absolute, or relative
+#' where |log f| > 1). Far from all the data a density made of terms
+#' \eqn{e^{-D^2/2}}{exp(-D^2/2)} at D bandwidths keeps about
+#' \eqn{6 \times 10^{-8} D^2}{6e-8 D^2} relative, which is float's limit
+#' on the exponent in either form. Other kernels always take the
+#' difference form. Use `"double"` where that matters. The default
+#' `tolerance` of skipped terms in single precision, 1e-7
+#' ([default_tolerance]), is below this rounding.
 #'
 #' [kdegpu_info()] shows what this installation can do; [kdegpu-options]
 #' lists the options that set the CPU threads (`kdegpu.threads`), the GPU
@@ -180,9 +183,9 @@
 #' @param precision `"double"` or `"single"` (GPU only). Single precision is
 #'   several times faster (the Gaussian runs on the tensor cores at d = 3 and
 #'   from d = 16 up to what the GPU's shared memory allows, 288 on an H100,
-#'   where the bandwidth is not narrow against the data's spread); its
-#'   accuracy, about 1e-4 relative on densities and better at narrow
-#'   bandwidths, is under Backends and precision.
+#'   unless the bandwidth is narrow against the data's spread); its
+#'   accuracy, within about 1e-4 relative of double on densities (4e-6 at
+#'   narrow bandwidths), is under Backends and precision.
 #' @param adjust A positive factor applied to the selected bandwidth, as in
 #'   [stats::density()]: the fit uses `adjust * bw` (`adjust^2 * H`).
 #' @param lower,upper Bounds of the support (see Bounded support): one

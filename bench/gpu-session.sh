@@ -17,7 +17,8 @@
 # $OUT/prune.csv), derivatives and bandwidth (bench/<step>.R, to
 # $OUT/<step>.csv), large (bench/prune_large.R: issue 15's n = 1e7 and 1e8
 # shapes, to $OUT/prune-large.csv; KDEGPU_LARGE picks rows), cdf
-# (bench/cdf.R, to $OUT/cdf.csv), adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda
+# (bench/cdf.R, to $OUT/cdf.csv), single (bench/single_precision.R: the
+# Gaussian's path and single against double, to $OUT/single-precision.csv), adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda
 # vs cpu, and timings), gpuderiv (bench/check_gpuderiv.R: the derivative
 # sums' tests, cuda vs cpu, kde_modes and timings), sanitize
 # (compute-sanitizer memcheck on a short R workload).
@@ -29,7 +30,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune prune-large cdf derivatives bandwidth gpu-multi; do
+  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -59,7 +60,7 @@ if [ -n "${REINSTALL:-}" ] || ! Rscript -e 'library(kdegpu)' >/dev/null 2>&1; th
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/gpu.txt" 2>&1
 
-for s in ${STEPS:-tests harness bench}; do
+for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
   case "$s" in
     tests)
       step tests Rscript -e 'filter <- Sys.getenv("TEST_FILTER"); if (!nzchar(filter)) filter <- NULL
@@ -85,6 +86,8 @@ for s in ${STEPS:-tests harness bench}; do
       step large Rscript bench/prune_large.R "$out/prune-large.csv" ;;
     cdf)
       step cdf Rscript bench/cdf.R "$out/cdf.csv" ;;
+    single)
+      step single Rscript bench/single_precision.R "$out/single-precision.csv" ;;
     adaptive)
       step adaptive Rscript bench/check_adaptive_gpu.R ;;
     gpuderiv)
