@@ -200,6 +200,14 @@ ref_data <- function(n, d, seed) {
   sweep(x, 2, seq_len(d) - 2, "+")
 }
 
+# n standard normal points in d dimensions offset by 1e4: with a bandwidth
+# 5x below Scott's rule, the GPU's single precision far below the data's
+# spread (test-cuda.R, test-derivatives.R).
+ref_offset_normal <- function(n, d, seed) {
+  set.seed(seed)
+  matrix(rnorm(n * d), n) + 1e4
+}
+
 # A full, non-diagonal, moderately conditioned SPD bandwidth matrix.
 ref_full_H <- function(d, scale, seed) {
   set.seed(seed)

@@ -71,9 +71,7 @@ expected_single_path <- function(fit, tensor_cores = TRUE) {
 test_that("CUDA: single precision stays within 1e-5 of double at a bandwidth 5x below Scott's rule, data offset by 1e4 (d = 3, 16, 64)", {
   skip_without_gpu()
   for (d in c(3, 16, 64)) {
-    n <- if (d == 3) 1e5 else 2e4
-    set.seed(880 + d)
-    x <- matrix(rnorm(n * d), n) + 1e4
+    x <- ref_offset_normal(if (d == 3) 1e5 else 2e4, d, seed = 880 + d)
     # at training points (where the kernel sums are largest against the
     # rounding) and at new points from the same law
     q <- rbind(x[1:2000, ], matrix(rnorm(2000 * d), 2000) + 1e4)

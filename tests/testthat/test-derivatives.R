@@ -608,9 +608,7 @@ test_that("CUDA: the single-precision score at a bandwidth 5x below Scott's rule
   # difference form); a score below 1e-3 / h (an isolated training point's,
   # ~1e-10 / h) is compared in absolute terms at that floor.
   for (d in c(2, 3, 16)) {
-    n <- if (d == 16) 2e4 else 1e5
-    set.seed(890 + d)
-    x <- matrix(rnorm(n * d), n) + 1e4
+    x <- ref_offset_normal(if (d == 16) 2e4 else 1e5, d, seed = 890 + d)
     # at training points and near them (0.02 is half a bandwidth or less)
     q <- rbind(x[1:300, ], x[301:600, ] + matrix(rnorm(300 * d), 300) * 0.02)
     single <- kde_gpu(x, bw = "scott", adjust = 1 / 5, backend = "cuda", precision = "single")
