@@ -44,8 +44,11 @@
 #' relative to each pair's own distance but which is slower (1.5x at d = 3,
 #' 2.8x at d = 16, 4.4x at d = 64 on an H200). Each fit takes the expanded
 #' form only while its predicted rounding of a density stays below 1e-4
-#' relative, and `print()` says which form it took; the gradient follows
-#' the density. Measured on one H200 at n = 10^6 (d = 64: 2 x 10^5), normal
+#' relative, and `print()` says which form it took. The gradient takes the
+#' difference form where the density's expanded form would round too much
+#' (and the expanded one elsewhere, also at d <= 2, where the density is
+#' always in the difference form); Hessians always take the difference
+#' form. Measured on one H200 at n = 10^6 (d = 64: 2 x 10^5), normal
 #' data, single against double over 10^5 queries
 #' (`inst/benchmarks/single-precision.csv`): at Scott's rule densities
 #' within 6e-5 relative (tensor cores at d = 3, 16, 64; the expanded form

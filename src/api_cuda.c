@@ -135,8 +135,9 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
   SEXP handle = PROTECT(R_MakeExternalPtr(model, cuda_model_tag(), shape));
   R_RegisterCFinalizerEx(handle, cuda_model_finalizer, TRUE);
   /* how its pairs are computed, for print() (kde_cuda_model_path) */
-  Rf_setAttrib(handle, Rf_install("path"), Rf_mkString(kde_cuda_model_path(model)));
-  UNPROTECT(2);
+  SEXP path = PROTECT(Rf_mkString(kde_cuda_model_path(model)));
+  Rf_setAttrib(handle, Rf_install("path"), path);
+  UNPROTECT(3);
   return handle;
 }
 

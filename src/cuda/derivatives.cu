@@ -11,9 +11,10 @@
  * 1 / lambda^2 per tile that these kernels do not read.
  *
  * Training points: the kernels read the fit's own device copy when it is
- * in the plain layout and resident (every fit but the single-precision
- * Gaussian at d = 3 and d >= 16, whose tensor-core layouts hold fp16 or
- * bfloat16 pieces, and fits too large for the budget); otherwise a plain
+ * in the plain layout and resident (every fit but the tensor-core ones,
+ * the single-precision Gaussian at d = 3 and d >= 16 in the expanded form,
+ * whose layouts hold fp16 or bfloat16 pieces, and fits too large for the
+ * budget); otherwise a plain
  * copy packed on the host from the fit's points (the same order and units)
  * is uploaded, or streamed in shards. A tensor-core model keeps its upload
  * for later calls (rep->deriv_train) when it takes at most a quarter of
@@ -124,9 +125,12 @@ template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_statu
     else r->host_train = (const T *) model->host_train;
     return 0;
   }
-  /* aux as the kernel wants it (the Gaussian's gradient: expanded where
-   * the density's rounding allows it, derivatives_kernels.cuh) */
-  const int want_expanded = p->kernel == KDE_GAUSSIAN && !r->second && model->rounding_ok;
+  /* aux as the kernel wants it: the Gaussian's gradient up to
+   * kDerivMaxFirstDim takes the expanded form where the density's rounding
+   * allows it; Hessians, other kernels and the generic kernel beyond take
+   * the difference form (derivatives_kernels.cuh) */
+  const int want_expanded = p->kernel == KDE_GAUSSIAN && !r->second && model->rounding_ok &&
+                            p->dim <= kDerivMaxFirstDim;
   if (r->rep->deriv_train != NULL && r->rep->deriv_expanded == want_expanded) {
     /* kept from an earlier call of the same form (another form would make
      * the kernels convert aux in T: the result would depend on which call

@@ -79,7 +79,8 @@ static int choose_splits(const kde_device_job *job, int64_t blocks_q,
 static double pair_cost(const kde_cuda_model *model)
 {
   /* the Gaussian's difference form at d >= 3 (the rounding's choice) */
-  const bool plain = model->kernel == KDE_GAUSSIAN && model->dim >= 3 && !model->expanded;
+  const bool plain = model->kernel == KDE_GAUSSIAN && model->dim >= 3 && !model->expanded &&
+                     !model->adaptive;
   double cost = (plain ? 2.0 : 1.0) * (double) model->dim + 4;
   if (model->precision == KDE_PRECISION_DOUBLE) cost *= 5;
   if (model->layout == KDE_LAYOUT_TC_WIDE) cost *= 0.25;

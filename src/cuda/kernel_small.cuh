@@ -3,8 +3,9 @@
  * kernel, both precisions): queries in registers, 256-point shared tiles,
  * the lazy max software-pipelined by one group. A template only:
  * kernel_small.cu instantiates the fixed-bandwidth kernels (select_small_kernel),
- * kernel_adaptive.cu the adaptive ones (A = 1: a row of per-point scales
- * after aux, kUnit more values per shared tile).
+ * kernel_adaptive.cu the adaptive ones (A = kFitAdaptive: a row of
+ * per-point scales after aux, kUnit more values per shared tile),
+ * kernel_plain.cu the Gaussian's difference form (A = kFitPlain).
  */
 #ifndef KDEGPU_CUDA_KERNEL_SMALL_CUH
 #define KDEGPU_CUDA_KERNEL_SMALL_CUH

@@ -3,7 +3,9 @@
  * both precisions): 4-query x 8-point register blocks over dimension-major
  * shared tiles, chunked over the dimensions when d exceeds shared memory.
  * A template only: kernel_wide.cu instantiates the fixed-bandwidth kernels
- * (select_wide_kernel), kernel_adaptive.cu the adaptive ones (A = 1).
+ * (select_wide_kernel), kernel_adaptive.cu the adaptive ones (A =
+ * kFitAdaptive), kernel_plain.cu the Gaussian's difference form (A =
+ * kFitPlain).
  */
 #ifndef KDEGPU_CUDA_KERNEL_WIDE_CUH
 #define KDEGPU_CUDA_KERNEL_WIDE_CUH

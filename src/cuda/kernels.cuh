@@ -9,7 +9,7 @@
  *
  * Where things are (src/cuda/)
  * ----------------------------
- * Four kernel families, one translation unit each; each exports a selector
+ * Four kernel families, in six translation units; each exports a selector
  * (declared here) that hands out its instantiation for a runtime (kernel,
  * d), and evaluate_step.cu's select_kernel() is the one place that picks:
  *   kernel_small.cu     kde_small_kernel: FMA, d = 1..4, any kernel, float
@@ -20,6 +20,9 @@
  *                       (kernel_wide.cuh)
  *   kernel_adaptive.cu  the two FMA families for adaptive (sample-point)
  *                       fits: a per-point 1 / lambda^2 row in the tiles
+ *   kernel_plain.cu     the two FMA families for the Gaussian at d >= 3 in
+ *                       the difference form (a fit the expanded form would
+ *                       round too much for: model.cu)
  *   kernel_tc_small.cu  kde_tc_small_kernel: tensor cores (bfloat16), the
  *                       single-precision Gaussian at d = 3
  *   kernel_tc_wide.cu   kde_tc_wide_kernel: tensor cores (3xFP16), the
@@ -64,8 +67,10 @@
  *   log(2) converts back on the host.
  * * Gaussian, d >= 3: |q - x|^2 = |q|^2 + |x|^2 - 2 q.x, so a pair costs d
  *   FMAs. Both sets are centred on the training mean first, which keeps the
- *   magnitudes, and so the cancellation, small. Every other kernel, and the
- *   Gaussian for d <= 2, uses the difference form.
+ *   magnitudes, and so the cancellation, small; a fit whose points lie too
+ *   many bandwidths from that mean for the precision (model.cu,
+ *   expanded_rounding_ok) takes the difference form instead. Every other
+ *   kernel, and the Gaussian for d <= 2, uses the difference form.
  * * The running max is lazy: each term is added as exp2(value - max) and a
  *   group of 8 (4 in double) training points is checked once per query; only
  *   when the group's sum passes 2^60 (a term far above the reference, or the
