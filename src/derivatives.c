@@ -142,11 +142,11 @@ void kde_derivative_results(int64_t m, int64_t d, const double *log_scale, const
        * to ~43 below the largest term (and s0 that much above 1), and e^M
        * alone would underflow first far in a tail */
       const double M = log_scale[i];
+      log_density[i] = log_const + M + log(s0[i]);
       const double scale = !isfinite(M) ? (score ? NAN : 0.0)
                            : score      ? 1.0 / s0[i]
-                           : s0[i] > 0  ? exp(log_const + M + log(s0[i])) / s0[i]
+                           : s0[i] > 0  ? exp(log_density[i]) / s0[i]
                                         : exp(log_const + M);
-      log_density[i] = log_const + M + log(s0[i]);
       for (int64_t p = 0; p < d; p++) { /* g = -2 scale A first_i */
         double sum = 0;
         for (int64_t k = 0; k < d; k++) sum += A[p + k * d] * first[i + k * m];

@@ -449,6 +449,22 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_generic_kernel(const deriv
     for (int i = 0; i < dim * (dim + 1) / 2; i++) second[i * a.ldq] *= f2;
 }
 
+/* The gradient's kernel for a size bucket (0: the generic kernel, which
+ * takes the difference form either way). */
+template <int K, typename T, bool PLAIN> deriv_kernel_fn<T> gradient_kernel_for(int bucket)
+{
+  switch (bucket) {
+  case 1: return kde_deriv_kernel<K, T, 1, false, PLAIN>;
+  case 2: return kde_deriv_kernel<K, T, 2, false, PLAIN>;
+  case 3: return kde_deriv_kernel<K, T, 3, false, PLAIN>;
+  case 4: return kde_deriv_kernel<K, T, 4, false, PLAIN>;
+  case 8: return kde_deriv_kernel<K, T, 8, false, PLAIN>;
+  case 16: return kde_deriv_kernel<K, T, 16, false, PLAIN>;
+  case 32: return kde_deriv_kernel<K, T, 32, false, PLAIN>;
+  default: return kde_deriv_generic_kernel<K, T, false>;
+  }
+}
+
 /* The selector (derivatives.cuh); each precision's .cu instantiates it. */
 template <typename T>
 deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, bool plain,
@@ -460,19 +476,7 @@ deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, bool pl
   *smem = bucket == 0
               ? ((size_t) deriv_chunk(0) * deriv_record<T>(dim) + (size_t) kThreads * dim) * sizeof(T)
               : (size_t) deriv_chunk(bucket) * deriv_record<T>(bucket) * sizeof(T);
-  if (kernel == KDE_GAUSSIAN && !second && plain) { /* the generic kernel is plain */
-    switch (bucket) {
-    case 1: return kde_deriv_kernel<KDE_GAUSSIAN, T, 1, false, true>;
-    case 2: return kde_deriv_kernel<KDE_GAUSSIAN, T, 2, false, true>;
-    case 3: return kde_deriv_kernel<KDE_GAUSSIAN, T, 3, false, true>;
-    case 4: return kde_deriv_kernel<KDE_GAUSSIAN, T, 4, false, true>;
-    case 8: return kde_deriv_kernel<KDE_GAUSSIAN, T, 8, false, true>;
-    case 16: return kde_deriv_kernel<KDE_GAUSSIAN, T, 16, false, true>;
-    case 32: return kde_deriv_kernel<KDE_GAUSSIAN, T, 32, false, true>;
-    default: return kde_deriv_generic_kernel<KDE_GAUSSIAN, T, false>;
-    }
-  }
-  return dispatch_kernel(kernel, [bucket, second](auto k) -> deriv_kernel_fn<T> {
+  return dispatch_kernel(kernel, [bucket, second, plain](auto k) -> deriv_kernel_fn<T> {
     constexpr int K = decltype(k)::value;
     if (K == KDE_RECTANGULAR) return nullptr;
     if (second) {
@@ -485,16 +489,10 @@ deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, bool pl
       default: return kde_deriv_generic_kernel<K, T, true>;
       }
     }
-    switch (bucket) {
-    case 1: return kde_deriv_kernel<K, T, 1, false>;
-    case 2: return kde_deriv_kernel<K, T, 2, false>;
-    case 3: return kde_deriv_kernel<K, T, 3, false>;
-    case 4: return kde_deriv_kernel<K, T, 4, false>;
-    case 8: return kde_deriv_kernel<K, T, 8, false>;
-    case 16: return kde_deriv_kernel<K, T, 16, false>;
-    case 32: return kde_deriv_kernel<K, T, 32, false>;
-    default: return kde_deriv_generic_kernel<K, T, false>;
-    }
+    /* only the Gaussian's gradient has an expanded form to leave */
+    if constexpr (K == KDE_GAUSSIAN)
+      if (plain) return gradient_kernel_for<K, T, true>(bucket);
+    return gradient_kernel_for<K, T, false>(bucket);
   });
 }
 

@@ -25,6 +25,14 @@ namespace kdegpu {
 /* The one dispatch point: a model's (kernel, d, layout, form) -> the
  * instantiation of a kernel family, through the selector its translation
  * unit exports. (An adaptive model has the plain layout.) */
+/* A fixed-bandwidth Gaussian model at d >= 3 that the rounding put in the
+ * difference form (model.cu, expanded_rounding_ok): kernel_plain.cu's. */
+static bool plain_gaussian(const kde_cuda_model *model)
+{
+  return model->kernel == KDE_GAUSSIAN && model->dim >= 3 && !model->expanded &&
+         !model->adaptive;
+}
+
 template <typename T> static kde_kernel_fn<T> select_kernel(const kde_cuda_model *model)
 {
   const int kernel = model->kernel, dim = (int) model->dim;
@@ -32,8 +40,7 @@ template <typename T> static kde_kernel_fn<T> select_kernel(const kde_cuda_model
     if (model->layout == KDE_LAYOUT_TC_WIDE) return select_tc_wide_kernel();
     if (model->layout == KDE_LAYOUT_TC_SMALL) return select_tc_small_kernel();
   }
-  if (kernel == KDE_GAUSSIAN && dim >= 3 && !model->expanded && !model->adaptive)
-    return select_plain_gaussian_kernel<T>(dim);
+  if (plain_gaussian(model)) return select_plain_gaussian_kernel<T>(dim);
   if (model->adaptive)
     return dim <= 4 ? select_small_adaptive_kernel<T>(kernel, dim)
                     : select_wide_adaptive_kernel<T>(kernel);
@@ -74,14 +81,12 @@ static int choose_splits(const kde_device_job *job, int64_t blocks_q,
 }
 
 /* Relative cost of a pair on the path a model takes (FMAs for the dot
- * product, or subtractions and FMAs for the distance, plus the exp), for the size of a step: double precision
- * runs about 5x slower, the wide tensor-core kernel about 4x faster. */
+ * product, or subtractions and FMAs for the plain Gaussian's distance, plus
+ * the exp), for the size of a step: double precision runs about 5x slower,
+ * the wide tensor-core kernel about 4x faster. */
 static double pair_cost(const kde_cuda_model *model)
 {
-  /* the Gaussian's difference form at d >= 3 (the rounding's choice) */
-  const bool plain = model->kernel == KDE_GAUSSIAN && model->dim >= 3 && !model->expanded &&
-                     !model->adaptive;
-  double cost = (plain ? 2.0 : 1.0) * (double) model->dim + 4;
+  double cost = (plain_gaussian(model) ? 2.0 : 1.0) * (double) model->dim + 4;
   if (model->precision == KDE_PRECISION_DOUBLE) cost *= 5;
   if (model->layout == KDE_LAYOUT_TC_WIDE) cost *= 0.25;
   return cost;

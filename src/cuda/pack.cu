@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <type_traits>
-#include <vector>
 
 #include "kdegpu/kernels.h"
 #include "kde_cuda.h"
