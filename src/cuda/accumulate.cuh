@@ -19,6 +19,42 @@
 
 namespace kdegpu {
 
+/*
+ * The FMA kernels' running sum of a thread's tile sums. One tile sum per
+ * query is added per tile, so a split of n points adds n / kUnit of them
+ * (4e5 at n = 1e8), and a plain float sum of that many similar terms drifts:
+ * 6.6e-5 relative at n = 1e8, d = 3, measured against double. So float sums
+ * carry Kahan's compensation (three adds per tile, next to 256 pairs' exps;
+ * no cost measured). Double sums add plainly: the same count drifts by about
+ * 1e-11 at most, and the carry's registers would cost the double kernels a
+ * block per SM. The tensor-core kernels keep plain float sums (the carry
+ * cost them 3-5%) and add to them only every 4096 points, whose drift stays
+ * below their expanded form's rounding. Rescaling (a new running max)
+ * scales the carry with the sum. Sums stay far below overflow (LSE terms
+ * are at most kLazyLimit times the count; weights sum to 1).
+ */
+template <typename T> struct compensated_sum {
+  static constexpr bool kCompensate = sizeof(T) == sizeof(float);
+  T sum = 0, carry = 0; /* carry stays 0 (and unallocated) for double */
+  __device__ __forceinline__ void operator+=(T x)
+  {
+    if (!kCompensate) {
+      sum += x;
+      return;
+    }
+    const T y = x - carry;
+    const T t = sum + y;
+    carry = (t - sum) - y;
+    sum = t;
+  }
+  __device__ __forceinline__ void operator*=(T f)
+  {
+    sum *= f;
+    if (kCompensate) carry *= f;
+  }
+  __device__ __forceinline__ T value() const { return kCompensate ? sum - carry : sum; }
+};
+
 /* Lazy-max pieces, for LSE kernels. group_exps: g[i] = sum_p exp2(value[i][p]
  * - m[i]), the last POLY of each thread's Q x U terms by poly_exp2; returns
  * whether some query's group sum passed kLazyLimit. group_fix_one: for those
@@ -42,9 +78,9 @@ __device__ __forceinline__ bool group_exps(const T (&value)[Q][U], const T (&m)[
   return far;
 }
 
-template <typename T, int U>
-__device__ __forceinline__ void group_fix_one(const T (&value)[U], T &m, T &s,
-                                              T &ts, T &g)
+template <typename T, typename S, int U>
+__device__ __forceinline__ void group_fix_one(const T (&value)[U], T &m, S &s, T &ts,
+                                              T &g)
 {
   T group_max = value[0];
 #pragma unroll
@@ -75,9 +111,9 @@ __device__ __forceinline__ void group_fix_one(const T (&value)[U], T &m, T &s,
  * m starts at lowest() (finite), not -inf, so value - m is never
  * (-inf) - (-inf): zero-weight and padding points (value -inf) add 0.
  */
-template <bool LSE, int POLY = 0, typename T, int Q, int U>
-__device__ __forceinline__ void accumulate_group(T (&value)[Q][U], T (&m)[Q],
-                                                 T (&s)[Q], T (&ts)[Q])
+template <bool LSE, int POLY = 0, typename T, typename S, int Q, int U>
+__device__ __forceinline__ void accumulate_group(T (&value)[Q][U], T (&m)[Q], S (&s)[Q],
+                                                 T (&ts)[Q])
 {
   if (!LSE) {
 #pragma unroll
@@ -173,7 +209,7 @@ template <bool LSE, typename T> __device__ __forceinline__ T excluded_value()
 template <typename T, int Q>
 __device__ __forceinline__ void write_partials(const kde_args<T> &a, T *smem,
                                                const T (&m)[Q],
-                                               const T (&s)[Q],
+                                               const compensated_sum<T> (&s)[Q],
                                                const int (&slot)[Q])
 {
   const int warp = threadIdx.x / 32;
@@ -183,7 +219,7 @@ __device__ __forceinline__ void write_partials(const kde_args<T> &a, T *smem,
 #pragma unroll
   for (int i = 0; i < Q; i++) {
     sm[warp * kBlockQueries + slot[i]] = m[i];
-    ss[warp * kBlockQueries + slot[i]] = s[i];
+    ss[warp * kBlockQueries + slot[i]] = s[i].value();
   }
   __syncthreads();
   if (threadIdx.x < kBlockQueries) {

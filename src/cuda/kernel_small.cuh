@@ -81,7 +81,7 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
 template <int K, typename T, int D, int A, bool CHECK, int Q>
 __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
                                            const T (&q)[Q][D], T (&m)[Q],
-                                           T (&s)[Q], T (&ts)[Q],
+                                           compensated_sum<T> (&s)[Q], T (&ts)[Q],
                                            int64_t first,
                                            const int64_t (&qg)[Q])
 {
@@ -153,12 +153,10 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   }
   const int64_t qg_lo = qg[0], qg_hi = qg[Q - 1];
 
-  T m[Q], s[Q];
+  T m[Q];
+  compensated_sum<T> s[Q];
 #pragma unroll
-  for (int i = 0; i < Q; i++) {
-    m[i] = LSE ? real_traits<T>::lowest() : (T) 0;
-    s[i] = 0;
-  }
+  for (int i = 0; i < Q; i++) m[i] = LSE ? real_traits<T>::lowest() : (T) 0;
 
   int64_t split_count;
   const int64_t p0 = block_split(a, split_count);

@@ -167,7 +167,9 @@ __global__ void __launch_bounds__(kThreads) kde_tc_wide_kernel(const kde_args<fl
           value[r][2 * j + e] = v;
         }
     accumulate_group<true, kPolyExps>(value, m, s, ts);
-    if ((tile & 15) == 15) {
+    /* Two-level sum as kde_tc_small_kernel's: 128 tiles (4096 points) into
+     * ts, then into s. */
+    if ((tile & 127) == 127) {
 #pragma unroll
       for (int r = 0; r < R; r++) {
         s[r] += ts[r];

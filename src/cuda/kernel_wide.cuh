@@ -66,11 +66,11 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     qg[i] = a.query_base + q0 + slot[i];
   }
 
-  T m[Q], s[Q], ts[Q];
+  T m[Q], ts[Q];
+  compensated_sum<T> s[Q];
 #pragma unroll
   for (int i = 0; i < Q; i++) {
     m[i] = LSE ? real_traits<T>::lowest() : (T) 0;
-    s[i] = 0;
     ts[i] = 0;
   }
 
