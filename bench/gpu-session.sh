@@ -18,8 +18,10 @@
 # $OUT/<step>.csv), large (bench/prune_large.R: issue 15's n = 1e7 and 1e8
 # shapes, to $OUT/prune-large.csv; KDEGPU_LARGE picks rows), cdf
 # (bench/cdf.R, to $OUT/cdf.csv), single (bench/single_precision.R: the
-# Gaussian's path and single against double, to $OUT/single-precision.csv), adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda
-# vs cpu, and timings), gpuderiv (bench/check_gpuderiv.R: the derivative
+# Gaussian's path and single against double, to $OUT/single-precision.csv),
+# sums (bench/single_large_sums.R: single against double at n = 1e8),
+# adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda vs cpu, and
+# timings), gpuderiv (bench/check_gpuderiv.R: the derivative
 # sums' tests, cuda vs cpu, kde_modes and timings), sanitize
 # (compute-sanitizer memcheck on a short R workload).
 set -uo pipefail
@@ -88,6 +90,8 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
       step cdf Rscript bench/cdf.R "$out/cdf.csv" ;;
     single)
       step single Rscript bench/single_precision.R "$out/single-precision.csv" ;;
+    sums)
+      step sums Rscript bench/single_large_sums.R ;;
     adaptive)
       step adaptive Rscript bench/check_adaptive_gpu.R ;;
     gpuderiv)
