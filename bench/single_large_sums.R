@@ -8,7 +8,8 @@
 #
 #   Rscript bench/single_large_sums.R
 suppressPackageStartupMessages(library(kdegpu))
-if (nrow(kdegpu_info()$gpus) == 0L) stop("bench/single_large_sums.R needs a usable GPU")
+info <- kdegpu_info()
+if (nrow(info$gpus) == 0L) stop("bench/single_large_sums.R needs a usable GPU")
 options(kdegpu.devices = 0)
 set.seed(1)
 n <- 1e8
@@ -28,7 +29,7 @@ reference <- predict(kde_gpu(x, precision = "double"), q, log = TRUE, tolerance 
 err_skipping <- abs(expm1(skipping - reference))
 err_full <- abs(expm1(full - reference))
 cat(sprintf("%s, commit %s: relative error against double, max: skipping %.3g, full %.3g\n",
-            kdegpu_info()$gpus$name[1], Sys.getenv("KDEGPU_COMMIT", "?"),
+            info$gpus$name[1], Sys.getenv("KDEGPU_COMMIT", "?"),
             max(err_skipping), max(err_full)))
 cat("quantiles 0.5, 0.99, 0.999: skipping", signif(quantile(err_skipping, c(.5, .99, .999)), 3),
     "; full", signif(quantile(err_full, c(.5, .99, .999)), 3), "\n")

@@ -28,8 +28,8 @@ namespace kdegpu {
  * no cost measured). Double sums add plainly: the same count drifts by about
  * 1e-11 at most, and the carry's registers would cost the double kernels a
  * block per SM. The tensor-core kernels keep plain float sums (the carry
- * cost them 3-5%) and add to them only every 4096 points, whose drift stays
- * below their expanded form's rounding. Rescaling (a new running max)
+ * cost them 3-5%) and add to them only every kTcSumPoints points, whose drift
+ * stays below their expanded form's rounding. Rescaling (a new running max)
  * scales the carry with the sum. Sums stay far below overflow (LSE terms
  * are at most kLazyLimit times the count; weights sum to 1).
  */
@@ -54,6 +54,18 @@ template <typename T> struct compensated_sum {
   }
   __device__ __forceinline__ T value() const { return kCompensate ? sum - carry : sum; }
 };
+
+/* The second level of the two-level sums: a run of tiles' sums ts into the
+ * running sums s, and ts back to 0. */
+template <typename S, typename T, int Q>
+__device__ __forceinline__ void flush_tile_sums(S (&s)[Q], T (&ts)[Q])
+{
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    s[i] += ts[i];
+    ts[i] = 0;
+  }
+}
 
 /* Lazy-max pieces, for LSE kernels. group_exps: g[i] = sum_p exp2(value[i][p]
  * - m[i]), the last POLY of each thread's Q x U terms by poly_exp2; returns

@@ -22,9 +22,6 @@
 
 namespace kdegpu {
 
-/* The one dispatch point: a model's (kernel, d, layout, form) -> the
- * instantiation of a kernel family, through the selector its translation
- * unit exports. (An adaptive model has the plain layout.) */
 /* A fixed-bandwidth Gaussian model at d >= 3 that the rounding put in the
  * difference form (model.cu, expanded_rounding_ok): kernel_plain.cu's. */
 static bool plain_gaussian(const kde_cuda_model *model)
@@ -33,6 +30,9 @@ static bool plain_gaussian(const kde_cuda_model *model)
          !model->adaptive;
 }
 
+/* The one dispatch point: a model's (kernel, d, layout, form) -> the
+ * instantiation of a kernel family, through the selector its translation
+ * unit exports. (An adaptive model has the plain layout.) */
 template <typename T> static kde_kernel_fn<T> select_kernel(const kde_cuda_model *model)
 {
   const int kernel = model->kernel, dim = (int) model->dim;

@@ -238,20 +238,13 @@ __global__ void __launch_bounds__(kThreads, real_traits<float>::min_blocks)
       tc_small_tile<D, true>(xs, afrag, neg_m, s, ts, first, qg);
     else
       tc_small_tile<D, false>(xs, afrag, neg_m, s, ts, first, qg);
-    /* Two-level sum, 16 tiles into ts, then into s: s takes n / 4096 adds,
-     * whose plain float drift stays below the expanded form's rounding (the
-     * FMA kernels' compensated_sum costs 3% here, measured on an H100). */
-    if ((tile & 15) == 15) {
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        s[r] += ts[r];
-        ts[r] = 0;
-      }
-    }
+    /* Two-level sum, kTcSumPoints into ts, then into s (the FMA kernels'
+     * compensated_sum costs 3% here, measured on an H100). */
+    constexpr int64_t run = kTcSumPoints / kUnit;
+    if ((tile & (run - 1)) == run - 1) flush_tile_sums(s, ts);
     __syncthreads(); /* the next prefetch overwrites this buffer */
   }
-#pragma unroll
-  for (int r = 0; r < R; r++) s[r] += ts[r];
+  flush_tile_sums(s, ts);
   float m[R];
 #pragma unroll
   for (int r = 0; r < R; r++) m[r] = -neg_m[r];

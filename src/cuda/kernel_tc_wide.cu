@@ -167,20 +167,14 @@ __global__ void __launch_bounds__(kThreads) kde_tc_wide_kernel(const kde_args<fl
           value[r][2 * j + e] = v;
         }
     accumulate_group<true, kPolyExps>(value, m, s, ts);
-    /* Two-level sum as kde_tc_small_kernel's: 128 tiles (4096 points) into
-     * ts, then into s. */
-    if ((tile & 127) == 127) {
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        s[r] += ts[r];
-        ts[r] = 0;
-      }
-    }
+    /* Two-level sum as kde_tc_small_kernel's: kTcSumPoints into ts, then
+     * into s. */
+    constexpr int64_t run = kTcSumPoints / kTileWidth;
+    if ((tile & (run - 1)) == run - 1) flush_tile_sums(s, ts);
     __syncthreads(); /* the next prefetch overwrites this buffer */
   }
 
-#pragma unroll
-  for (int r = 0; r < R; r++) s[r] += ts[r];
+  flush_tile_sums(s, ts);
   write_quad_partials(a, q0 + 32 * warp, m, s);
 #else
   __trap();

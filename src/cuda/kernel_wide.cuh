@@ -172,13 +172,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
         }
       accumulate_group<LSE>(acc, m, s, ts);
       /* Two-level sum: 16 tiles into ts, then into s. */
-      if ((tile & 15) == 15) {
-#pragma unroll
-        for (int i = 0; i < Q; i++) {
-          s[i] += ts[i];
-          ts[i] = 0;
-        }
-      }
+      if ((tile & 15) == 15) flush_tile_sums(s, ts);
       tile++;
       c = 0;
     } else {
@@ -186,8 +180,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     }
     __syncthreads(); /* sq and this sx buffer are overwritten next */
   }
-#pragma unroll
-  for (int i = 0; i < Q; i++) s[i] += ts[i];
+  flush_tile_sums(s, ts);
   write_partials<T, Q>(a, smem, m, s, slot);
 }
 

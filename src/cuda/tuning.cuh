@@ -39,6 +39,10 @@ constexpr int64_t kMinUnitsPerSplit = 8;
  * again against its own maximum: terms up to about 2^57 above the reference
  * are summed as they are (float holds sums up to 2^128). */
 constexpr double kLazyLimit = 1152921504606846976.0; /* 2^60 */
+/* The tensor-core kernels' plain float running sums take a run of tiles'
+ * sum once per this many points (a power of 2), few enough adds that their
+ * drift stays below the expanded form's rounding (accumulate.cuh). */
+constexpr int kTcSumPoints = 4096;
 /* Tensor-core paths for the single-precision Gaussian: kde_tc_wide_kernel
  * at d >= kTcWideMinDim, kde_tc_small_kernel at d = kTcSmallDim. (At d = 1, 2 the
  * FMA kernel's difference form is 100x more accurate than any expanded
