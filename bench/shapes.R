@@ -1,0 +1,127 @@
+# The shapes users run, beyond the benchmarks' dense normal data: the
+# default tolerance against `tolerance = 0` (the full sum) in one run, with
+# the share of pairs evaluated and the accuracy against the CPU backend's
+# full double sum (its own accuracy: ~1e-15 against a plain-R sum).
+#
+#   Rscript bench/shapes.R [out.csv] [backend]    (backend: cuda or cpu)
+#
+# Rows (Gaussian, Scott's H unless said):
+#   few:       m = 1 .. 1e5 (CPU: 1e3) standard-normal queries against n = 1e7 (GPU) or
+#              1e6 (CPU) standard-normal points, d = 3 (GPU) / 2 (CPU);
+#   sparse:    the share at m = 1e5 and 1e6 against the same fit, to set
+#              beside m = n (dense);
+#   clustered: 2e5 points in 20 clusters (sd 1) on a 5 x 4 grid 200 apart,
+#              bw 0.25 (the data span ~3,200 bandwidths), d = 2; 5,300
+#              queries: 2,000 inside, 2,000 between neighbouring clusters,
+#              1,300 far (uniform over three times the data's box);
+#   gps:       1e6 points uniform over 4,000 x 4,000 bandwidths (bw 1),
+#              2,000 queries at points jittered by half a bandwidth.
+# KDEGPU_SHAPES picks rows by case (a regular expression).
+suppressPackageStartupMessages(library(kdegpu))
+args <- commandArgs(trailingOnly = TRUE)
+out_csv <- if (length(args) >= 1L) args[[1L]] else "inst/benchmarks/shapes.csv"
+backend <- if (length(args) >= 2L) args[[2L]] else "cuda"
+source("bench/timing.R")
+pick <- Sys.getenv("KDEGPU_SHAPES", ".")
+
+info <- kdegpu_info()
+device <- if (backend == "cuda") info$gpus$name[[1L]] else
+  sprintf("CPU, %d threads", getOption("kdegpu.threads", parallel::detectCores()))
+gpu <- backend == "cuda"
+
+normal <- function(n, d, seed) {
+  set.seed(seed)
+  matrix(rnorm(n * d), n, d)
+}
+cluster_centres <- as.matrix(expand.grid(x = 200 * (0:4), y = 200 * (0:3)))
+clustered <- function(n, seed) {
+  set.seed(seed)
+  cluster_centres[sample.int(20L, n, replace = TRUE), ] + matrix(rnorm(2 * n), n, 2)
+}
+clustered_queries <- function(x, seed) {
+  set.seed(seed)
+  inside <- x[sample.int(nrow(x), 2000L), ] + matrix(rnorm(4000, sd = 0.5), 2000, 2)
+  pairs <- sample.int(19L, 2000L, replace = TRUE)
+  between <- (cluster_centres[pairs, ] + cluster_centres[pairs + 1L, ]) / 2 +
+    matrix(rnorm(4000, sd = 10), 2000, 2)
+  far <- cbind(runif(1300, -800, 1600), runif(1300, -600, 1200))
+  rbind(inside, between, far)
+}
+gps <- function(n, seed) {
+  set.seed(seed)
+  matrix(runif(2 * n, 0, 4000), n, 2)
+}
+
+rows <- list()
+# One row: the default tolerance and tolerance = 0 timed alternately, the
+# share of the default's pairs, and both precisions' accuracy on the GPU.
+measure <- function(case, fit, q, reference = NULL, reps = 5L) {
+  run <- function(tol) predict(fit, q, log = TRUE, tolerance = tol)
+  tol_default <- default_tolerance[[fit$precision]]
+  got <- run(tol_default)
+  share <- summary(fit)$pairs_share
+  err <- NA_real_
+  if (!is.null(reference)) {
+    ok <- is.finite(reference)
+    # relative error of the density: |exp(log f - log f_ref) - 1|
+    err <- max(abs(expm1(got[ok] - reference[ok])))
+    if (!identical(is.finite(got), ok)) err <- Inf
+  }
+  t_default <- t_full <- numeric(reps)
+  for (i in seq_len(reps)) {
+    t_default[i] <- median_seconds(function() run(tol_default), 1L)
+    t_full[i] <- median_seconds(function() run(0), 1L)
+  }
+  r <- data.frame(case = case, backend = backend, d = fit$d, n = fit$n, m = nrow(q),
+                  precision = fit$precision, path = fit_path(fit),
+                  seconds_default = median(t_default), seconds_full = median(t_full),
+                  ratio = median(t_default) / median(t_full), pairs_share = share,
+                  max_rel_err = err)
+  cat(sprintf("%-10s d=%d n=%.0e m=%-6.0e %-6s %-16s default %9.5f s  full %9.5f s  ratio %5.2f  share %.3f  err %.1e\n",
+              case, r$d, r$n, r$m, r$precision, r$path, r$seconds_default, r$seconds_full,
+              r$ratio, share, err))
+  rows[[length(rows) + 1L]] <<- r
+}
+fit_path <- function(fit) {
+  handle <- fit$device$handle
+  if (is.environment(fit$device) && !is.null(handle)) attr(handle, "path") else "cpu"
+}
+exact <- function(x, q, bw = "scott") {
+  predict(kde_gpu(x, bw = bw, backend = "cpu"), q, log = TRUE, tolerance = 0)
+}
+
+if (grepl(pick, "few") || grepl(pick, "sparse")) {
+  n <- if (gpu) 1e7 else 1e6
+  d <- if (gpu) 3L else 2L
+  x <- normal(n, d, 1)
+  fit <- kde_gpu(x, backend = backend, precision = if (gpu) "single" else "double")
+  for (m in c(1, 10, 100, 1000, 1e4, 1e5)) {
+    if (!gpu && m > 1000) next
+    if (grepl(pick, "few")) measure("few", fit, normal(m, d, 2), reps = 3L)
+  }
+  if (grepl(pick, "sparse") && gpu) {
+    for (m in c(1e5, 1e6)) measure("sparse", fit, normal(m, d, 3), reps = 3L)
+    measure("dense", fit, x, reps = 3L)
+  }
+  rm(fit, x); invisible(gc())
+}
+if (grepl(pick, "clustered")) {
+  x <- clustered(2e5, 1)
+  q <- clustered_queries(x, 2)
+  ref <- exact(x, q, bw = 0.25)
+  for (p in if (gpu) c("double", "single") else "double")
+    measure("clustered", kde_gpu(x, bw = 0.25, backend = backend, precision = p), q, ref)
+}
+if (grepl(pick, "gps")) {
+  x <- gps(1e6, 1)
+  set.seed(2)
+  q <- x[sample.int(nrow(x), 2000L), ] + matrix(rnorm(4000, sd = 0.5), 2000, 2)
+  ref <- exact(x, q, bw = 1)
+  for (p in if (gpu) c("double", "single") else "double")
+    measure("gps", kde_gpu(x, bw = 1, backend = backend, precision = p), q, ref)
+}
+
+results <- do.call(rbind, rows)
+results$device <- device
+write_bench_csv(results, out_csv)
+cat(sprintf("\nDevice: %s; wrote %s\n", device, out_csv))
