@@ -127,24 +127,36 @@ gpus_for_cuda_fit <- function() {
 }
 
 # The device-resident copy of a CUDA fit, created on first use, again after
-# saveRDS()/readRDS() (where the external pointer comes back NULL), and again
+# saveRDS()/readRDS() (where the external pointer comes back NULL), again
 # when options(kdegpu.gpu_memory) or options(kdegpu.devices) change, so that
-# the options always govern the next evaluation.
-cuda_model <- function(object) {
+# the options always govern the next evaluation, and again when a call's
+# `tolerance` asks for another form of the Gaussian: the faster expanded
+# form (tensor cores) serves only while its predicted rounding of a density
+# is within the tolerance, so that the default gives the precision's own
+# accuracy and a looser tolerance (say 1e-4) opts into the faster form.
+cuda_model <- function(object, tolerance = resolve_tolerance(NULL, object)) {
   cache <- object$device
   available <- gpus_for_cuda_fit()
   config <- list(budget = gpu_memory_budget(), devices = gpu_devices(available))
-  if (is.null(cache$handle) || !.Call(C_kdegpu_cuda_model_valid, cache$handle) ||
-      !identical(cache$config, config)) {
+  valid <- !is.null(cache$handle) && .Call(C_kdegpu_cuda_model_valid, cache$handle) &&
+    identical(cache$config, config)
+  # the form the model has, and the one this tolerance asks for
+  rounding <- if (valid) attr(cache$handle, "rounding") else NA_real_
+  if (valid && !is.na(rounding)) {
+    valid <- identical(cache$expanded, rounding <= tolerance)
+  }
+  if (!valid) {
     if (!is.null(cache$handle)) .Call(C_kdegpu_cuda_model_release, cache$handle)
+    cache$handle <- NULL # a failed creation leaves none behind
     cache$handle <- .Call(
       C_kdegpu_cuda_model_create, object$z, object$tile_weights, object$tile_scale,
       object$tile_size,
       kernel_index(object$kernel),
       if (object$precision == "single") 1L else 0L, config$devices, config$budget,
-      cpu_threads()
+      tolerance, cpu_threads()
     )
     cache$config <- config
+    cache$expanded <- isTRUE(attr(cache$handle, "rounding") <= tolerance)
   }
   cache$handle
 }
@@ -193,7 +205,7 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
   transform <- if (whitened) NULL else object$transform
   tolerance <- resolve_tolerance(tolerance, object)
   out <- if (object$backend == "cuda") {
-    .Call(C_kdegpu_log_density_cuda, cuda_model(object), query, center, transform,
+    .Call(C_kdegpu_log_density_cuda, cuda_model(object, tolerance), query, center, transform,
           object$log_const, leave_one_out, tolerance, cpu_threads(), progress_delay())
   } else {
     .Call(C_kdegpu_log_density_cpu, object$z, object$tile_weights, object$tile_scale,

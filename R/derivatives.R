@@ -33,9 +33,10 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL,
   adaptive <- !is.null(object$adaptive)
   d <- object$d
   if (object$backend == "cuda" && d <= cuda_derivative_max_dim && !adaptive) {
-    res <- .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object),
+    tolerance <- resolve_tolerance(tolerance, object)
+    res <- .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object, tolerance),
                  kernel_index(object$kernel), object$z, log_weights, zq, second,
-                 resolve_tolerance(tolerance, object), cpu_threads(), progress_delay())
+                 tolerance, cpu_threads(), progress_delay())
     names(res) <- c("log_scale", "s0", "k1sum", "first", "second")
     return(res)
   }

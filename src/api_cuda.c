@@ -102,7 +102,8 @@ static void cuda_model_finalizer(SEXP handle)
  * frees the device memory when the fit is garbage-collected. */
 SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
                               SEXP tile_size, SEXP kernel, SEXP precision,
-                              SEXP devices, SEXP memory_budget, SEXP threads)
+                              SEXP devices, SEXP memory_budget, SEXP max_rounding,
+                              SEXP threads)
 {
   int n_threads = arg_threads(threads);
   kde_training_set t = arg_training_set(train, weight, scale, kernel,
@@ -116,13 +117,16 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
     if (INTEGER(devices)[i] == NA_INTEGER || INTEGER(devices)[i] < 0)
       Rf_error("`devices` must hold non-negative device indices");
   double budget = arg_double_scalar(memory_budget, "memory_budget");
+  double rounding = arg_double_scalar(max_rounding, "max_rounding");
+  if (!(rounding >= 0))
+    Rf_error("`max_rounding` must be a non-negative number");
 
   kde_status status;
   kde_status_clear(&status);
   kde_cuda_model *model = NULL;
   if (cuda_allowed(&status))
     model = kde_cuda_model_create(&t, prec, INTEGER(devices),
-                                  (int) XLENGTH(devices), budget, &status);
+                                  (int) XLENGTH(devices), budget, rounding, &status);
   if (model == NULL) {
     kde_status_set(&status, KDE_ERR_CUDA, "could not create the CUDA model");
     raise_status(&status);
@@ -134,10 +138,14 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
   REAL(shape)[1] = (double) t.dim;
   SEXP handle = PROTECT(R_MakeExternalPtr(model, cuda_model_tag(), shape));
   R_RegisterCFinalizerEx(handle, cuda_model_finalizer, TRUE);
-  /* how its pairs are computed, for print() (kde_cuda_model_path) */
+  /* how its pairs are computed, for print() (kde_cuda_model_path), and
+   * the expanded form's predicted rounding, from which R knows the form a
+   * call's tolerance asks for (cuda_model) */
   SEXP path = PROTECT(Rf_mkString(kde_cuda_model_path(model)));
   Rf_setAttrib(handle, Rf_install("path"), path);
-  UNPROTECT(3);
+  SEXP predicted = PROTECT(Rf_ScalarReal(kde_cuda_model_rounding(model)));
+  Rf_setAttrib(handle, Rf_install("rounding"), predicted);
+  UNPROTECT(4);
   return handle;
 }
 

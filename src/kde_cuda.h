@@ -44,13 +44,22 @@ void kde_cuda_get_device_info(int device, kde_cuda_device_info *info,
  * 1). `memory_budget` bounds the device memory (bytes, per device) that the
  * model and each evaluation may use; <= 0 means the default, a safe
  * fraction of free memory. When the training set does not fit, the model
- * keeps a host copy and streams it in batches. Returns NULL on failure,
- * with nothing left allocated.
+ * keeps a host copy and streams it in batches. `max_rounding` is the
+ * largest relative rounding of a density that the fit accepts from a
+ * faster form: the Gaussian takes its expanded form (with the tensor cores
+ * where they serve) only while that form's predicted rounding
+ * (kde_cuda_model_rounding) is within it, else the difference form. Returns
+ * NULL on failure, with nothing left allocated.
  */
 kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
                                       int precision, const int *devices,
                                       int n_devices, double memory_budget,
-                                      kde_status *status);
+                                      double max_rounding, kde_status *status);
+
+/* The predicted relative rounding of a density in the Gaussian's expanded
+ * form for this model's training set (NaN: the model has no expanded form,
+ * another kernel or an adaptive fit), whichever form it took. */
+double kde_cuda_model_rounding(const kde_cuda_model *model);
 
 /* Frees every device and host allocation of the model; NULL is a no-op. */
 void kde_cuda_model_free(kde_cuda_model *model);

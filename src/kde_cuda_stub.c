@@ -37,15 +37,22 @@ void kde_cuda_get_device_info(int device, kde_cuda_device_info *info,
 kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
                                       int precision, const int *devices,
                                       int n_devices, double memory_budget,
-                                      kde_status *status)
+                                      double max_rounding, kde_status *status)
 {
   (void) train;
   (void) precision;
   (void) devices;
   (void) n_devices;
   (void) memory_budget;
+  (void) max_rounding;
   kde_stub_unavailable(status);
   return NULL;
+}
+
+double kde_cuda_model_rounding(const kde_cuda_model *model)
+{
+  (void) model;
+  return 0;
 }
 
 void kde_cuda_model_free(kde_cuda_model *model) { (void) model; }

@@ -136,7 +136,7 @@ kde_cuda_model *make_model(const training &t, int kernel, int precision, kde_sta
   ts.inv_scale2 = NULL; /* fixed bandwidth */
   ts.tile_size = KDE_TILE_POINTS;
   ts.host_threads = 0;
-  return kde_cuda_model_create_tuned(&ts, precision, &dev, 1, 0, NULL, st);
+  return kde_cuda_model_create_tuned(&ts, precision, &dev, 1, 0, 1e-4, NULL, st);
 }
 
 /* The queries as the caller gives them: whitened (z), or raw = z / 0.5 +

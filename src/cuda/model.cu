@@ -113,7 +113,7 @@ size_t scratch_bytes(const kde_replica *rep)
   return rep->raw.bytes + rep->query.bytes + rep->part.bytes + rep->acc.bytes +
          rep->shard.bytes + rep->visit.bytes + rep->visit_offset.bytes +
          rep->plan_box.bytes + rep->plan_mask.bytes + rep->plan_count.bytes +
-         rep->plan_temp.bytes;
+         rep->plan_temp.bytes + rep->plan_part.bytes;
 }
 void scratch_release(kde_replica *rep)
 {
@@ -128,6 +128,7 @@ void scratch_release(kde_replica *rep)
   buffer_release(&rep->plan_mask);
   buffer_release(&rep->plan_count);
   buffer_release(&rep->plan_temp);
+  buffer_release(&rep->plan_part);
 }
 
 /* The queries' whitening on a replica's device, uploaded when it differs
@@ -213,10 +214,11 @@ extern "C" kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
                                                  const int *devices,
                                                  int n_devices,
                                                  double memory_budget,
+                                                 double max_rounding,
                                                  kde_status *status)
 {
   return kde_cuda_model_create_tuned(train, precision, devices, n_devices, memory_budget,
-                                     NULL, status);
+                                     max_rounding, NULL, status);
 }
 
 extern "C" const char *kde_cuda_model_path(const kde_cuda_model *model)
@@ -225,8 +227,8 @@ extern "C" const char *kde_cuda_model_path(const kde_cuda_model *model)
   return model->expanded ? "expanded form" : "difference form";
 }
 
-/* Whether the Gaussian's expanded form, aux + q.x - |q|^2 / 2 with aux =
- * log2 w - |x|^2 / 2, keeps its rounding below kExpandedRounding: its
+/* The predicted rounding of a density, relative, in the Gaussian's
+ * expanded form, aux + q.x - |q|^2 / 2 with aux = log2 w - |x|^2 / 2: its
  * terms reach R^2 / 2, R the farthest point from the centre in storage
  * units, each rounded at the precision's epsilon, and a pair's level sums
  * d + 1 of them. Measured (bench/cuda harness "forms", n = 1e6, single
@@ -235,11 +237,16 @@ extern "C" const char *kde_cuda_model_path(const kde_cuda_model *model)
  * at d = 16, 2.0-3.8 at d = 64; (0.4 + d / 20) eps R^2 bounds them. Beyond
  * it the model takes the difference form |q - x|^2, whose rounding is
  * relative to each pair's own distance. */
-static int expanded_rounding_ok(const kde_training_set *train, const kde_cuda_model *model)
+static double expanded_rounding(const kde_training_set *train, const kde_cuda_model *model)
 {
   const double eps = model->precision == KDE_PRECISION_SINGLE ? 0x1p-24 : 0x1p-53;
   const double factor = 0.4 + (double) model->dim / 20;
-  return factor * eps * train_max_norm2(train, model) <= kExpandedRounding;
+  return factor * eps * train_max_norm2(train, model);
+}
+
+extern "C" double kde_cuda_model_rounding(const kde_cuda_model *model)
+{
+  return model->expanded_rounding;
 }
 
 extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *train,
@@ -247,6 +254,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                                                        const int *devices,
                                                        int n_devices,
                                                        double memory_budget,
+                                                       double max_rounding,
                                                        const kde_cuda_tuning *tuning,
                                                        kde_status *status)
 {
@@ -317,9 +325,13 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   }
   /* the expanded form would need a per-pair |q|^2 / lambda^2: adaptive
    * models take the difference form */
-  if (train->kernel == KDE_GAUSSIAN && !model->adaptive)
-    model->rounding_ok = tuning != NULL && tuning->form != 0 ? tuning->form == 1
-                                                             : expanded_rounding_ok(train, model);
+  model->expanded_rounding = NAN;
+  if (train->kernel == KDE_GAUSSIAN && !model->adaptive) {
+    model->expanded_rounding = expanded_rounding(train, model);
+    model->rounding_ok = tuning != NULL && tuning->form != 0
+                             ? tuning->form == 1
+                             : model->expanded_rounding <= max_rounding;
+  }
   model->expanded = model->rounding_ok && train->dim >= 3;
 
   min_budget = -1;

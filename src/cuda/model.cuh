@@ -50,9 +50,10 @@ typedef struct {
    * training shard when streaming, and a batch's pruning plan (the units
    * each query block visits, and where each block's list starts); for a
    * plan made on the device, the query blocks' boxes, the decisions (a bit
-   * per unit and block), the counts and CUB's scan scratch. */
+   * per unit and block), the counts, CUB's scan scratch and, for a plan
+   * made in chunks, the chunks' partial sums. */
   kde_buffer raw, query, part, acc, shard, visit, visit_offset;
-  kde_buffer plan_box, plan_mask, plan_count, plan_temp;
+  kde_buffer plan_box, plan_mask, plan_count, plan_temp, plan_part;
 } kde_replica;
 
 struct kde_cuda_model {
@@ -64,8 +65,11 @@ struct kde_cuda_model {
   size_t elem;          /* sizeof(T) */
   double *center;       /* dim: training mean, subtracted from both sets */
   double scale;         /* then coordinates are multiplied by this */
-  int rounding_ok;      /* the Gaussian's expanded form rounds within
-                           kExpandedRounding here (expanded_rounding_ok) */
+  double expanded_rounding; /* the Gaussian's expanded form's predicted
+                               rounding of a density (model.cu); NaN for
+                               other kernels and adaptive models */
+  int rounding_ok;      /* the expanded form rounds within the bound the
+                           model was made for (kde_cuda_model_create) */
   int expanded;         /* Gaussian, d >= 3, rounding_ok: the density's
                            storage aux = log2 w - |x|^2 / 2 */
   int adaptive;         /* per-point scales: a row of 1 / lambda^2 after aux

@@ -14,6 +14,10 @@
  *           lower bound L (a log-sum-exp reduction), the bucket sums, the
  *           first skipped bucket, then each unit's decision as a bit mask
  *           (32 units a word, one warp ballot each) and the block's count;
+ *           a batch of few query blocks (a few queries against a large fit)
+ *           takes the same steps in chunks of units, one CUDA block each,
+ *           so that its plan costs microseconds, not a block's sweep of
+ *           every unit (choose_chunks);
  *   scan:   CUB's exclusive sum of the counts: where each block's list
  *           starts (visit_offset);
  *   fill:   one CUDA block per query block: the set bits of its mask row in
@@ -31,6 +35,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kdegpu/kernels.h"
 #include "kde_cuda_common.h"
@@ -149,95 +154,268 @@ __device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s
   return s;
 }
 
+/* How a query block decides, the same on the host and in every kernel. */
+__host__ __device__ static int decide_how(const kde_prune_plan &p)
+{
+  return kde_kernel_is_compact(p.kernel) ? kDecideSupport
+         : p.tolerance > 0               ? kDecideBounds
+                                         : kDecideAll;
+}
+
+/* The parts of the decision, each over the units [t0, t1) of one query
+ * block (box q_lo, q_hi) and known to every thread of the CUDA block that
+ * calls it. A query block's decision is made by one CUDA block over all the
+ * units (kde_plan_count_kernel) or, where a batch has too few query blocks
+ * to fill the device, by chunks of units in several CUDA blocks whose
+ * partial sums are merged in chunk order (the chunked kernels): the same
+ * proof either way, the sums taken in another order. */
+
+/* This range's share of L, the proven lower bound of every query's sum. */
+__device__ kde_lse units_lower(const kde_prune_plan &p, const double *q_lo, const double *q_hi,
+                               int64_t t0, int64_t t1, double *s_max, double *s_sum)
+{
+  const double *rest = p.leave_one_out ? p.log_weight_rest : p.log_weight;
+  kde_lse lower = kde_lse_empty();
+  for (int64_t t = t0 + threadIdx.x; t < t1; t += kPlanThreads) {
+    double min2, max2;
+    kde_box_distances(q_lo, q_hi, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, &min2, &max2);
+    kde_prune_scale(&p, t, &min2, &max2);
+    lower = kde_lse_add(lower, rest[t] + kde_log_profile(p.kernel, max2));
+  }
+  return block_lse(lower, s_max, s_sum);
+}
+
+/* This range's bounds relative to the budget, summed per bucket into
+ * sum[0 .. KDE_PRUNE_BUCKETS) (shared). Lane l owns buckets l and l + 32
+ * and adds the warp's terms in lane order, the warps then in turn: a fixed
+ * order (no atomics), so the same data give the same plan on every run. */
+__device__ void units_buckets(const kde_prune_plan &p, const double *q_lo, const double *q_hi,
+                              int64_t t0, int64_t t1, double log_budget,
+                              double (*s_bucket)[KDE_PRUNE_BUCKETS], double *sum)
+{
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  double own_lo = 0.0, own_hi = 0.0;
+  for (int64_t c = t0; c < t1; c += kPlanThreads) {
+    const int64_t t = c + threadIdx.x;
+    int bucket = -1;
+    double value = 0.0;
+    if (t < t1) {
+      double min2, max2;
+      kde_box_distances(q_lo, q_hi, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, &min2, &max2);
+      kde_prune_scale(&p, t, &min2, &max2);
+      const double key = (p.log_weight[t] + kde_log_profile(p.kernel, min2)) - log_budget;
+      bucket = kde_prune_bucket(key);
+      if (bucket >= 0) value = exp(key);
+    }
+    for (int src = 0; src < 32; src++) {
+      const int sb = __shfl_sync(0xffffffffu, bucket, src);
+      const double sv = __shfl_sync(0xffffffffu, value, src);
+      if (sb == lane) own_lo += sv;
+      if (sb == lane + 32) own_hi += sv;
+    }
+  }
+  s_bucket[warp][lane] = own_lo;
+  s_bucket[warp][lane + 32] = own_hi;
+  __syncthreads();
+  if (threadIdx.x < KDE_PRUNE_BUCKETS) {
+    double total = s_bucket[0][threadIdx.x];
+    for (int w = 1; w < kPlanWarps; w++) total += s_bucket[w][threadIdx.x];
+    sum[threadIdx.x] = total;
+  }
+  __syncthreads();
+}
+
+/* The decisions for the mask words [w0, w1) of block b's row: warp w takes
+ * words w0 + w, w0 + w + 8, ...; lane j unit 32 word + j. Returns the
+ * block's count of visited units (thread 0's value). */
+__device__ long long units_decide(const kde_prune_plan &p, const double *q_lo,
+                                  const double *q_hi, int64_t w0, int64_t w1, int how,
+                                  double log_budget, int first_skipped, uint32_t *mask_row,
+                                  long long *s_visits)
+{
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  long long visits = 0;
+  for (int64_t word = w0 + warp; word < w1; word += kPlanWarps) {
+    const int64_t t = word * 32 + lane;
+    const bool v =
+        t < p.n_tiles && unit_visited(p, q_lo, q_hi, t, how, log_budget, first_skipped);
+    const uint32_t bits = __ballot_sync(0xffffffffu, v);
+    if (lane == 0) mask_row[word] = bits;
+    visits += __popc(bits);
+  }
+  if (lane == 0) s_visits[warp] = visits;
+  __syncthreads();
+  long long total = 0;
+  for (int w = 0; w < kPlanWarps; w++) total += s_visits[w];
+  return total;
+}
+
+/* Block b's box into shared memory. */
+__device__ void load_box(const double *box, int64_t b, int64_t d, double *s_box)
+{
+  for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s_box[i] = box[b * 2 * d + i];
+  __syncthreads();
+}
+
+/* The budget from L: log(tolerance) + log L; -Inf where there is no bound
+ * (no unit's kernel reaches every query of the block). */
+__device__ double budget_of(const kde_prune_plan &p, kde_lse lower)
+{
+  return log(p.tolerance) + kde_lse_log(lower);
+}
+
+/* One CUDA block per query block: the whole decision. */
 __global__ void __launch_bounds__(kPlanThreads)
     kde_plan_count_kernel(const kde_prune_plan p, const double *box, int64_t words,
                           uint32_t *mask, int64_t *count)
 {
   __shared__ double s_box[2 * kPlanMaxDim];
   __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
+  __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
   __shared__ double s_max[kPlanWarps], s_sum[kPlanWarps];
   __shared__ long long s_visits[kPlanWarps];
-  __shared__ int s_first;
-  const int64_t b = blockIdx.x, n = p.n_tiles, d = p.dim;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s_box[i] = box[b * 2 * d + i];
-  __syncthreads();
-  const double *q_lo = s_box, *q_hi = s_box + d;
+  const int64_t b = blockIdx.x, n = p.n_tiles;
+  load_box(box, b, p.dim, s_box);
+  const double *q_lo = s_box, *q_hi = s_box + p.dim;
 
-  int how = kde_kernel_is_compact(p.kernel) ? kDecideSupport
-            : p.tolerance > 0               ? kDecideBounds
-                                            : kDecideAll;
+  int how = decide_how(p);
   double log_budget = 0.0;
   int first_skipped = KDE_PRUNE_BUCKETS;
   if (how == kDecideBounds) {
-    /* L: the proven lower bound of every query's sum */
-    const double *rest = p.leave_one_out ? p.log_weight_rest : p.log_weight;
-    kde_lse lower = kde_lse_empty();
-    for (int64_t t = threadIdx.x; t < n; t += kPlanThreads) {
-      double min2, max2;
-      kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
-      kde_prune_scale(&p, t, &min2, &max2);
-      lower = kde_lse_add(lower, rest[t] + kde_log_profile(p.kernel, max2));
-    }
-    lower = block_lse(lower, s_max, s_sum);
-    log_budget = log(p.tolerance) + kde_lse_log(lower);
-    if (!(log_budget > -INFINITY)) how = kDecideAll; /* no lower bound */
+    log_budget = budget_of(p, units_lower(p, q_lo, q_hi, 0, n, s_max, s_sum));
+    if (!(log_budget > -INFINITY)) how = kDecideAll;
   }
   if (how == kDecideBounds) { /* the same for every thread: L is */
-    /* Bounds relative to the budget, summed per bucket. Lane l owns buckets
-     * l and l + 32 and adds the warp's terms in lane order: a fixed order
-     * (no atomics), so the same data give the same plan on every run. */
-    double own_lo = 0.0, own_hi = 0.0;
-    for (int64_t c = 0; c < n; c += kPlanThreads) {
-      const int64_t t = c + threadIdx.x;
-      int bucket = -1;
-      double value = 0.0;
-      if (t < n) {
-        double min2, max2;
-        kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
-        kde_prune_scale(&p, t, &min2, &max2);
-        const double key = (p.log_weight[t] + kde_log_profile(p.kernel, min2)) - log_budget;
-        bucket = kde_prune_bucket(key);
-        if (bucket >= 0) value = exp(key);
-      }
-      for (int src = 0; src < 32; src++) {
-        const int sb = __shfl_sync(0xffffffffu, bucket, src);
-        const double sv = __shfl_sync(0xffffffffu, value, src);
-        if (sb == lane) own_lo += sv;
-        if (sb == lane + 32) own_hi += sv;
-      }
-    }
-    s_bucket[warp][lane] = own_lo;
-    s_bucket[warp][lane + 32] = own_hi;
-    __syncthreads();
+    units_buckets(p, q_lo, q_hi, 0, n, log_budget, s_bucket, s_sum_bucket);
+    first_skipped = kde_prune_first_skipped(s_sum_bucket);
+  }
+  const long long total = units_decide(p, q_lo, q_hi, 0, words, how, log_budget,
+                                       first_skipped, mask + b * words, s_visits);
+  if (threadIdx.x == 0) count[b] = total;
+}
+
+/* ---- the decision in chunks (few query blocks) ---------------------------- */
+
+/* Grid (chunks, blocks): chunk c of block b covers the units of mask words
+ * [c * chunk_words, (c + 1) * chunk_words). Three launches: L's parts, the
+ * buckets' parts (each CUDA block merging L's parts in chunk order), then
+ * the decisions (each merging the buckets' parts in chunk order), so every
+ * chunk of a query block uses the same L and the same first skipped
+ * bucket. */
+struct plan_chunks {
+  int64_t chunks, chunk_words;
+  double *part_lse;    /* blocks x chunks x (max, sum) */
+  double *part_bucket; /* blocks x chunks x KDE_PRUNE_BUCKETS */
+};
+
+__device__ __forceinline__ int64_t chunk_first_unit(const plan_chunks &c, int64_t chunk)
+{
+  return chunk * c.chunk_words * 32;
+}
+__device__ __forceinline__ int64_t chunk_end_unit(const plan_chunks &c, int64_t chunk, int64_t n)
+{
+  const int64_t end = (chunk + 1) * c.chunk_words * 32;
+  return end < n ? end : n;
+}
+
+/* L of block b from its chunks' parts, in chunk order. */
+__device__ kde_lse merged_lower(const plan_chunks &c, int64_t b)
+{
+  const double *part = c.part_lse + b * c.chunks * 2;
+  kde_lse lower = kde_lse_make(part[0], part[1]);
+  for (int64_t k = 1; k < c.chunks; k++)
+    lower = kde_lse_merge(lower, kde_lse_make(part[2 * k], part[2 * k + 1]));
+  return lower;
+}
+
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_lower_kernel(const kde_prune_plan p, const double *box, const plan_chunks c)
+{
+  __shared__ double s_box[2 * kPlanMaxDim];
+  __shared__ double s_max[kPlanWarps], s_sum[kPlanWarps];
+  const int64_t chunk = blockIdx.x, b = blockIdx.y;
+  load_box(box, b, p.dim, s_box);
+  const kde_lse lower =
+      units_lower(p, s_box, s_box + p.dim, chunk_first_unit(c, chunk),
+                  chunk_end_unit(c, chunk, p.n_tiles), s_max, s_sum);
+  if (threadIdx.x == 0) {
+    c.part_lse[(b * c.chunks + chunk) * 2] = lower.max;
+    c.part_lse[(b * c.chunks + chunk) * 2 + 1] = lower.sum;
+  }
+}
+
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_bucket_kernel(const kde_prune_plan p, const double *box, const plan_chunks c)
+{
+  __shared__ double s_box[2 * kPlanMaxDim];
+  __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
+  __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
+  const int64_t chunk = blockIdx.x, b = blockIdx.y;
+  const double log_budget = budget_of(p, merged_lower(c, b));
+  if (!(log_budget > -INFINITY)) return; /* every unit visited: no buckets */
+  load_box(box, b, p.dim, s_box);
+  units_buckets(p, s_box, s_box + p.dim, chunk_first_unit(c, chunk),
+                chunk_end_unit(c, chunk, p.n_tiles), log_budget, s_bucket, s_sum_bucket);
+  if (threadIdx.x < KDE_PRUNE_BUCKETS)
+    c.part_bucket[(b * c.chunks + chunk) * KDE_PRUNE_BUCKETS + threadIdx.x] =
+        s_sum_bucket[threadIdx.x];
+}
+
+/* count[b] must be 0 before: the chunks add their visits to it (integers:
+ * the order of the atomic adds does not matter). */
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_decide_kernel(const kde_prune_plan p, const double *box, const plan_chunks c,
+                           int64_t words, uint32_t *mask, int64_t *count)
+{
+  __shared__ double s_box[2 * kPlanMaxDim];
+  __shared__ long long s_visits[kPlanWarps];
+  __shared__ int s_first;
+  const int64_t chunk = blockIdx.x, b = blockIdx.y;
+  int how = decide_how(p);
+  double log_budget = 0.0;
+  int first_skipped = KDE_PRUNE_BUCKETS;
+  if (how == kDecideBounds) {
+    log_budget = budget_of(p, merged_lower(c, b));
+    if (!(log_budget > -INFINITY)) how = kDecideAll;
+  }
+  if (how == kDecideBounds) {
     if (threadIdx.x == 0) {
+      const double *part = c.part_bucket + b * c.chunks * KDE_PRUNE_BUCKETS;
       double sum[KDE_PRUNE_BUCKETS];
       for (int k = 0; k < KDE_PRUNE_BUCKETS; k++) {
-        sum[k] = s_bucket[0][k];
-        for (int w = 1; w < kPlanWarps; w++) sum[k] += s_bucket[w][k];
+        sum[k] = part[k];
+        for (int64_t ch = 1; ch < c.chunks; ch++) sum[k] += part[ch * KDE_PRUNE_BUCKETS + k];
       }
       s_first = kde_prune_first_skipped(sum);
     }
     __syncthreads();
     first_skipped = s_first;
   }
+  load_box(box, b, p.dim, s_box);
+  const int64_t w0 = chunk * c.chunk_words;
+  const int64_t w1 = w0 + c.chunk_words < words ? w0 + c.chunk_words : words;
+  const long long visits = units_decide(p, s_box, s_box + p.dim, w0, w1, how, log_budget,
+                                        first_skipped, mask + b * words, s_visits);
+  if (threadIdx.x == 0 && visits > 0)
+    atomicAdd((unsigned long long *) &count[b], (unsigned long long) visits);
+}
 
-  /* The decisions: warp w takes words w, w + 8, ...; lane j unit 32 word + j. */
-  long long visits = 0;
-  for (int64_t word = warp; word < words; word += kPlanWarps) {
-    const int64_t t = word * 32 + lane;
-    const bool v = t < n && unit_visited(p, q_lo, q_hi, t, how, log_budget, first_skipped);
-    const uint32_t bits = __ballot_sync(0xffffffffu, v);
-    if (lane == 0) mask[b * words + word] = bits;
-    visits += __popc(bits);
-  }
-  if (lane == 0) s_visits[warp] = visits;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    long long total = 0;
-    for (int w = 0; w < kPlanWarps; w++) total += s_visits[w];
-    count[b] = total;
-  }
+/* Chunks per query block: enough CUDA blocks to fill a device
+ * (kPlanFillBlocks) where a batch has few query blocks, each chunk at least
+ * kPlanChunkWords words of units; 1 (the one-block decision) otherwise.
+ * It depends on the batch and the model only, so every device makes the
+ * same plan of a batch. */
+static plan_chunks choose_chunks(int64_t blocks, int64_t words)
+{
+  plan_chunks c;
+  memset(&c, 0, sizeof c);
+  int64_t chunks = ceil_div(kPlanFillBlocks, blocks);
+  const int64_t most = ceil_div(words, kPlanChunkWords);
+  if (chunks > most) chunks = most;
+  if (chunks < 1) chunks = 1;
+  c.chunk_words = ceil_div(words, chunks);
+  c.chunks = ceil_div(words, c.chunk_words);
+  return c;
 }
 
 /* ---- the lists ------------------------------------------------------------ */
@@ -273,6 +451,7 @@ int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
   int64_t tail[2] = {0, 0};
   size_t temp_bytes = 0;
   int64_t *count, *offset;
+  plan_chunks chunked;
   counts->blocks = blocks;
   counts->total = counts->last_count = 0;
   if (blocks < 1) return 0;
@@ -293,11 +472,33 @@ int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
   if (buffer_reserve(&rep->plan_temp, temp_bytes > 0 ? temp_bytes : 1, status) != 0)
     return -1;
 
-  kde_plan_count_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
-      *plan, box, words, (uint32_t *) rep->plan_mask.ptr, count);
-  KDE_CUDA_LAUNCHED("plan count kernel");
-  /* count[blocks] = 0, so that the exclusive sum ends with the total */
-  KDE_CUDA_TRY(cudaMemsetAsync(count + blocks, 0, sizeof(int64_t), rep->stream));
+  chunked = choose_chunks(blocks, words);
+  if (chunked.chunks == 1) {
+    kde_plan_count_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
+        *plan, box, words, (uint32_t *) rep->plan_mask.ptr, count);
+    KDE_CUDA_LAUNCHED("plan count kernel");
+    /* count[blocks] = 0, so that the exclusive sum ends with the total */
+    KDE_CUDA_TRY(cudaMemsetAsync(count + blocks, 0, sizeof(int64_t), rep->stream));
+  } else {
+    const dim3 grid((unsigned) chunked.chunks, (unsigned) blocks);
+    if (buffer_reserve(&rep->plan_part,
+                       (size_t) (blocks * chunked.chunks * (2 + KDE_PRUNE_BUCKETS)) *
+                           sizeof(double),
+                       status) != 0)
+      return -1;
+    chunked.part_lse = (double *) rep->plan_part.ptr;
+    chunked.part_bucket = chunked.part_lse + blocks * chunked.chunks * 2;
+    KDE_CUDA_TRY(cudaMemsetAsync(count, 0, (size_t) (blocks + 1) * sizeof(int64_t), rep->stream));
+    if (decide_how(*plan) == kDecideBounds) {
+      kde_plan_lower_kernel<<<grid, kPlanThreads, 0, rep->stream>>>(*plan, box, chunked);
+      KDE_CUDA_LAUNCHED("plan lower-bound kernel");
+      kde_plan_bucket_kernel<<<grid, kPlanThreads, 0, rep->stream>>>(*plan, box, chunked);
+      KDE_CUDA_LAUNCHED("plan bucket kernel");
+    }
+    kde_plan_decide_kernel<<<grid, kPlanThreads, 0, rep->stream>>>(
+        *plan, box, chunked, words, (uint32_t *) rep->plan_mask.ptr, count);
+    KDE_CUDA_LAUNCHED("plan decision kernel");
+  }
   KDE_CUDA_TRY(cub::DeviceScan::ExclusiveSum(rep->plan_temp.ptr, temp_bytes, count, offset,
                                              blocks + 1, rep->stream));
   KDE_CUDA_TRY(cudaMemcpyAsync(tail, offset + blocks - 1, sizeof tail, cudaMemcpyDeviceToHost,

@@ -29,6 +29,11 @@ constexpr int kPlanMaxDim = 8;
  * block-stride. 8 warps: enough to hide the double-precision latency of a
  * box pair without starving the small grids of a short batch. */
 constexpr int kPlanThreads = 256;
+/* A batch of few query blocks is planned in chunks of at least this many
+ * mask words (32 units each: four block-strides of kPlanThreads), in about
+ * this many CUDA blocks in all: enough to fill an H100 or H200 (132 SMs). */
+constexpr int64_t kPlanChunkWords = 32;
+constexpr int64_t kPlanFillBlocks = 1024;
 
 /* The decision's inputs on one replica (prune.c's kde_prune_plan, its
  * arrays on that device; uploaded with the model). */

@@ -49,14 +49,6 @@ constexpr int kTcSumPoints = 4096;
  * form: |q - x|^2 without the cancellation of |q|^2 + |x|^2 - 2 q.x.) */
 constexpr int64_t kTcWideMinDim = 16;
 constexpr int64_t kTcSmallDim = 3;
-/* The expanded Gaussian form (and with it the tensor cores) serves a fit
- * while its predicted rounding of a density, relative, is at most this
- * (model.cu, expanded_rounding_ok). Normal data at Scott's rule stay
- * there at n = 1e6 (predicted 8e-5 at d = 3, 3e-5 at d = 16, 6e-5 at d =
- * 64) and at d = 16 and 64 beyond; at d = 3 from n = 1e7 (1.7e-4), and at
- * a bandwidth 5x narrower, fits take the difference form (measured 4e-6 or
- * better at n = 1e6, d = 3, 16 and 64). */
-constexpr double kExpandedRounding = 1e-4;
 /* Wide kernel shared memory cap: leaves room for 2+ blocks per SM. */
 constexpr size_t kWideSmemCap = 100 * 1024;
 /* Below this many queries per device, split the training set, not the

@@ -46,6 +46,7 @@ typedef struct {
 kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *train,
                                             int precision, const int *devices,
                                             int n_devices, double memory_budget,
+                                            double max_rounding,
                                             const kde_cuda_tuning *tuning,
                                             kde_status *status);
 

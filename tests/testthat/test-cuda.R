@@ -62,15 +62,17 @@ gpu_has_tensor_cores <- function() {
   as.numeric(sub("\\..*", "", cc)) >= 8
 }
 
-# The path a single-precision Gaussian fit should take, by the rule in
-# src/cuda/model.cu (expanded_rounding_ok), written again here from the
-# fit's whitened points: the expanded form (tensor cores where they serve)
-# while (0.4 + d / 20) 2^-24 R^2 <= 1e-4, R the farthest point from their
-# mean in the kernel's storage units (sqrt(log2 e) per bandwidth).
-expected_single_path <- function(fit, tensor_cores = gpu_has_tensor_cores()) {
+# The path a single-precision Gaussian fit should take at `tolerance`, by
+# the rule in src/cuda/model.cu (expanded_rounding), written again here
+# from the fit's whitened points: the expanded form (tensor cores where they
+# serve) while (0.4 + d / 20) 2^-24 R^2 <= tolerance, R the farthest point
+# from their mean in the kernel's storage units (sqrt(log2 e) per
+# bandwidth).
+expected_single_path <- function(fit, tolerance = default_tolerance[["single"]],
+                                 tensor_cores = gpu_has_tensor_cores()) {
   z <- sweep(fit$z, 2, colMeans(fit$z))
   rounding <- (0.4 + ncol(z) / 20) * 2^-24 * max(rowSums(z^2)) * log2(exp(1))
-  if (rounding > 1e-4) return("difference form")
+  if (rounding > tolerance) return("difference form")
   if (tensor_cores) "tensor cores" else "expanded form"
 }
 
@@ -85,8 +87,9 @@ test_that("CUDA: single precision stays within 1e-5 of double at a bandwidth 5x 
       kde_gpu(x, bw = "scott", adjust = 1 / 5, backend = "cuda", precision = p))
     lab <- sprintf("d = %d, Scott / 5, offset 1e4", d)
     # The expanded form would round by ~1e-4..1e-3 here: the fit takes the
-    # difference form, and says so.
+    # difference form, and says so, even when the call allows 1e-4.
     expect_identical(expected_single_path(fits$single), "difference form", label = lab)
+    expect_identical(expected_single_path(fits$single, 1e-4), "difference form", label = lab)
     expect_output(print(fits$single), "single precision (difference form)", fixed = TRUE)
     expect_log_density_equal(predict(fits$single, q, log = TRUE),
                              predict(fits$double, q, log = TRUE), tol = 1e-5, label = lab)
@@ -98,8 +101,12 @@ test_that("CUDA: single precision stays within 1e-5 of double at a bandwidth 5x 
   }
 })
 
-test_that("CUDA: the tensor-core paths (single gaussian, d = 3, 16, 21, 64) match the reference", {
+test_that("CUDA: the tensor-core paths (single gaussian, d = 3, 16, 21, 64) serve a tolerance of 1e-4 and match the reference within it", {
   skip_without_gpu()
+  # The faster forms serve only where the call's tolerance allows their
+  # rounding: at the default (1e-7) these fits take the difference form.
+  opt <- options(kdegpu.tolerance = 1e-4)
+  on.exit(options(opt))
   for (d in c(3, 16, 21, 64)) {
     x <- ref_data(700, d, seed = 840 + d)
     q <- ref_queries(x, 150, seed = 850 + d)
@@ -120,14 +127,20 @@ test_that("CUDA: the tensor-core paths (single gaussian, d = 3, 16, 21, 64) matc
                      if (is.null(wt)) "" else " weighted")
       fit <- kde_gpu(x, H = H, weights = wt, backend = "cuda",
                      precision = "single")
-      expect_output(print(fit), expected_single_path(fit), fixed = TRUE)
+      expect_output(print(fit), expected_single_path(fit, 1e-4), fixed = TRUE)
       expect_log_density_equal(predict(fit, q, log = TRUE),
                                ref_log_density(x, q, H, "gaussian", wt),
-                               tol = cuda_tol[["single"]], label = lab)
+                               tol = 2e-4, label = lab)
       # Leave-one-out: the kernels skip a query's own point.
       cpu <- kde_gpu(x, H = H, weights = wt, backend = "cpu")
       expect_equal(as.numeric(logLik(fit)), as.numeric(logLik(cpu)),
-                   tolerance = cuda_tol[["single"]], label = lab)
+                   tolerance = 2e-4, label = lab)
+      # the default tolerance: the same fit in the difference form, within
+      # the single precision's own rounding
+      exact <- predict(fit, q, log = TRUE, tolerance = 1e-7)
+      expect_output(print(fit), "(difference form)", fixed = TRUE)
+      expect_log_density_equal(exact, ref_log_density(x, q, H, "gaussian", wt),
+                               tol = cuda_tol[["single"]], label = lab)
     }
   }
 })
