@@ -219,7 +219,10 @@
 #'   `backend`, `precision`, `call`, `data.name`, the bounds `lower`
 #'   and `upper` (one per column, infinite where there is none), and for
 #'   an adaptive fit `adaptive`, a list with `alpha` and the local factors
-#'   `lambda` (one per point, in the data's order).
+#'   `lambda` (one per point, in the data's order). These fields are the
+#'   fit as it was made, to read, not to edit: every method that evaluates
+#'   stops with an error naming a field changed after fitting (refit with
+#'   the new value instead).
 #' @references Abramson, I. S. (1982). On bandwidth variation in kernel
 #'   estimates: a square root law. *The Annals of Statistics* 10(4),
 #'   1217-1223.
@@ -321,7 +324,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   # Cluster workers choose their own backend unless the user asked for one.
   object$requested_backend <- requested_backend
   object$adjust <- adjust
-  set_bounds(object, bounds, kernel)
+  seal_fit(set_bounds(object, bounds, kernel))
 }
 
 # The fit's bounds and the images of its box; an adaptive fit's widest

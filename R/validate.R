@@ -94,9 +94,10 @@ is_intact_matrix <- function(x, nrow = NULL, ncol = NULL) {
     (is.null(nrow) || dims[1L] == nrow) && (is.null(ncol) || dims[2L] == ncol)
 }
 
-# A kde_gpu() fit whose parts agree with each other. Methods check it first,
-# so that a damaged or hand-edited object stops with an error that says so
-# instead of giving a wrong answer.
+# A kde_gpu() fit whose parts agree with each other and with the fit as it
+# was made (check_unedited()). Methods check it first, so that a damaged or
+# hand-edited object stops with an error that says so instead of giving a
+# wrong answer.
 check_fit <- function(object, arg = "object") {
   parts <- c("x", "weights", "n", "d", "H", "kernel", "backend", "precision",
              "center", "transform", "log_const", "z", "order", "tile_size",
@@ -126,7 +127,7 @@ check_fit <- function(object, arg = "object") {
     stop_arg(arg, "is not an intact kde_gpu() fit (damaged, or edited by hand?); ",
              "fit it again with kde_gpu().")
   }
-  invisible(object)
+  check_unedited(object, arg)
 }
 
 # An adaptive fit's local factors (fixed fits have none): n positive
