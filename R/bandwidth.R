@@ -71,6 +71,11 @@ bandwidth_rule <- function(x, weights, rule) {
   if (nrow(x) < 2L) {
     stop_arg("bw", sprintf("rule \"%s\" needs at least 2 points; give a number instead.", rule))
   }
+  # Negligible weights count as 0, for every rule alike.
+  significant <- significant_weights(weights)
+  weights[!significant] <- 0
+  weights <- weights / sum(weights)
+  check_spread(x, significant, rule)
   per_column <- function(f) vapply(seq_len(d), function(k) f(x[, k], weights), 0)
   H <- switch(rule,
     nrd0 = diag(per_column(weighted_bw_nrd0)^2, d),
@@ -90,6 +95,39 @@ bandwidth_rule <- function(x, weights, rule) {
   }
   type <- if (d == 1L) "scalar" else if (rule %in% c("nrd0", "nrd")) "diagonal" else "full"
   list(H = H, type = type, method = rule)
+}
+
+# Data with no spread, decided exactly: every value of positive weight
+# equal (one point of positive weight, or a constant column). In 1-D rule
+# "nrd0" takes bw.nrd0()'s fallback (weighted_bw_nrd0()); the other rules
+# (bw.nrd() gives 0 there, which density() refuses) and every rule in d > 1
+# have no scale to take, and say so.
+check_spread <- function(x, significant, rule) {
+  if (ncol(x) == 1L && rule == "nrd0") return(invisible())
+  rows <- which(significant)
+  if (length(rows) == 1L) {
+    stop_arg("x", sprintf(paste0(
+      "has one point of positive weight (row %d; the other weights are 0 or below ",
+      "rounding of the total), so rule \"%s\" has no spread to scale ",
+      "the bandwidth by; give `bw` or `H`%s."), rows, rule,
+      if (ncol(x) == 1L) " (or `bw = \"nrd0\"`, whose fallback, as bw.nrd0()'s, handles it)" else ""))
+  }
+  constant <- vapply(seq_len(ncol(x)), function(k) all(x[rows, k] == x[rows[1L], k]), NA)
+  if (any(constant)) {
+    k <- which(constant)[1L]
+    column <- if (ncol(x) == 1L) "" else if (!is.null(colnames(x))) {
+      sprintf("column %d (`%s`) ", k, colnames(x)[k])
+    } else {
+      sprintf("column %d ", k)
+    }
+    stop_arg("x", sprintf(paste0(
+      "%shas no spread: all its values of positive weight are %s, so rule \"%s\" ",
+      "cannot scale the bandwidth by it; give `bw` or `H`%s."),
+      column, format(x[rows[1L], k]), rule,
+      if (ncol(x) == 1L) " (or `bw = \"nrd0\"`, whose fallback, as bw.nrd0()'s, handles it)" else
+        ", or drop the column"))
+  }
+  invisible()
 }
 
 # Whitening: with H = R'R (R = chol(H), upper triangular), z = u R^{-1} / a

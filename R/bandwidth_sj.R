@@ -55,7 +55,7 @@ bw_sj <- function(x, method = c("ste", "dpi"), weights = NULL,
 sj_rules <- c("sj", "sj-ste", "sj-dpi")
 
 sj_bandwidth <- function(x, weights, method, backend) {
-  spread <- weighted_spread(x, weights, "SJ")
+  spread <- weighted_spread(x, weights)
   if (length(spread$x) < 2L) stop_arg("x", "needs at least 2 points for the SJ rule.")
   keep <- weights > 0
   x <- x[keep]

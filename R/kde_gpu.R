@@ -183,7 +183,12 @@
 #'   Every bandwidth rule honours them: `"nrd0"` and `"nrd"` through the
 #'   weighted standard deviation and quartiles, `"scott"` and `"silverman"`
 #'   through the weighted covariance, all with the effective sample size
-#'   \eqn{1 / \sum w_i^2}; equal weights give the unweighted rules.
+#'   \eqn{1 / \sum w_i^2}; equal weights give the unweighted rules. In
+#'   the rules, weights that all together are below rounding of the total
+#'   (1e-300 beside 1) count as 0. Data with no spread among the points of
+#'   positive weight (identical values, one such point) get `bw.nrd0()`'s
+#'   fallback from `"nrd0"` in 1-D, and an error naming the cause from the
+#'   other rules and in d > 1.
 #' @param backend `"auto"`, `"cuda"` or `"cpu"` (see Backends and precision).
 #' @param precision `"double"` or `"single"` (GPU only). Single precision is
 #'   several times faster (the Gaussian runs on the tensor cores at d = 3 and

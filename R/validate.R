@@ -66,9 +66,11 @@ normalise_weights <- function(weights, n) {
   }
   if (anyNA(weights) || any(!is.finite(weights))) stop_arg("weights", "must be finite and not NA.")
   if (any(weights < 0)) stop_arg("weights", "must be non-negative.")
-  total <- sum(weights)
-  if (!(total > 0)) stop_arg("weights", "must have at least one positive value.")
-  as.double(weights) / total
+  top <- max(weights)
+  if (!(top > 0)) stop_arg("weights", "must have at least one positive value.")
+  # relative to the largest first, so that the total cannot overflow
+  weights <- as.double(weights) / top
+  weights / sum(weights)
 }
 
 check_count <- function(x, arg) {
