@@ -21,6 +21,7 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
     stop_arg("bw", "must be positive and finite.")
   }
   bw <- as.vector(bw) # drops the attributes of a bw_lscv() result
+  check_bandwidth_scale(as.double(bw)^2, "bw", bw)
   if (length(bw) == 1L) {
     return(list(H = diag(bw^2, d), type = "scalar", method = "given"))
   }
@@ -42,6 +43,7 @@ bandwidth_from_H <- function(H, d) {
     stop_arg("H", "must be symmetric.")
   }
   H <- (H + t(H)) / 2
+  check_bandwidth_scale(diag(H), "H", sqrt(abs(diag(H))))
   if (is.null(chol_or_null(H))) {
     stop_arg("H", "must be positive definite (it is singular or indefinite).")
   }
@@ -88,6 +90,7 @@ bandwidth_rule <- function(x, weights, rule) {
       factor * n_eff^(-2 / (d + 4)) * S
     }
   )
+  check_bandwidth_scale(diag(H), "x", column_magnitudes(x), rule)
   if (is.null(chol_or_null(H))) {
     stop_arg("bw", sprintf(paste0(
       "rule \"%s\" gave a singular bandwidth (are some columns constant ",
@@ -129,6 +132,62 @@ check_spread <- function(x, significant, rule) {
   }
   invisible()
 }
+
+# The bandwidths kdegpu computes with: kernel sds (square roots of H's
+# diagonal) from 2^-500 to 2^500, about 3e-151 to 3e150, so that H, its
+# inverse and its Cholesky factor are normal doubles (a bandwidth of 1e300
+# has bw^2 = Inf; one of 1e-170, bw^2 = 0). Beyond, kdegpu stops and says
+# to rescale rather than compute with an H that overflowed.
+bandwidth_limits <- 2^c(-500, 500)
+
+# Stops when kernel variances `variance` (H's diagonal) are outside those
+# limits. `arg`: what set them ("bw", "H", "adjust", or "x" for a rule or
+# selector, `rule` naming it, or for the data's own spread without one);
+# `magnitude`: the size behind them (the bandwidths, or the data's largest
+# values), for the advice to rescale.
+check_bandwidth_scale <- function(variance, arg, magnitude, rule = NULL) {
+  inside <- is.finite(variance) & variance >= bandwidth_limits[1L]^2 &
+    variance <= bandwidth_limits[2L]^2
+  if (all(inside)) return(invisible())
+  k <- which(!inside)[1L]
+  large <- !(variance[k] <= bandwidth_limits[2L]^2)
+  scale <- 10^round(log10(max(magnitude[k], .Machine$double.xmin)))
+  what <- if (large) "overflows" else "underflows"
+  beyond <- sprintf("%s double precision", what)
+  problem <- switch(arg,
+    bw = sprintf("= %s is outside the scale kdegpu computes at: its square, the kernel variance, %s",
+                 format(magnitude[k], digits = 3), beyond),
+    H = sprintf(paste("is outside the scale kdegpu computes at: its diagonal entry %s is beyond",
+                      "what a kernel variance can be in double precision"),
+                format(variance[k], digits = 3)),
+    adjust = sprintf(paste("takes the bandwidth outside the scale kdegpu computes at: the",
+                           "adjusted kernel variance %s"), beyond),
+    x = sprintf("is on a scale kdegpu cannot compute at (values up to about %s): %s %s",
+                format(scale, digits = 3),
+                if (is.null(rule)) "its spread gives a variance that" else
+                  sprintf("rule \"%s\" gives a kernel variance that", rule), beyond)
+  )
+  stop_arg(arg, problem, sprintf(paste0(
+    ". Bandwidths from 3e-151 to 3e150 work: rescale the data and any bandwidth together ",
+    "(e.g. x / %s) and fit again; that fit's density at q / s, divided by s^d, is the ",
+    "density at q here."), format(scale, digits = 3)))
+}
+
+# Data whose spread a bandwidth cannot match: a column whose weighted sd is
+# outside the bandwidth limits (its variance overflowed, as at 1e300, or
+# underflowed, as at 1e-300) leaves every rule and selector a kernel
+# variance beyond double's range, so say so before they run (their own
+# messages would blame the data's shape). Constant columns pass: the rules
+# say what they do with them.
+check_data_scale <- function(x, weights) {
+  variance <- diag(weighted_cov(x, weights))
+  rows <- which(weights > 0)
+  constant <- vapply(seq_len(ncol(x)), function(k) all(x[rows, k] == x[rows[1L], k]), NA)
+  check_bandwidth_scale(ifelse(constant, 1, variance), "x", column_magnitudes(x))
+}
+
+# The largest absolute value of each column.
+column_magnitudes <- function(x) vapply(seq_len(ncol(x)), function(k) max(abs(range(x[, k]))), 0)
 
 # Whitening: with H = R'R (R = chol(H), upper triangular), z = u R^{-1} / a
 # has identity covariance scaled by the kernel's radius a, so a pair costs

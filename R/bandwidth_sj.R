@@ -66,12 +66,16 @@ sj_bandwidth <- function(x, weights, method, backend) {
     stop_arg("x", "has no spread (sd or interquartile range 0): the SJ rule needs some.")
   }
   self_weight <- 1 - sum(weights^2)
+  # The rule is scale-equivariant, and h^7 overflows at h = 1e50: search on
+  # the data divided by a power of 2 near their spread (exact), scale back.
+  unit <- 2^round(log2(scale))
+  x <- x / unit
   # phi_r(h): bw.SJ()'s SDh (r = 4) and TDh (r = 6), pairs summed exactly.
   phi <- function(h, r) {
     sums <- pair_derivative_sums(matrix(x / h), weights, r, backend)
     sums$value[[1L]] / (self_weight * h^(r + 1))
   }
-  sj_search(function(h) phi(h, 4L), function(h) phi(h, 6L), scale, n, method)
+  unit * sj_search(function(h) phi(h, 4L), function(h) phi(h, 6L), scale / unit, n, method)
 }
 
 # bw.SJ()'s search, given its two functionals: the same constants, interval,

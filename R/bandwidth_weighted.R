@@ -71,7 +71,7 @@ weighted_cov <- function(x, weights) {
   d <- ncol(x)
   weights <- weights / sum(weights)
   reference <- x[which.max(weights > 0), ]
-  magnitude <- vapply(seq_len(d), function(k) max(abs(range(x[, k]))), 0)
+  magnitude <- column_magnitudes(x)
   scale <- ifelse(magnitude > 0, 2^floor(log2(magnitude)), 1)
   u <- whiten(list(center = reference, transform = diag(1 / scale, d)), x)
   centred <- whiten(list(center = colSums(u * weights), transform = diag(d)), u)

@@ -177,6 +177,14 @@
 #'   [bw_plugin()]; in 1-D the SJ direct plug-in).
 #' @param H The kernel's covariance matrix (d x d, symmetric positive
 #'   definite), instead of `bw`.
+#' @section Scale:
+#' Data may lie anywhere in double precision's range; bandwidths (kernel
+#' sds, also those a rule or selector chooses) from about 3e-151 to 3e150
+#' work, where H and its inverse are ordinary doubles, and the rules compute
+#' on rescaled data so their squares neither overflow nor underflow. A
+#' bandwidth outside that range is an error that names the scale and says
+#' to rescale: the fit of x / s at q / s, divided by \eqn{s^d}, is the
+#' density at q.
 #' @param kernel The kernel's name (see Kernels).
 #' @param weights Optional non-negative weights, one per point, at least one
 #'   positive; normalised to sum to 1. Zero weights contribute nothing.
@@ -298,6 +306,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   requested_backend <- backend
   backend <- choose_backend(backend)
   selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) tolower(bw)
+  if (isTRUE(selector %in% c(cv_rules, sj_rules, plugin_rules))) check_data_scale(x, weights)
   bandwidth <- if (isTRUE(selector %in% cv_rules)) {
     rule <- if (selector == "ucv") "lscv" else selector
     bandwidth_by_cv(x, weights, rule, kernel, backend, precision, bounds)
@@ -307,6 +316,9 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     resolve_bandwidth(x, weights, bw, H)
   }
   bandwidth <- adjust_bandwidth(bandwidth, adjust)
+  # a selector's choice, or `adjust`, may still leave the scale that H can hold
+  check_bandwidth_scale(diag(bandwidth$H), if (adjust != 1) "adjust" else "x",
+                        column_magnitudes(x), bandwidth$method)
   object <- new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, call, data_name)
   if (debias) {
     # SD-KDE: every point moved by H / 2 times the estimate's score there,
