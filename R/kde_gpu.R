@@ -305,6 +305,7 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   }
   requested_backend <- backend
   backend <- choose_backend(backend)
+  precision <- fit_precision(precision, kernel, weights, backend)
   selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) tolower(bw)
   if (isTRUE(selector %in% c(cv_rules, sj_rules, plugin_rules))) check_data_scale(x, weights)
   bandwidth <- if (isTRUE(selector %in% cv_rules)) {
@@ -335,6 +336,8 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     lambda <- local_factors(pilot_log_density(object), weights, alpha)
     release_device_copy(object)
     object <- set_local_factors(object, lambda, alpha)
+    # the kernel weights w_j lambda_j^-d are what reach the GPU
+    object$precision <- fit_precision(object$precision, kernel, object$tile_weights, backend)
     if (backend == "cuda") cuda_model(object)
   }
   object$debias <- debias
@@ -416,6 +419,27 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
   if (!is.null(lambda)) object <- set_local_factors(object, lambda)
   if (backend == "cuda") cuda_model(object)
   object
+}
+
+# The precision a fit computes in. Single precision on the GPU keeps a
+# compact kernel's weights as floats (src/cuda/pack.cu stores w_j itself
+# for kernels that do not sum logs; the Gaussian and exponential keep
+# log w_j, which float holds): a normalised weight below float's smallest
+# normal number, 2^-126, loses its digits or becomes 0, and a query near
+# only such points would get density 0 (log -Inf) where the exact one is
+# finite. Such a fit computes in double instead, and says so.
+fit_precision <- function(precision, kernel, weights, backend) {
+  if (precision != "single" || backend != "cuda" || !is_compact_kernel(kernel)) {
+    return(precision)
+  }
+  smallest <- min(weights[weights > 0])
+  if (smallest >= 2^-126) return(precision)
+  warning(sprintf(paste0(
+    "`precision = \"single\"` cannot hold these `weights` with the %s kernel: the smallest ",
+    "positive one is %s of the total, below float's range (1.2e-38), so the GPU's sums ",
+    "would drop those points; computing in double precision instead."),
+    kernel, format(smallest, digits = 3)), call. = FALSE)
+  "double"
 }
 
 # ---- the sample-point adaptive estimator ----------------------------------
