@@ -21,6 +21,7 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
     stop_arg("bw", "must be positive and finite.")
   }
   bw <- as.vector(bw) # drops the attributes of a bw_lscv() result
+  check_bandwidth_scale(as.double(bw)^2, "bw", bw)
   if (length(bw) == 1L) {
     return(list(H = diag(bw^2, d), type = "scalar", method = "given"))
   }
@@ -42,6 +43,7 @@ bandwidth_from_H <- function(H, d) {
     stop_arg("H", "must be symmetric.")
   }
   H <- (H + t(H)) / 2
+  check_bandwidth_scale(diag(H), "H", sqrt(abs(diag(H))))
   if (is.null(chol_or_null(H))) {
     stop_arg("H", "must be positive definite (it is singular or indefinite).")
   }
@@ -71,6 +73,11 @@ bandwidth_rule <- function(x, weights, rule) {
   if (nrow(x) < 2L) {
     stop_arg("bw", sprintf("rule \"%s\" needs at least 2 points; give a number instead.", rule))
   }
+  # Negligible weights count as 0, for every rule alike.
+  significant <- significant_weights(weights)
+  weights[!significant] <- 0
+  weights <- weights / sum(weights)
+  check_spread(x, significant, rule)
   per_column <- function(f) vapply(seq_len(d), function(k) f(x[, k], weights), 0)
   H <- switch(rule,
     nrd0 = diag(per_column(weighted_bw_nrd0)^2, d),
@@ -83,6 +90,7 @@ bandwidth_rule <- function(x, weights, rule) {
       factor * n_eff^(-2 / (d + 4)) * S
     }
   )
+  check_bandwidth_scale(diag(H), "x", column_magnitudes(x), rule)
   if (is.null(chol_or_null(H))) {
     stop_arg("bw", sprintf(paste0(
       "rule \"%s\" gave a singular bandwidth (are some columns constant ",
@@ -91,6 +99,95 @@ bandwidth_rule <- function(x, weights, rule) {
   type <- if (d == 1L) "scalar" else if (rule %in% c("nrd0", "nrd")) "diagonal" else "full"
   list(H = H, type = type, method = rule)
 }
+
+# Data with no spread, decided exactly: every value of positive weight
+# equal (one point of positive weight, or a constant column). In 1-D rule
+# "nrd0" takes bw.nrd0()'s fallback (weighted_bw_nrd0()); the other rules
+# (bw.nrd() gives 0 there, which density() refuses) and every rule in d > 1
+# have no scale to take, and say so.
+check_spread <- function(x, significant, rule) {
+  if (ncol(x) == 1L && rule == "nrd0") return(invisible())
+  rows <- which(significant)
+  if (length(rows) == 1L) {
+    stop_arg("x", sprintf(paste0(
+      "has one point of positive weight (row %d; the other weights are 0 or below ",
+      "rounding of the total), so rule \"%s\" has no spread to scale ",
+      "the bandwidth by; give `bw` or `H`%s."), rows, rule,
+      if (ncol(x) == 1L) " (or `bw = \"nrd0\"`, whose fallback, as bw.nrd0()'s, handles it)" else ""))
+  }
+  constant <- vapply(seq_len(ncol(x)), function(k) all(x[rows, k] == x[rows[1L], k]), NA)
+  if (any(constant)) {
+    k <- which(constant)[1L]
+    column <- if (ncol(x) == 1L) "" else if (!is.null(colnames(x))) {
+      sprintf("column %d (`%s`) ", k, colnames(x)[k])
+    } else {
+      sprintf("column %d ", k)
+    }
+    stop_arg("x", sprintf(paste0(
+      "%shas no spread: all its values of positive weight are %s, so rule \"%s\" ",
+      "cannot scale the bandwidth by it; give `bw` or `H`%s."),
+      column, format(x[rows[1L], k]), rule,
+      if (ncol(x) == 1L) " (or `bw = \"nrd0\"`, whose fallback, as bw.nrd0()'s, handles it)" else
+        ", or drop the column"))
+  }
+  invisible()
+}
+
+# The bandwidths kdegpu computes with: kernel sds (square roots of H's
+# diagonal) from 2^-500 to 2^500, about 3e-151 to 3e150, so that H, its
+# inverse and its Cholesky factor are normal doubles (a bandwidth of 1e300
+# has bw^2 = Inf; one of 1e-170, bw^2 = 0). Beyond, kdegpu stops and says
+# to rescale rather than compute with an H that overflowed.
+bandwidth_limits <- 2^c(-500, 500)
+
+# Stops when kernel variances `variance` (H's diagonal) are outside those
+# limits. `arg`: what set them ("bw", "H", "adjust", or "x" for a rule or
+# selector, `rule` naming it, or for the data's own spread without one);
+# `magnitude`: the size behind them (the bandwidths, or the data's largest
+# values), for the advice to rescale.
+check_bandwidth_scale <- function(variance, arg, magnitude, rule = NULL) {
+  inside <- is.finite(variance) & variance >= bandwidth_limits[1L]^2 &
+    variance <= bandwidth_limits[2L]^2
+  if (all(inside)) return(invisible())
+  k <- which(!inside)[1L]
+  large <- !(variance[k] <= bandwidth_limits[2L]^2)
+  scale <- 10^round(log10(max(magnitude[k], .Machine$double.xmin)))
+  what <- if (large) "overflows" else "underflows"
+  beyond <- sprintf("%s double precision", what)
+  problem <- switch(arg,
+    bw = sprintf("= %s is outside the scale kdegpu computes at: its square, the kernel variance, %s",
+                 format(magnitude[k], digits = 3), beyond),
+    H = sprintf(paste("is outside the scale kdegpu computes at: its diagonal entry %s is beyond",
+                      "what a kernel variance can be in double precision"),
+                format(variance[k], digits = 3)),
+    adjust = sprintf(paste("takes the bandwidth outside the scale kdegpu computes at: the",
+                           "adjusted kernel variance %s"), beyond),
+    x = sprintf("is on a scale kdegpu cannot compute at (values up to about %s): %s %s",
+                format(scale, digits = 3),
+                if (is.null(rule)) "its spread gives a variance that" else
+                  sprintf("rule \"%s\" gives a kernel variance that", rule), beyond)
+  )
+  stop_arg(arg, problem, sprintf(paste0(
+    ". Bandwidths from 3e-151 to 3e150 work: rescale the data and any bandwidth together ",
+    "(e.g. x / %s) and fit again; that fit's density at q / s, divided by s^d, is the ",
+    "density at q here."), format(scale, digits = 3)))
+}
+
+# Data whose spread a bandwidth cannot match: a column whose weighted sd is
+# outside the bandwidth limits (its variance overflowed, as at 1e300, or
+# underflowed, as at 1e-300) leaves every rule and selector a kernel
+# variance beyond double's range, so say so before they run (their own
+# messages would blame the data's shape). Constant columns pass: the rules
+# say what they do with them.
+check_data_scale <- function(x, weights) {
+  variance <- diag(weighted_cov(x, weights))
+  rows <- which(weights > 0)
+  constant <- vapply(seq_len(ncol(x)), function(k) all(x[rows, k] == x[rows[1L], k]), NA)
+  check_bandwidth_scale(ifelse(constant, 1, variance), "x", column_magnitudes(x))
+}
+
+# The largest absolute value of each column.
+column_magnitudes <- function(x) vapply(seq_len(ncol(x)), function(k) max(abs(range(x[, k]))), 0)
 
 # Whitening: with H = R'R (R = chol(H), upper triangular), z = u R^{-1} / a
 # has identity covariance scaled by the kernel's radius a, so a pair costs

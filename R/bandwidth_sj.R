@@ -55,7 +55,7 @@ bw_sj <- function(x, method = c("ste", "dpi"), weights = NULL,
 sj_rules <- c("sj", "sj-ste", "sj-dpi")
 
 sj_bandwidth <- function(x, weights, method, backend) {
-  spread <- weighted_spread(x, weights, "SJ")
+  spread <- weighted_spread(x, weights)
   if (length(spread$x) < 2L) stop_arg("x", "needs at least 2 points for the SJ rule.")
   keep <- weights > 0
   x <- x[keep]
@@ -66,12 +66,16 @@ sj_bandwidth <- function(x, weights, method, backend) {
     stop_arg("x", "has no spread (sd or interquartile range 0): the SJ rule needs some.")
   }
   self_weight <- 1 - sum(weights^2)
+  # The rule is scale-equivariant, and h^7 overflows at h = 1e50: search on
+  # the data divided by a power of 2 near their spread (exact), scale back.
+  unit <- 2^round(log2(scale))
+  x <- x / unit
   # phi_r(h): bw.SJ()'s SDh (r = 4) and TDh (r = 6), pairs summed exactly.
   phi <- function(h, r) {
     sums <- pair_derivative_sums(matrix(x / h), weights, r, backend)
     sums$value[[1L]] / (self_weight * h^(r + 1))
   }
-  sj_search(function(h) phi(h, 4L), function(h) phi(h, 6L), scale, n, method)
+  unit * sj_search(function(h) phi(h, 4L), function(h) phi(h, 6L), scale / unit, n, method)
 }
 
 # bw.SJ()'s search, given its two functionals: the same constants, interval,

@@ -53,11 +53,12 @@ probability_labels <- function(prob) {
 }
 
 # Quantiles of `values` weighted by `weights` (non-negative, some positive)
-# at `probs`. The sorted values sit at the centres of their weights' shares
-# of [0, 1], rescaled so that the smallest is at 0 and the largest at 1,
-# and are interpolated linearly: for equal weights the positions are
-# (i - 1) / (n - 1), exactly quantile()'s type 7, and the rule treats the
-# smallest and largest values alike.
+# at `probs`. The i-th smallest value sits at C_{i-1} / (1 - w_i), C the
+# cumulative weight, and the values are interpolated linearly: for equal
+# weights the positions are (i - 1) / (n - 1), exactly quantile()'s type 7;
+# the rule treats the smallest and largest values alike (reversing the
+# data reverses the positions), and a value of nearly no weight at either
+# end sits next to its neighbour instead of stretching the scale to itself.
 weighted_quantile <- function(values, weights, probs) {
   keep <- weights > 0
   values <- values[keep]
@@ -67,8 +68,11 @@ weighted_quantile <- function(values, weights, probs) {
   order_values <- order(values)
   values <- values[order_values]
   weights <- weights[order_values]
-  centres <- cumsum(weights) - weights / 2
-  positions <- (centres - centres[1L]) / (centres[n] - centres[1L])
+  # 1 - w_i as the weight before plus the weight after (no cancellation
+  # where w_i is nearly 1)
+  before <- cumsum(weights) - weights
+  after <- rev(cumsum(rev(weights))) - weights
+  positions <- cummax(before / (before + after)) # sorted despite rounding
   # Linear interpolation between neighbours, as quantile() computes it.
   upper <- pmin(findInterval(probs, positions, rightmost.closed = TRUE) + 1L, n)
   lower <- pmax(upper - 1L, 1L)

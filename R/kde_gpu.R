@@ -177,13 +177,26 @@
 #'   [bw_plugin()]; in 1-D the SJ direct plug-in).
 #' @param H The kernel's covariance matrix (d x d, symmetric positive
 #'   definite), instead of `bw`.
+#' @section Scale:
+#' Data may lie anywhere in double precision's range; bandwidths (kernel
+#' sds, also those a rule or selector chooses) from about 3e-151 to 3e150
+#' work, where H and its inverse are ordinary doubles, and the rules compute
+#' on rescaled data so their squares neither overflow nor underflow. A
+#' bandwidth outside that range is an error that names the scale and says
+#' to rescale: the fit of x / s at q / s, divided by \eqn{s^d}, is the
+#' density at q.
 #' @param kernel The kernel's name (see Kernels).
 #' @param weights Optional non-negative weights, one per point, at least one
 #'   positive; normalised to sum to 1. Zero weights contribute nothing.
 #'   Every bandwidth rule honours them: `"nrd0"` and `"nrd"` through the
 #'   weighted standard deviation and quartiles, `"scott"` and `"silverman"`
 #'   through the weighted covariance, all with the effective sample size
-#'   \eqn{1 / \sum w_i^2}; equal weights give the unweighted rules.
+#'   \eqn{1 / \sum w_i^2}; equal weights give the unweighted rules. In
+#'   the rules, weights that all together are below rounding of the total
+#'   (1e-300 beside 1) count as 0. Data with no spread among the points of
+#'   positive weight (identical values, one such point) get `bw.nrd0()`'s
+#'   fallback from `"nrd0"` in 1-D, and an error naming the cause from the
+#'   other rules and in d > 1.
 #' @param backend `"auto"`, `"cuda"` or `"cpu"` (see Backends and precision).
 #' @param precision `"double"` or `"single"` (GPU only). Single precision is
 #'   several times faster (the Gaussian runs on the tensor cores at d = 3 and
@@ -219,7 +232,10 @@
 #'   `backend`, `precision`, `call`, `data.name`, the bounds `lower`
 #'   and `upper` (one per column, infinite where there is none), and for
 #'   an adaptive fit `adaptive`, a list with `alpha` and the local factors
-#'   `lambda` (one per point, in the data's order).
+#'   `lambda` (one per point, in the data's order). These fields are the
+#'   fit as it was made, to read, not to edit: every method that evaluates
+#'   stops with an error naming a field changed after fitting (refit with
+#'   the new value instead).
 #' @references Abramson, I. S. (1982). On bandwidth variation in kernel
 #'   estimates: a square root law. *The Annals of Statistics* 10(4),
 #'   1217-1223.
@@ -289,7 +305,9 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   }
   requested_backend <- backend
   backend <- choose_backend(backend)
+  precision <- fit_precision(precision, kernel, weights, backend)
   selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) tolower(bw)
+  if (isTRUE(selector %in% c(cv_rules, sj_rules, plugin_rules))) check_data_scale(x, weights)
   bandwidth <- if (isTRUE(selector %in% cv_rules)) {
     rule <- if (selector == "ucv") "lscv" else selector
     bandwidth_by_cv(x, weights, rule, kernel, backend, precision, bounds)
@@ -299,6 +317,9 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     resolve_bandwidth(x, weights, bw, H)
   }
   bandwidth <- adjust_bandwidth(bandwidth, adjust)
+  # a selector's choice, or `adjust`, may still leave the scale that H can hold
+  check_bandwidth_scale(diag(bandwidth$H), if (adjust != 1) "adjust" else "x",
+                        column_magnitudes(x), bandwidth$method)
   object <- new_kde_gpu(x, weights, bandwidth, kernel, backend, precision, call, data_name)
   if (debias) {
     # SD-KDE: every point moved by H / 2 times the estimate's score there,
@@ -315,13 +336,15 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
     lambda <- local_factors(pilot_log_density(object), weights, alpha)
     release_device_copy(object)
     object <- set_local_factors(object, lambda, alpha)
+    # the kernel weights w_j lambda_j^-d are what reach the GPU
+    object$precision <- fit_precision(object$precision, kernel, object$tile_weights, backend)
     if (backend == "cuda") cuda_model(object)
   }
   object$debias <- debias
   # Cluster workers choose their own backend unless the user asked for one.
   object$requested_backend <- requested_backend
   object$adjust <- adjust
-  set_bounds(object, bounds, kernel)
+  seal_fit(set_bounds(object, bounds, kernel))
 }
 
 # The fit's bounds and the images of its box; an adaptive fit's widest
@@ -396,6 +419,27 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
   if (!is.null(lambda)) object <- set_local_factors(object, lambda)
   if (backend == "cuda") cuda_model(object)
   object
+}
+
+# The precision a fit computes in. Single precision on the GPU keeps a
+# compact kernel's weights as floats (src/cuda/pack.cu stores w_j itself
+# for kernels that do not sum logs; the Gaussian and exponential keep
+# log w_j, which float holds): a normalised weight below float's smallest
+# normal number, 2^-126, loses its digits or becomes 0, and a query near
+# only such points would get density 0 (log -Inf) where the exact one is
+# finite. Such a fit computes in double instead, and says so.
+fit_precision <- function(precision, kernel, weights, backend) {
+  if (precision != "single" || backend != "cuda" || !is_compact_kernel(kernel)) {
+    return(precision)
+  }
+  smallest <- min(weights[weights > 0])
+  if (smallest >= 2^-126) return(precision)
+  warning(sprintf(paste0(
+    "`precision = \"single\"` cannot hold these `weights` with the %s kernel: the smallest ",
+    "positive one is %s of the total, below float's range (1.2e-38), so the GPU's sums ",
+    "would drop those points; computing in double precision instead."),
+    kernel, format(smallest, digits = 3)), call. = FALSE)
+  "double"
 }
 
 # ---- the sample-point adaptive estimator ----------------------------------

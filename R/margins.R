@@ -103,7 +103,9 @@ margin_density <- function(fit, columns, points) {
     return(exp(log_margin))
   }
   k <- length(columns)
-  if (k == fit$d) return(predict(fit, unname(points)))
+  # (evaluated directly: `fit` may be the unbounded copy made above, which
+  # check_fit() would rightly refuse as an edited fit)
+  if (k == fit$d) return(exp(evaluate_log_density(fit, unname(points))))
   if (fit$kernel == "gaussian") return(predict(margin_fit(fit, columns), unname(points)))
   H <- fit$H[columns, columns, drop = FALSE]
   R <- chol(H)

@@ -66,9 +66,11 @@ normalise_weights <- function(weights, n) {
   }
   if (anyNA(weights) || any(!is.finite(weights))) stop_arg("weights", "must be finite and not NA.")
   if (any(weights < 0)) stop_arg("weights", "must be non-negative.")
-  total <- sum(weights)
-  if (!(total > 0)) stop_arg("weights", "must have at least one positive value.")
-  as.double(weights) / total
+  top <- max(weights)
+  if (!(top > 0)) stop_arg("weights", "must have at least one positive value.")
+  # relative to the largest first, so that the total cannot overflow
+  weights <- as.double(weights) / top
+  weights / sum(weights)
 }
 
 check_count <- function(x, arg) {
@@ -94,9 +96,10 @@ is_intact_matrix <- function(x, nrow = NULL, ncol = NULL) {
     (is.null(nrow) || dims[1L] == nrow) && (is.null(ncol) || dims[2L] == ncol)
 }
 
-# A kde_gpu() fit whose parts agree with each other. Methods check it first,
-# so that a damaged or hand-edited object stops with an error that says so
-# instead of giving a wrong answer.
+# A kde_gpu() fit whose parts agree with each other and with the fit as it
+# was made (check_unedited()). Methods check it first, so that a damaged or
+# hand-edited object stops with an error that says so instead of giving a
+# wrong answer.
 check_fit <- function(object, arg = "object") {
   parts <- c("x", "weights", "n", "d", "H", "kernel", "backend", "precision",
              "center", "transform", "log_const", "z", "order", "tile_size",
@@ -126,7 +129,7 @@ check_fit <- function(object, arg = "object") {
     stop_arg(arg, "is not an intact kde_gpu() fit (damaged, or edited by hand?); ",
              "fit it again with kde_gpu().")
   }
-  invisible(object)
+  check_unedited(object, arg)
 }
 
 # An adaptive fit's local factors (fixed fits have none): n positive

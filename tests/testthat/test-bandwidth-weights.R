@@ -3,8 +3,8 @@
 
 # bw.nrd0()'s and bw.nrd()'s formulas with weights, written out from the
 # definitions: sd from the weighted variance with cov.wt()'s correction,
-# quartiles by interpolating the sorted values placed at the centres of
-# their weight shares (rescaled to run from 0 to 1).
+# quartiles by interpolating the sorted values, the i-th at C_{i-1} /
+# (1 - w_i) (C the cumulative weight: (i - 1) / (n - 1) for equal weights).
 ref_weighted_rule <- function(x, w, rule) {
   keep <- w > 0
   x <- x[keep]
@@ -14,9 +14,8 @@ ref_weighted_rule <- function(x, w, rule) {
   w <- w[o]
   mu <- sum(w * x)
   s <- sqrt(sum(w * (x - mu)^2) / (1 - sum(w^2)))
-  centre <- cumsum(w) - w / 2
-  position <- (centre - centre[1]) / (centre[length(x)] - centre[1])
-  q <- approx(position, x, c(0.25, 0.75))$y
+  position <- (cumsum(w) - w) / (1 - w)
+  q <- approx(position, x, c(0.25, 0.75), ties = "ordered")$y
   n_eff <- 1 / sum(w^2)
   spread <- min(s, (q[2] - q[1]) / 1.34)
   if (rule == "nrd0") 0.9 * spread * n_eff^(-0.2) else 1.06 * spread * n_eff^(-0.2)
@@ -59,8 +58,11 @@ test_that("nrd0 and nrd honour weights", {
   expect_equal(unname(fit2$bw), c(ref_weighted_rule(faithful[[1]], w, "nrd"),
                                   ref_weighted_rule(faithful[[2]], w, "nrd")),
                tolerance = 1e-12)
-  expect_error(kde_gpu(c(1, 2, 3), bw = "nrd0", weights = c(0, 1, 0), backend = "cpu"),
-               "`bw`.*positive weight")
+  # One point of positive weight has no spread: bw.nrd0()'s fallback, |x| (n = 1).
+  expect_equal(kde_gpu(c(1, 2, 3), bw = "nrd0", weights = c(0, 1, 0), backend = "cpu")$bw,
+               0.9 * 2)
+  expect_error(kde_gpu(c(1, 2, 3), bw = "nrd", weights = c(0, 1, 0), backend = "cpu"),
+               "`x` has one point of positive weight \\(row 2.*rule \"nrd\"")
 })
 
 test_that("adjust multiplies the selected bandwidth, as in density()", {
@@ -101,4 +103,77 @@ test_that("weighted_cov() is stats::cov.wt()'s covariance, offset data and zero 
     expect_equal(got, expected, tolerance = 1e-12)
     expect_identical(dimnames(got), dimnames(expected))
   }
+})
+
+test_that("zero spread takes bw.nrd0()'s fallback in 1-D, decided exactly", {
+  # identical values: the weighted mean's rounding is not a spread
+  for (x in list(rep(3, 10), rep(0.1, 7), rep(-1e-3, 3), rep(0, 4), c(5, 5))) {
+    expect_equal(kde_gpu(x, backend = "cpu")$bw, stats::bw.nrd0(x), tolerance = 1e-15)
+    expect_equal(kde_gpu(x, weights = seq_along(x), backend = "cpu")$bw,
+                 0.9 * (if (x[1] != 0) abs(x[1]) else 1) * (1 / sum((seq_along(x) / sum(seq_along(x)))^2))^(-0.2),
+                 tolerance = 1e-14)
+  }
+  # one point of positive weight among others: no spread, |x| with n = 1
+  expect_equal(kde_gpu(c(1, 7, 3), weights = c(0, 2, 0), backend = "cpu")$bw, 0.9 * 7)
+  # the other rules have no fallback (bw.nrd() gives 0): a clear error
+  for (rule in c("nrd", "scott", "silverman")) {
+    expect_error(kde_gpu(rep(3, 10), bw = rule, backend = "cpu"),
+                 sprintf("`x` has no spread: all its values of positive weight are 3, so rule \"%s\"",
+                         rule))
+  }
+})
+
+test_that("zero spread in d > 1 is an error naming the cause, for every rule", {
+  x <- cbind(a = c(1, 4, 2, 8, 5), b = 3)
+  for (rule in c("nrd0", "nrd", "scott", "silverman")) {
+    expect_error(kde_gpu(x, bw = rule, backend = "cpu"),
+                 sprintf("`x` column 2 \\(`b`\\) has no spread: all its values of positive weight are 3, so rule \"%s\"",
+                         rule))
+    expect_error(kde_gpu(cbind(1:5, c(2, 1, 4, 3, 5)), bw = rule, weights = c(0, 0, 1, 0, 0),
+                         backend = "cpu"),
+                 "`x` has one point of positive weight \\(row 3")
+  }
+  # constant only among the points of positive weight
+  expect_error(kde_gpu(cbind(1:4, c(9, 2, 2, 2)), weights = c(0, 1, 1, 1), backend = "cpu"),
+               "`x` column 2 has no spread: all its values of positive weight are 2")
+})
+
+test_that("a negligible weight acts as its weight says, for every rule", {
+  x <- c(0, 1, 2, 50)
+  for (rule in c("nrd0", "nrd", "scott", "silverman")) {
+    reference <- kde_gpu(x[1:3], bw = rule, backend = "cpu")$bw
+    expect_equal(kde_gpu(x, bw = rule, weights = c(1, 1, 1, 1e-300), backend = "cpu")$bw,
+                 reference, tolerance = 1e-14, label = rule)
+    expect_equal(kde_gpu(x, bw = rule, weights = c(1, 1, 1, 0), backend = "cpu")$bw,
+                 reference, tolerance = 1e-14, label = rule)
+    # a value of negligible weight inside the data, too
+    expect_equal(kde_gpu(c(0, 1, 2, 50), bw = rule, weights = c(1, 1e-300, 1, 1), backend = "cpu")$bw,
+                 kde_gpu(c(0, 2, 50), bw = rule, backend = "cpu")$bw, tolerance = 1e-14, label = rule)
+  }
+  expect_equal(kde_gpu(x[1:3], bw = "nrd0", backend = "cpu")$bw, stats::bw.nrd0(0:2))
+  # small but not negligible: the quartiles move continuously, not as a full point's share
+  small <- kde_gpu(x, weights = c(1, 1, 1, 1e-10), backend = "cpu")$bw
+  expect_equal(small, stats::bw.nrd0(0:2), tolerance = 1e-8)
+  # in d > 1, the same
+  x2 <- cbind(c(0, 1, 2, 50), c(3, 1, 2, -40))
+  for (rule in c("nrd0", "nrd", "scott", "silverman")) {
+    expect_equal(kde_gpu(x2, bw = rule, weights = c(1, 1, 1, 1e-300), backend = "cpu")$H,
+                 kde_gpu(x2[1:3, ], bw = rule, backend = "cpu")$H, tolerance = 1e-14, label = rule)
+  }
+  # one point of weight that counts: no spread
+  expect_equal(kde_gpu(c(4, 9), weights = c(1, 1e-300), backend = "cpu")$bw, 0.9 * 4)
+})
+
+test_that("weights whose total overflows are normalised as their proportions say", {
+  x <- c(1, 2, 3, 7)
+  expect_equal(kde_gpu(x, weights = rep(1e308, 4), backend = "cpu")$bw, stats::bw.nrd0(x),
+               tolerance = 1e-15)
+  fit <- kde_gpu(x, weights = c(1e308, 1e308, 1e308, 0.5e308), backend = "cpu")
+  expect_equal(fit$weights, c(2, 2, 2, 1) / 7, tolerance = 1e-15)
+  expect_equal(predict(fit, 2.5),
+               predict(kde_gpu(x, weights = c(2, 2, 2, 1), backend = "cpu"), 2.5), tolerance = 1e-14)
+  x2 <- cbind(x, c(3, 1, 4, 1))
+  fit2 <- kde_gpu(x2, weights = rep(1e308, 4), backend = "cpu")
+  expect_equal(predict(fit2, c(2, 2)), predict(kde_gpu(x2, backend = "cpu"), c(2, 2)),
+               tolerance = 1e-14)
 })

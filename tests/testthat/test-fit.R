@@ -101,3 +101,26 @@ test_that("backend = 'cuda' without a usable GPU errors and says why", {
   expect_error(kde_gpu(x, backend = "cuda"),
                "`backend = \"cuda\"` needs a usable GPU: [[:alnum:]]")
 })
+
+test_that("single precision with weights below float's range computes in double, and says so", {
+  # (the decision, made in R at fit time; the GPU stores a compact kernel's
+  # weights as floats, where 1e-300 is 0)
+  w <- c(1, 1e-300, 1e-300) / (1 + 2e-300)
+  decide <- kdegpu:::fit_precision
+  for (kernel in c("epanechnikov", "rectangular", "triangular", "biweight", "cosine",
+                   "optcosine")) {
+    expect_warning(precision <- decide("single", kernel, w, "cuda"),
+                   "`precision = \"single\"` cannot hold these `weights`.*double precision instead")
+    expect_identical(precision, "double")
+  }
+  # the Gaussian and exponential carry log-weights, which float holds
+  expect_identical(expect_silent(decide("single", "gaussian", w, "cuda")), "single")
+  expect_identical(expect_silent(decide("single", "exponential", w, "cuda")), "single")
+  # weights float holds, double precision, and the CPU (always double) are left alone
+  expect_identical(expect_silent(decide("single", "epanechnikov", c(0.5, 0.5 - 1e-30, 1e-30), "cuda")),
+                   "single")
+  expect_identical(expect_silent(decide("double", "epanechnikov", w, "cuda")), "double")
+  expect_identical(expect_silent(decide("single", "epanechnikov", w, "cpu")), "single")
+  expect_silent(kde_gpu(c(1, 2, 3), bw = 1, kernel = "epanechnikov", weights = c(1, 1e-300, 1e-300),
+                        precision = "single", backend = "cpu"))
+})
