@@ -37,18 +37,27 @@
  * core, so Ctrl-C answers promptly. */
 #define WORK_PER_POLL 4.0e8
 
-/* choose(n, k) as a double (exact below 2^53, more than any count here). */
-static double binomial(int64_t n, int64_t k)
+/* choose(n, k) as a double (exact below 2^53, more than any count here),
+ * or +inf once it passes `cap`. The loop runs min(k, n - k) times, so a
+ * huge n with a small k (many dimensions at a low degree) costs nothing. */
+static double binomial_capped(int64_t n, int64_t k, double cap)
 {
   double c = 1;
   if (k < 0 || k > n) return 0;
-  for (int64_t i = 1; i <= k; i++) c = c * (double) (n - k + i) / (double) i;
+  if (n - k < k) k = n - k;
+  for (int64_t i = 1; i <= k; i++) {
+    c = c * (double) (n - k + i) / (double) i;
+    if (c > cap) return INFINITY;
+  }
   return floor(c + 0.5);
 }
 
+static double binomial(int64_t n, int64_t k) { return binomial_capped(n, k, INFINITY); }
+
 int64_t kde_moment_count(int64_t dim, int degree, int64_t limit)
 {
-  double c = binomial(dim + degree, dim);
+  if (dim < 1 || degree < 0 || degree > KDE_MOMENT_MAX_DEGREE || dim > limit) return -1;
+  double c = binomial_capped(dim + degree, degree, (double) limit);
   return c > (double) limit ? -1 : (int64_t) c;
 }
 

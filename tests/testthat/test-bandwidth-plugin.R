@@ -68,6 +68,19 @@ test_that("the multi-indices come in the documented order", {
   expect_error(kdegpu:::moment_index(2, 7L), "`degree` must be in 0..6")
 })
 
+test_that("the moment-index entry point refuses a huge order at once", {
+  # choose(dim + degree, dim) used to loop dim times before the bound check
+  entry <- kdegpu:::C_kdegpu_moment_index
+  for (p in c(0L, 1L, 6L)) {
+    took <- system.time(
+      expect_error(.Call(entry, .Machine$integer.max, p), "more than 100000 moment sums")
+    )[["elapsed"]]
+    expect_lt(took, 0.5)
+  }
+  expect_error(.Call(entry, 1e5L, 2L), "more than 100000 moment sums")
+  expect_equal(nrow(.Call(entry, 3L, 6L)), choose(9, 3))
+})
+
 test_that("the score S_1 / S_0 is finite and right far from the data", {
   train <- matrix(c(0, 1, 2), 3)
   for (backend in test_backends()) {
