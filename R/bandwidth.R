@@ -21,6 +21,15 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
     stop_arg("bw", "must be positive and finite.")
   }
   bw <- as.vector(bw) # drops the attributes of a bw_lscv() result
+  # H holds bw^2: past ~1e154 it overflows, below ~1e-154 it underflows
+  squares <- as.double(bw)^2
+  if (any(!is.finite(squares) | squares < .Machine$double.xmin)) {
+    stop_arg("bw", sprintf(paste0(
+      "= %s squared (the kernel variance H = bw^2) %s double precision; rescale ",
+      "`x` and `bw` together (the estimate scales with them)."),
+      format(bw[!is.finite(squares) | squares < .Machine$double.xmin][1L], digits = 3L),
+      if (any(!is.finite(squares))) "overflows" else "underflows"))
+  }
   if (length(bw) == 1L) {
     return(list(H = diag(bw^2, d), type = "scalar", method = "given"))
   }
@@ -84,9 +93,9 @@ bandwidth_rule <- function(x, weights, rule) {
     }
   )
   if (is.null(chol_or_null(H))) {
-    stop_arg("bw", sprintf(paste0(
-      "rule \"%s\" gave a singular bandwidth (are some columns constant ",
-      "or collinear?); give `bw` or `H` yourself."), rule))
+    cause <- singular_spread_cause(x, weights)
+    stop_arg("bw", sprintf("rule \"%s\" gave a singular bandwidth: `%s` %s Give `bw` or `H` yourself.",
+                           rule, cause$arg, cause$text))
   }
   type <- if (d == 1L) "scalar" else if (rule %in% c("nrd0", "nrd")) "diagonal" else "full"
   list(H = H, type = type, method = rule)

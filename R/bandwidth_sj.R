@@ -47,6 +47,7 @@ bw_sj <- function(x, method = c("ste", "dpi"), weights = NULL,
                                  "use bw_plugin() in d > 1."), ncol(x)))
   }
   weights <- normalise_weights(weights, nrow(x))
+  check_two_points(weights, "bw_sj()")
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
   sj_bandwidth(x[, 1L], weights, method, backend)
 }
@@ -55,6 +56,8 @@ bw_sj <- function(x, method = c("ste", "dpi"), weights = NULL,
 sj_rules <- c("sj", "sj-ste", "sj-dpi")
 
 sj_bandwidth <- function(x, weights, method, backend) {
+  scale <- spread_scale_cause(matrix(x), weights)
+  if (!is.null(scale)) stop_arg(scale$arg, scale$text)
   spread <- weighted_spread(x, weights, "SJ")
   if (length(spread$x) < 2L) stop_arg("x", "needs at least 2 points for the SJ rule.")
   keep <- weights > 0
