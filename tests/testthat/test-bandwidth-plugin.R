@@ -227,7 +227,7 @@ test_that("bad arguments to the plug-in selectors are errors that name them", {
   expect_error(bw_plugin(x, backend = "gpu"), "`backend` must be one of")
   expect_error(bw_plugin(x, weights = -(1:272)), "`weights` must be non-negative")
   expect_error(bw_plugin(x, weights = 1:3), "`weights` must have one value per point")
-  expect_error(bw_plugin(cbind(1:10, 2 * (1:10)), backend = "cpu"), "`x` has constant or collinear")
+  expect_error(bw_plugin(cbind(1:10, 2 * (1:10)), backend = "cpu"), "`x` has collinear columns")
   expect_error(bw_plugin("a"), "`x` must be numeric")
   expect_error(bw_scv(x[, 1], backend = "cpu"), "`x` must have at least 2 columns")
   expect_error(bw_scv(x, type = "full", method = 1), "unknown argument `method`")
