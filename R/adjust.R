@@ -11,6 +11,12 @@ check_adjust <- function(adjust) {
 }
 
 adjust_bandwidth <- function(bandwidth, adjust) {
-  bandwidth$H <- bandwidth$H * adjust^2
+  H <- bandwidth$H * adjust^2
+  if (any(!is.finite(H)) || any(diag(H) < .Machine$double.xmin)) {
+    stop_arg("adjust", sprintf(paste0(
+      "= %s times the bandwidth takes the kernel variance H beyond double precision; ",
+      "choose a `bw` or `H` of the size wanted instead."), format(adjust, digits = 3L)))
+  }
+  bandwidth$H <- H
   bandwidth
 }

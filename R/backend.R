@@ -7,8 +7,13 @@ backend_state$fallback_told <- FALSE
 cpu_threads <- function() {
   threads <- getOption("kdegpu.threads")
   if (is.null(threads)) return(0L) # all the cores OpenMP allows
-  if (!is.numeric(threads) || length(threads) != 1L || is.na(threads) || threads < 1) {
-    stop("`options(kdegpu.threads)` must be one positive whole number or NULL.", call. = FALSE)
+  # whole and within integer range: as.integer() would truncate 1.5 and
+  # turn Inf or 1e10 into NA
+  if (!is.numeric(threads) || length(threads) != 1L || is.na(threads) || threads < 1 ||
+      threads > .Machine$integer.max || threads != round(threads)) {
+    stop("`options(kdegpu.threads)` must be one positive whole number (at most ",
+         .Machine$integer.max, "; more than the cores uses the cores) or NULL, not ",
+         format(threads)[1L], ".", call. = FALSE)
   }
   as.integer(threads)
 }
@@ -237,12 +242,14 @@ log_density_at_training_points <- function(object, leave_one_out, tolerance = NU
 # options(kdegpu.tolerance), else the default of the precision the backend
 # computes in (the CPU always computes in double).
 resolve_tolerance <- function(tolerance, object) {
-  if (is.null(tolerance)) tolerance <- getOption("kdegpu.tolerance")
+  if (!is.null(tolerance)) return(check_tolerance(tolerance))
+  tolerance <- getOption("kdegpu.tolerance")
   if (is.null(tolerance)) {
     single <- object$backend == "cuda" && object$precision == "single"
     return(if (single) default_tolerance[["single"]] else default_tolerance[["double"]])
   }
-  check_tolerance(tolerance)
+  # the user wrote the option, not an argument: name the option
+  check_tolerance(tolerance, "options(kdegpu.tolerance)")
 }
 
 #' @rdname predict.kde_gpu

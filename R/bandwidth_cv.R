@@ -133,9 +133,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
 
   # Normal reference: Silverman's rule with the full weighted covariance.
   S <- weighted_cov(x, weights)
-  if (is.null(chol_or_null(S))) {
-    stop_arg("x", "has constant or collinear columns; no bandwidth can be selected.")
-  }
+  if (is.null(chol_or_null(S))) stop_singular_spread(x, weights)
   n_eff <- 1 / sum(weights^2)
   reference <- (4 / (d + 2))^(2 / (d + 4)) * n_eff^(-2 / (d + 4)) * S
 

@@ -51,6 +51,7 @@ bw_plugin <- function(x, type = c("full", "diagonal"), weights = NULL,
   type <- match_choice(type, c("full", "diagonal"), "type")
   x <- as_point_matrix(x, "x")
   weights <- normalise_weights(weights, nrow(x))
+  check_two_points(weights, "bw_plugin()")
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
   H <- plugin_bandwidth(x, weights, type, backend)
   dimnames(H) <- list(colnames(x), colnames(x))
@@ -111,9 +112,7 @@ plugin_bandwidth <- function(x, weights, type, backend, nstage = 2L) {
 # transformed points and the effective n.
 prescale <- function(x, weights, how) {
   S <- weighted_cov(x, weights)
-  if (is.null(chol_or_null(S))) {
-    stop_arg("x", "has constant or collinear columns; no bandwidth can be selected.")
-  }
+  if (is.null(chol_or_null(S))) stop_singular_spread(x, weights)
   S12 <- if (how == "sphere") matrix_sqrt(S) else diag(sqrt(diag(S)), ncol(x))
   z <- x %*% solve(S12)
   list(x = z, S = weighted_cov(z, weights), S12 = S12, n = 1 / sum(weights^2))

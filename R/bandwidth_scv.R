@@ -34,6 +34,7 @@ bw_scv <- function(x, type = c("full", "diagonal"), weights = NULL,
     stop_arg("x", "must have at least 2 columns for bw_scv(); in 1-D use bw_sj() or bw_lscv().")
   }
   weights <- normalise_weights(weights, nrow(x))
+  check_two_points(weights, "bw_scv()")
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
   H <- scv_bandwidth(x, weights, type, backend)
   dimnames(H) <- list(colnames(x), colnames(x))

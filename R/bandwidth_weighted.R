@@ -80,3 +80,86 @@ weighted_cov <- function(x, weights) {
   if (!is.null(colnames(x))) dimnames(S) <- list(colnames(x), colnames(x))
   S
 }
+
+# Stops unless at least 2 points carry weight, blaming what the user gave:
+# `x` with fewer than 2 rows, else `weights` that leave fewer than 2
+# positive. `fun` names the selector.
+check_two_points <- function(weights, fun) {
+  positive <- sum(weights > 0)
+  if (length(weights) < 2L) {
+    stop_arg("x", sprintf("has %d point; %s needs at least 2 to select a bandwidth.",
+                          length(weights), fun))
+  }
+  if (positive < 2L) {
+    stop_arg("weights", sprintf(paste0("leave %d point of positive weight; %s needs at ",
+                                       "least 2 to select a bandwidth."), positive, fun))
+  }
+  invisible()
+}
+
+# Why the weighted covariance of x is singular or not finite, as
+# list(arg, text) for stop_arg(): too few points of positive weight for
+# the columns, a scale whose squares leave double precision (|x| ~ 1e300
+# overflows, a spread ~ 1e-300 underflows), constant columns, or collinear
+# ones. Blames `weights` where the points they drop make the difference.
+singular_spread_cause <- function(x, weights) {
+  keep <- weights > 0
+  arg <- if (all(keep)) "x" else "weights"
+  among <- if (all(keep)) "" else " among the points of positive weight"
+  x <- x[keep, , drop = FALSE]
+  d <- ncol(x)
+  if (nrow(x) <= d) {
+    text <- sprintf("%s %d point%s in %d column%s: a covariance needs at least %d.",
+                    if (arg == "x") "has" else "leave", nrow(x),
+                    if (nrow(x) == 1L) "" else "s", d, if (d == 1L) "" else "s", d + 1L)
+    return(list(arg = arg, text = text))
+  }
+  scale <- spread_scale_cause(x, rep(1, nrow(x)))
+  if (!is.null(scale)) return(scale)
+  spread <- column_spreads(x)
+  if (any(spread == 0)) {
+    return(list(arg = arg, text = sprintf("%s constant column%s%s: %s.",
+      if (arg == "x") "has" else "leave", if (sum(spread == 0) > 1L) "s" else "", among,
+      paste(names(spread)[spread == 0], collapse = ", "))))
+  }
+  list(arg = arg, text = sprintf(paste0("%s collinear columns%s (one is a linear ",
+                                        "combination of the others): no covariance."),
+                                 if (arg == "x") "has" else "leave", among))
+}
+
+column_spreads <- function(x) {
+  spread <- apply(x, 2L, function(v) max(v) - min(v))
+  names(spread) <- if (is.null(colnames(x))) seq_len(ncol(x)) else colnames(x)
+  spread
+}
+
+# NULL, or list(arg = "x", text) when a column of the points of positive
+# weight spans so much (|x| ~ 1e300) that its square overflows, or so
+# little (~ 1e-300) that it underflows: no variance can be computed.
+spread_scale_cause <- function(x, weights) {
+  spread <- column_spreads(x[weights > 0, , drop = FALSE])
+  # squares (the covariance) of spreads beyond these leave double precision
+  too_big <- !is.finite(spread) | spread > sqrt(.Machine$double.xmax) / 1e4
+  too_small <- spread > 0 & spread < sqrt(.Machine$double.xmin) * 1e4
+  rescale <- "; rescale `x` (the bandwidth scales with it)."
+  if (any(too_big)) {
+    return(list(arg = "x", text = sprintf(paste0(
+      "spans %s in column %s: its square overflows double precision, so no ",
+      "covariance or bandwidth can be computed%s"),
+      format(spread[[which(too_big)[1L]]], digits = 3L), names(spread)[which(too_big)[1L]],
+      rescale)))
+  }
+  if (any(too_small)) {
+    return(list(arg = "x", text = sprintf(paste0(
+      "spans only %s in column %s: its square underflows double precision, so no ",
+      "covariance or bandwidth can be computed%s"),
+      format(spread[[which(too_small)[1L]]], digits = 3L), names(spread)[which(too_small)[1L]],
+      rescale)))
+  }
+  NULL
+}
+
+stop_singular_spread <- function(x, weights) {
+  cause <- singular_spread_cause(x, weights)
+  stop_arg(cause$arg, cause$text)
+}

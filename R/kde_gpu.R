@@ -221,7 +221,8 @@
 #' @param adaptive If `TRUE`, the sample-point adaptive estimate (see
 #'   Adaptive bandwidths): each point's bandwidth is scaled by a local
 #'   factor from a pilot estimate, the fixed-bandwidth fit with the same
-#'   `H`. Not with `lower`/`upper` bounds or `debias`.
+#'   `H` (with `lower`/`upper`, the bounded fixed fit; see Bounded
+#'   support). Not with `debias`.
 #' @param alpha The sensitivity of the local factors, a number in \[0, 1\]:
 #'   \eqn{\lambda_j = (\tilde f(x_j) / g)^{-\alpha}}{lambda_j = (f~(x_j) /
 #'   g)^(-alpha)}; 1/2 (the default) is Abramson's square-root law, 0 the

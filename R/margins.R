@@ -18,8 +18,10 @@ kernel_profile <- function(kernel) {
     rectangular = function(s) inside(s, rep(1, length(s))),
     triangular = function(s) inside(s, 1 - s),
     biweight = function(s) inside(s, (1 - s^2)^2),
-    cosine = function(s) inside(s, (1 + cos(pi * s)) / 2),
-    optcosine = function(s) inside(s, cos(pi * s / 2))
+    # (1 + cos(pi s)) / 2 and cos(pi s / 2) as powers of sin(pi (1 - s) / 2):
+    # full relative accuracy near the edge (see kernels.h)
+    cosine = function(s) inside(s, sin(pi / 2 * pmax(1 - s, 0))^2),
+    optcosine = function(s) inside(s, sin(pi / 2 * pmax(1 - s, 0)))
   )
 }
 

@@ -63,6 +63,8 @@ NULL
 #' @export
 print.kde_gpu <- function(x, digits = 4L, ...) {
   check_dots_empty("print()", c("x", "digits"), list(), ...)
+  check_fit(x, "x")
+  digits <- check_number(digits, "digits", min = 1)
   cat("Kernel density estimate (kdegpu)\n")
   cat("  call:      ", paste(deparse(x$call), collapse = "\n"), "\n", sep = "")
   cat(sprintf("  data:      %s (%d point%s in %d dimension%s%s)\n", x$data.name,
@@ -160,7 +162,11 @@ print.summary.kde_gpu <- function(x, ...) {
 logLik.kde_gpu <- function(object, cluster = NULL, tolerance = getOption("kdegpu.tolerance"),
                            ...) {
   check_dots_empty("logLik()", c("object", "cluster", "tolerance"), list(), ...)
-  if (!is.null(tolerance)) tolerance <- check_tolerance(tolerance)
+  # the default is the option: a bad value there names the option
+  if (!is.null(tolerance)) {
+    tolerance <- check_tolerance(tolerance, if (missing(tolerance)) "options(kdegpu.tolerance)"
+                                            else "tolerance")
+  }
   check_fit(object)
   if (sum(object$weights > 0) < 2L) {
     stop("logLik() needs at least two points of positive weight.", call. = FALSE)
@@ -199,9 +205,13 @@ as.density.kde_gpu <- function(x, n = 512L, from = NULL, to = NULL, cut = 3, ...
   check_dots_empty("as.density()", c("x", "n", "from", "to", "cut"), list(), ...)
   check_fit(x, "x")
   if (x$d != 1L) {
-    stop(sprintf("as.density() needs a 1-D fit, not %d-D.", x$d), call. = FALSE)
+    stop_arg("x", sprintf("must be a 1-D fit for as.density(), not %d-D.", x$d))
   }
   n <- check_count(n, "n")
+  if (n < 1L) stop_arg("n", "must be at least 1: the number of grid points.")
+  from <- check_number(from, "from", null_ok = TRUE)
+  to <- check_number(to, "to", null_ok = TRUE)
+  cut <- check_number(cut, "cut", min = 0)
   bw <- sqrt(x$H[1L, 1L])
   # by default within the bounds of a bounded fit
   # an adaptive fit's point j reaches lambda_j bandwidths

@@ -59,7 +59,7 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
       "or optcosine kernel."), fit$kernel))
   }
   x <- if (is.null(start)) fit$x else
-    match_columns(as_point_matrix(start, "start", fit$d), fit$x)
+    match_columns(as_point_matrix(start, "start", fit$d), fit$x, "start")
   if (is_bounded(fit) && !all(in_box(x, fit$lower, fit$upper))) {
     stop_arg("start", "has points outside the fit's `lower`/`upper` bounds, where the ",
              "estimate is 0.")

@@ -11,7 +11,9 @@
 #'     host-side work of every backend (whitening, ordering, checks): one
 #'     positive whole number, or `NULL` (default) for all the cores OpenMP
 #'     allows (the smallest of the processors, `OMP_THREAD_LIMIT` and
-#'     `OMP_NUM_THREADS`); a larger number is capped at that. In a process
+#'     `OMP_NUM_THREADS`); a larger number is capped at that. A small job
+#'     uses fewer (one thread per 1e7 pairs times coordinates, about 10 ms
+#'     of work), since on a busy machine extra threads slow it down. In a process
 #'     forked by [parallel::mclapply()] or [parallel::makeForkCluster()]
 #'     kdegpu uses one thread whatever this says. [kdegpu_info()] shows the
 #'     number in use.}
@@ -65,7 +67,7 @@
 #' }
 #'
 #' Ctrl-C needs no option: it is checked between the same chunks of work
-#' (on the CPU about every 2e8 x threads pair-coordinates, 0.1 to 0.5 s; on
+#' (on the CPU every 0.1 s of wall time; on
 #' the GPU between batches), stops the evaluation, frees its host and GPU
 #' memory and signals R's `interrupt` condition (see [kde_gpu()],
 #' "Interrupts and forked processes").

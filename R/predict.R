@@ -130,7 +130,11 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
   type <- match_choice(type, predict_types, "type")
   check_flag(log, "log")
   check_flag(leave_one_out, "leave_one_out")
-  if (!is.null(tolerance)) tolerance <- check_tolerance(tolerance)
+  # the default is the option: a bad value there names the option
+  if (!is.null(tolerance)) {
+    tolerance <- check_tolerance(tolerance, if (missing(tolerance)) "options(kdegpu.tolerance)"
+                                            else "tolerance")
+  }
   engine <- cluster_engine(cluster)
   split <- match_choice(split, c("queries", "training"), "split")
   at_training_points <- missing(newdata) || is.null(newdata)
@@ -211,13 +215,13 @@ worker_backend <- function(object) {
 }
 
 # Reorders the columns of `query` by name when both it and the training
-# data name all their columns.
-match_columns <- function(query, train) {
+# data name all their columns; `arg` names the user's argument.
+match_columns <- function(query, train, arg = "newdata") {
   q_names <- colnames(query)
   t_names <- colnames(train)
   if (is.null(q_names) || is.null(t_names) || identical(q_names, t_names)) return(query)
   if (!setequal(q_names, t_names)) {
-    stop_arg("newdata", "has columns ", paste(q_names, collapse = ", "),
+    stop_arg(arg, "has columns ", paste(q_names, collapse = ", "),
              " but the fit has ", paste(t_names, collapse = ", "), ".")
   }
   query[, t_names, drop = FALSE]

@@ -151,6 +151,10 @@ simulate.kde_gpu <- function(object, nsim = 1, seed = NULL, ...) {
   check_dots_empty("simulate()", c("object", "nsim", "seed"), list(), ...)
   check_fit(object)
   nsim <- check_count(nsim, "nsim")
+  if (nsim < 1L) stop_arg("nsim", "must be at least 1: the number of simulated samples.")
+  if (!is.null(seed) && (!is.numeric(seed) || length(seed) != 1L || !is.finite(seed))) {
+    stop_arg("seed", "must be NULL or one number, as set.seed() takes.")
+  }
   if (!exists(".Random.seed", envir = .GlobalEnv, inherits = FALSE)) stats::runif(1)
   if (is.null(seed)) {
     rng_state <- get(".Random.seed", envir = .GlobalEnv)

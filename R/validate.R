@@ -81,6 +81,25 @@ check_count <- function(x, arg) {
   as.integer(x)
 }
 
+# One finite number (or NULL where `null_ok`), at least `min`.
+check_number <- function(x, arg, min = -Inf, null_ok = FALSE) {
+  if (null_ok && is.null(x)) return(x)
+  if (!is.numeric(x) || length(x) != 1L || !is.finite(x) || x < min) {
+    stop_arg(arg, "must be one finite number",
+             if (min > -Inf) sprintf(" of at least %s", format(min)), ", not ",
+             paste(format(x), collapse = " "), ".")
+  }
+  as.double(x)
+}
+
+# A plot label: a character string, an expression (plotmath) or NULL.
+check_label <- function(x, arg) {
+  if (!is.null(x) && !is.character(x) && !is.expression(x) && !is.call(x) && !is.name(x)) {
+    stop_arg(arg, "must be a character string or an expression, not ", class(x)[1L], ".")
+  }
+  x
+}
+
 check_flag <- function(x, arg) {
   if (!is.logical(x) || length(x) != 1L || is.na(x)) stop_arg(arg, "must be TRUE or FALSE.")
   x

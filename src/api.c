@@ -135,6 +135,16 @@ SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
   return out;
 }
 
+/* The threads a CPU region of `work` units runs on (kde_thread_count_for):
+ * for tests and kdegpu_info(). */
+SEXP kdegpu_threads_for_work(SEXP threads, SEXP work)
+{
+  int n_threads = arg_threads(threads);
+  double units = arg_double_scalar(work, "work");
+  if (!(units >= 0)) Rf_error("`work` must be a non-negative number");
+  return Rf_ScalarInteger(kde_thread_count_for(n_threads, units));
+}
+
 SEXP kdegpu_cpu_info(SEXP threads)
 {
   int n_threads = arg_threads(threads);

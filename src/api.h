@@ -20,6 +20,7 @@ SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
                 SEXP progress_delay);
 SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);
+SEXP kdegpu_threads_for_work(SEXP threads, SEXP work);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
 SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);

@@ -137,7 +137,8 @@ SEXP kdegpu_moment_index(SEXP dim, SEXP degree)
   int p = arg_degree(degree);
   if (d < 1) Rf_error("`dim` must be at least 1");
   int64_t count = kde_moment_count(d, p, MOMENT_COUNT_LIMIT);
-  if (count < 0)
+  /* the matrix holds count x d integers: bound it before allocating */
+  if (count < 0 || (double) count * d > (double) MOMENT_COUNT_LIMIT * 64)
     Rf_error("%d dimensions at degree %d give more than %d moment sums", d, p,
              MOMENT_COUNT_LIMIT);
   SEXP out = PROTECT(Rf_allocMatrix(INTSXP, (int) count, d));

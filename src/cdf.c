@@ -6,10 +6,8 @@
  * relative accuracy; the total is clamped to [0, 1] against rounding.
  */
 #include "cdf.h"
+#include "slices.h"
 #include "threads.h"
-
-/* Kernel terms between two interrupt polls: about 0.1 s on one core. */
-#define TERMS_PER_POLL 2.0e7
 
 /* The CDF at query x (its coordinates `stride` apart). */
 static double cdf_at(const kde_cdf_problem *p, const double *x, int64_t stride,
@@ -42,17 +40,19 @@ void kde_cpu_cdf(const kde_cdf_problem *p, const double *query,
 {
   if (!kde_cdf_problem_valid(p, n_query, status)) return;
   const int64_t n_images = kde_cdf_image_total(p);
-  const int n_threads = kde_thread_count(threads);
+  const double terms = (double) p->n_train * (double) n_images;
+  const int n_threads = kde_thread_count_for(threads, terms * (double) n_query);
   const double scale = kde_scale(p->kernel, 1);
-  double terms = (double) p->n_train * (double) n_images;
-  int64_t chunk = (int64_t) (TERMS_PER_POLL * n_threads / terms) + 1;
+  kde_slice slice = {0, n_query, 0};
 
-  for (int64_t begin = 0; begin < n_query; begin += chunk) {
-    const int64_t end = begin + chunk < n_query ? begin + chunk : n_query;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8)
-    for (int64_t i = begin; i < end; i++) out[i] = cdf_at(p, query + i, n_query, scale);
-    if (end < n_query && interrupted != NULL &&
-        interrupted((double) end / (double) n_query)) {
+  while (kde_slice_next(&slice)) {
+#pragma omp parallel num_threads(n_threads)
+    {
+      int64_t first, last;
+      while (kde_slice_claim(&slice, 1, &first, &last))
+        out[first] = cdf_at(p, query + first, n_query, scale);
+    }
+    if (slice.next < n_query && interrupted != NULL && interrupted(kde_slice_done(&slice))) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       break;
     }

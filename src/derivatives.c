@@ -8,15 +8,13 @@
 #include <stdlib.h>
 
 #include "derivatives.h"
+#include "slices.h"
 #include "threads.h"
 #include <kdegpu/kernels.h>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-/* Pair terms between two interrupt polls: about 0.1 s on one core. */
-#define TERMS_PER_POLL 2.0e7
 
 /* One query's sums; v is scratch for dim values. Returns M. */
 static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
@@ -87,7 +85,8 @@ void kde_cpu_derivative_sums(const kde_derivative_problem *p, int threads,
     return;
   }
   const int64_t m = p->n_query, d = p->dim;
-  const int n_threads = kde_thread_count(threads);
+  const double terms = (double) p->n_train * (double) (d * d + d + 1);
+  const int n_threads = kde_thread_count_for(threads, terms * (double) m);
   /* per thread: v, first, second */
   const int64_t per_thread = 2 * d + d * d;
   double *scratch = malloc((size_t) (per_thread * n_threads) * sizeof *scratch);
@@ -95,24 +94,25 @@ void kde_cpu_derivative_sums(const kde_derivative_problem *p, int threads,
     kde_status_set(status, KDE_ERR_ALLOC, "could not allocate memory for the derivative sums");
     return;
   }
-  const double terms = (double) p->n_train * (double) (d * d + d + 1);
-  const int64_t chunk = (int64_t) (TERMS_PER_POLL * n_threads / terms) + 1;
-  for (int64_t begin = 0; begin < m; begin += chunk) {
-    const int64_t end = begin + chunk < m ? begin + chunk : m;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4)
-    for (int64_t i = begin; i < end; i++) {
+  kde_slice slice = {0, m, 0};
+  while (kde_slice_next(&slice)) {
+#pragma omp parallel num_threads(n_threads)
+    {
 #ifdef _OPENMP
       const int thread = omp_get_thread_num();
 #else
       const int thread = 0;
 #endif
       double *v = scratch + thread * per_thread, *f = v + d, *s = f + d;
-      log_scale[i] = sums_at(p, i, v, s0 + i, k1sum + i, f, second != NULL ? s : NULL);
-      for (int64_t c = 0; c < d; c++) first[i + c * m] = f[c];
-      if (second != NULL)
-        for (int64_t c = 0; c < d * d; c++) second[i + c * m] = s[c];
+      int64_t i, last;
+      while (kde_slice_claim(&slice, 1, &i, &last)) {
+        log_scale[i] = sums_at(p, i, v, s0 + i, k1sum + i, f, second != NULL ? s : NULL);
+        for (int64_t c = 0; c < d; c++) first[i + c * m] = f[c];
+        if (second != NULL)
+          for (int64_t c = 0; c < d * d; c++) second[i + c * m] = s[c];
+      }
     }
-    if (end < m && interrupted != NULL && interrupted((double) end / (double) m)) {
+    if (slice.next < m && interrupted != NULL && interrupted(kde_slice_done(&slice))) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       break;
     }
@@ -131,7 +131,7 @@ void kde_derivative_results(int64_t m, int64_t d, const double *log_scale, const
 {
   const double *A = transform;
   const int64_t n_blocks = (m + RESULT_ROWS - 1) / RESULT_ROWS;
-  const int n_threads = kde_thread_count(threads);
+  const int n_threads = kde_thread_count_for(threads, (double) m * (double) (d * d * d + d * d));
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t block = 0; block < n_blocks; block++) {
     double g[KDE_DERIVATIVE_RESULT_MAX_DIM], b[KDE_DERIVATIVE_RESULT_MAX_DIM];

@@ -39,7 +39,7 @@ int64_t kde_first_nonfinite(const double *x, int64_t n, int threads)
   int64_t first_bad_block = n_blocks;
   if (n_blocks <= 1) return scan_block(x, 0, n);
   /* which block holds the first bad value; then where in it */
-#pragma omp parallel for num_threads(kde_thread_count(threads)) \
+#pragma omp parallel for num_threads(kde_thread_count_for(threads, (double) n)) \
     schedule(static) reduction(min : first_bad_block)
   for (int64_t block = 0; block < n_blocks; block++) {
     const int64_t begin = block * SCAN_BLOCK;

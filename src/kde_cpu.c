@@ -23,6 +23,7 @@
 #include "vector_math.h"
 #include "prune.h"
 #include "spatial.h"
+#include "slices.h"
 #include "threads.h"
 #include "whiten.h"
 #include <kdegpu/kernels.h>
@@ -42,10 +43,6 @@
 #define CHUNK_BYTES (32 * 1024)
 #define CHUNK_MIN 64
 #define CHUNK_MAX 1024
-
-/* Pairs evaluated between two interrupt polls: about 0.1-0.5 s of work on
- * one core, so Ctrl-C answers promptly without a poll per tile. */
-#define PAIRS_PER_POLL 2.0e8
 
 /* Squared distances from one query to a tile of training points. */
 static ALWAYS_INLINE void tile_squared_distances(const double *train,
@@ -244,8 +241,10 @@ void kde_cpu_log_density(const kde_training_set *train,
   }
   if (query->n_query == 0) return;
 
-  const int n_threads = kde_thread_count(threads);
   const int64_t m = query->n_query, dim = train->dim;
+  /* before pruning: a small job stays on one thread */
+  const int n_threads =
+      kde_thread_count_for(threads, (double) m * (double) train->n_train * (double) dim);
   const int spatial = train->tile_size > 0;
   const int64_t chunk = choose_chunk(dim);
   const int64_t tile = spatial ? train->tile_size : chunk;
@@ -318,19 +317,13 @@ void kde_cpu_log_density(const kde_training_set *train,
   CPU_ALLOC(buf.scratch, (int64_t) n_threads * scratch_per_thread);
   CPU_ALLOC(buf.visit, (int64_t) n_threads * n_tiles);
 
-  /* Chunks of queries between interrupt polls, a whole number of blocks. */
-  double pairs_per_query = (double) train->n_train * (double) dim;
-  int64_t poll_rows = (int64_t) (PAIRS_PER_POLL * n_threads / pairs_per_query);
-  poll_rows = (poll_rows / QUERY_BLOCK + 1) * QUERY_BLOCK;
-
   /* Pairs evaluated: each block's queries times the points of its tiles. */
   double pairs = 0.0;
   const int64_t last_tile_points = train->n_train - (n_tiles - 1) * tile;
-  for (int64_t poll_begin = 0; poll_begin < m; poll_begin += poll_rows) {
-    int64_t poll_end = poll_begin + poll_rows < m ? poll_begin + poll_rows : m;
-    int64_t n_blocks = (poll_end - poll_begin + QUERY_BLOCK - 1) / QUERY_BLOCK;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic) reduction(+ : pairs)
-    for (int64_t block = 0; block < n_blocks; block++) {
+  kde_slice slice = {0, (m + QUERY_BLOCK - 1) / QUERY_BLOCK, 0};
+  while (kde_slice_next(&slice)) {
+#pragma omp parallel num_threads(n_threads) reduction(+ : pairs)
+    {
 #ifdef _OPENMP
       int thread = omp_get_thread_num();
 #else
@@ -338,41 +331,43 @@ void kde_cpu_log_density(const kde_training_set *train,
 #endif
       double *scratch = buf.scratch + thread * scratch_per_thread;
       int64_t *visit = buf.visit + thread * n_tiles;
-      const int64_t first = poll_begin + block * QUERY_BLOCK;
-      const int64_t block_len = first + QUERY_BLOCK < poll_end ? QUERY_BLOCK
-                                                               : poll_end - first;
-      const int64_t *rows = buf.query_order + first;
-      int64_t n_visit = n_tiles;
-      if (spatial) {
-        double *q_lo = scratch + 2 * chunk + QUERY_BLOCK * dim;
-        double *q_hi = q_lo + dim;
-        for (int64_t k = 0; k < dim; k++) {
-          const double *col = query->query + k * m;
-          double lo = col[rows[0]], hi = lo;
-          for (int64_t b = 1; b < block_len; b++) {
-            lo = col[rows[b]] < lo ? col[rows[b]] : lo;
-            hi = col[rows[b]] > hi ? col[rows[b]] : hi;
+      int64_t block, block_end;
+      while (kde_slice_claim(&slice, 1, &block, &block_end)) {
+        const int64_t first = block * QUERY_BLOCK;
+        const int64_t block_len = first + QUERY_BLOCK < m ? QUERY_BLOCK : m - first;
+        const int64_t *rows = buf.query_order + first;
+        int64_t n_visit = n_tiles;
+        if (spatial) {
+          double *q_lo = scratch + 2 * chunk + QUERY_BLOCK * dim;
+          double *q_hi = q_lo + dim;
+          for (int64_t k = 0; k < dim; k++) {
+            const double *col = query->query + k * m;
+            double lo = col[rows[0]], hi = lo;
+            for (int64_t b = 1; b < block_len; b++) {
+              lo = col[rows[b]] < lo ? col[rows[b]] : lo;
+              hi = col[rows[b]] > hi ? col[rows[b]] : hi;
+            }
+            q_lo[k] = lo;
+            q_hi[k] = hi;
           }
-          q_lo[k] = lo;
-          q_hi[k] = hi;
+          n_visit = kde_tiles_to_visit(&plan, q_lo, q_hi, q_hi + dim, visit);
+        } else {
+          for (int64_t v = 0; v < n_tiles; v++) visit[v] = v;
         }
-        n_visit = kde_tiles_to_visit(&plan, q_lo, q_hi, q_hi + dim, visit);
-      } else {
-        for (int64_t v = 0; v < n_tiles; v++) visit[v] = v;
+        if (n_visit > 0) { /* ascending: only the last may be the short tile */
+          const int64_t points = n_visit * tile - (visit[n_visit - 1] == n_tiles - 1
+                                                       ? tile - last_tile_points : 0);
+          pairs += (double) block_len * (double) points;
+        }
+        kde_lse state[QUERY_BLOCK];
+        evaluate_block_dispatch(train->kernel, train, query, rows, block_len,
+                                visit, n_visit, tile, chunk, scratch, state);
+        for (int64_t b = 0; b < block_len; b++)
+          out[rows[b]] = kde_lse_log(state[b]) + query->log_const;
       }
-      if (n_visit > 0) { /* ascending: only the last may be the short tile */
-        const int64_t points = n_visit * tile - (visit[n_visit - 1] == n_tiles - 1
-                                                     ? tile - last_tile_points : 0);
-        pairs += (double) block_len * (double) points;
-      }
-      kde_lse state[QUERY_BLOCK];
-      evaluate_block_dispatch(train->kernel, train, query, rows, block_len,
-                              visit, n_visit, tile, chunk, scratch, state);
-      for (int64_t b = 0; b < block_len; b++)
-        out[rows[b]] = kde_lse_log(state[b]) + query->log_const;
     }
-    if (poll_end < m && interrupted != NULL &&
-        interrupted((double) poll_end / (double) m)) {
+    if (slice.next < slice.end && interrupted != NULL &&
+        interrupted(kde_slice_done(&slice))) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       goto cleanup;
     }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "moments.h"
+#include "slices.h"
 #include "threads.h"
 #include "vector_math.h"
 
@@ -33,22 +34,27 @@
 #define CHUNK_MIN 8
 #define CHUNK_MAX 256
 
-/* Pairs times multi-indices between interrupt polls: about 0.1-0.3 s on a
- * core, so Ctrl-C answers promptly. */
-#define WORK_PER_POLL 4.0e8
-
-/* choose(n, k) as a double (exact below 2^53, more than any count here). */
-static double binomial(int64_t n, int64_t k)
+/* choose(n, k) as a double (exact below 2^53, more than any count here),
+ * or +inf once it passes `cap`. The loop runs min(k, n - k) times, so a
+ * huge n with a small k (many dimensions at a low degree) costs nothing. */
+static double binomial_capped(int64_t n, int64_t k, double cap)
 {
   double c = 1;
   if (k < 0 || k > n) return 0;
-  for (int64_t i = 1; i <= k; i++) c = c * (double) (n - k + i) / (double) i;
+  if (n - k < k) k = n - k;
+  for (int64_t i = 1; i <= k; i++) {
+    c = c * (double) (n - k + i) / (double) i;
+    if (c > cap) return INFINITY;
+  }
   return floor(c + 0.5);
 }
 
+static double binomial(int64_t n, int64_t k) { return binomial_capped(n, k, INFINITY); }
+
 int64_t kde_moment_count(int64_t dim, int degree, int64_t limit)
 {
-  double c = binomial(dim + degree, dim);
+  if (dim < 1 || degree < 0 || degree > KDE_MOMENT_MAX_DEGREE || dim > limit) return -1;
+  double c = binomial_capped(dim + degree, degree, (double) limit);
   return c > (double) limit ? -1 : (int64_t) c;
 }
 
@@ -187,8 +193,9 @@ void kde_cpu_moments(const kde_moment_problem *pr, int threads,
   }
   if (pr->n_query == 0) return;
   const int64_t count = kde_moment_count(pr->dim, pr->degree, INT32_MAX);
-  const int n_threads = kde_thread_count(threads);
   const int64_t m_query = pr->n_query, dim = pr->dim;
+  const double work = (double) pr->n_train * (double) (count + dim);
+  const int n_threads = kde_thread_count_for(threads, work * (double) m_query);
   int64_t chunk = SCRATCH_DOUBLES / (count + dim + 1);
   if (chunk < CHUNK_MIN) chunk = CHUNK_MIN;
   if (chunk > CHUNK_MAX) chunk = CHUNK_MAX;
@@ -213,12 +220,10 @@ void kde_cpu_moments(const kde_moment_problem *pr, int threads,
   }
   kde_moment_index(dim, pr->degree, count, exponents, parent, variable);
 
-  double work = (double) pr->n_train * (double) (count + dim);
-  int64_t poll_rows = (int64_t) (WORK_PER_POLL * n_threads / work) + 1;
-  for (int64_t first = 0; first < m_query; first += poll_rows) {
-    const int64_t last = first + poll_rows < m_query ? first + poll_rows : m_query;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4)
-    for (int64_t i = first; i < last; i++) {
+  kde_slice slice = {0, m_query, 0};
+  while (kde_slice_next(&slice)) {
+#pragma omp parallel num_threads(n_threads)
+    {
 #ifdef _OPENMP
       const int thread = omp_get_thread_num();
 #else
@@ -227,15 +232,17 @@ void kde_cpu_moments(const kde_moment_problem *pr, int threads,
       double *mine = scratch + thread * per_thread;
       double *acc = mine + chunk * (1 + dim + count);
       double *q = acc + count;
-      for (int64_t k = 0; k < dim; k++) q[k] = pr->query[i + k * m_query];
-      query_moments(pr, count, parent, variable, chunk, q,
-                    pr->pairs == KDE_PAIRS_ABOVE ? i + 1 : 0,
-                    pr->pairs == KDE_PAIRS_LEAVE_ONE_OUT ? i : -1, mine,
-                    log_scale + i, acc);
-      for (int64_t m = 0; m < count; m++) sums[i + m * m_query] = acc[m];
+      int64_t i, last;
+      while (kde_slice_claim(&slice, 1, &i, &last)) {
+        for (int64_t k = 0; k < dim; k++) q[k] = pr->query[i + k * m_query];
+        query_moments(pr, count, parent, variable, chunk, q,
+                      pr->pairs == KDE_PAIRS_ABOVE ? i + 1 : 0,
+                      pr->pairs == KDE_PAIRS_LEAVE_ONE_OUT ? i : -1, mine,
+                      log_scale + i, acc);
+        for (int64_t m = 0; m < count; m++) sums[i + m * m_query] = acc[m];
+      }
     }
-    if (last < m_query && interrupted != NULL &&
-        interrupted((double) last / (double) m_query)) {
+    if (slice.next < m_query && interrupted != NULL && interrupted(kde_slice_done(&slice))) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       goto cleanup;
     }

@@ -64,7 +64,8 @@ typedef struct {
 } kde_moment_problem;
 
 /* The number of multi-indices a in `dim` dimensions with |a| <= degree:
- * choose(dim + degree, dim); -1 when it exceeds `limit`. */
+ * choose(dim + degree, dim); -1 when it or `dim` exceeds `limit`, or when
+ * dim or degree is out of range. Costs at most `degree` steps. */
 int64_t kde_moment_count(int64_t dim, int degree, int64_t limit);
 
 /* Writes the multi-indices in the documented order: exponents[m + c * count]

@@ -115,7 +115,8 @@ void kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
 {
   for (int64_t i = 0; i < n; i++) order[i] = i;
   if (leaf < 1) return;
-  const int n_threads = kde_thread_count(threads);
+  /* each level of the tree reads every row once */
+  const int n_threads = kde_thread_count_for(threads, (double) n * (double) d * log2((double) n + 1));
 #pragma omp parallel num_threads(n_threads)
   {
 #pragma omp single
@@ -127,7 +128,7 @@ void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
                     int threads, double *lo, double *hi)
 {
   const int64_t n_tiles = (n + tile - 1) / tile;
-  const int n_threads = kde_thread_count(threads);
+  const int n_threads = kde_thread_count_for(threads, (double) n * (double) d);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t t = 0; t < n_tiles; t++) {
     const int64_t begin = t * tile;
@@ -139,7 +140,7 @@ void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
 void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
                       int threads, double *dst)
 {
-  const int n_threads = kde_thread_count(threads);
+  const int n_threads = kde_thread_count_for(threads, (double) n);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t i = 0; i < n; i++) dst[order[i]] = src[i];
 }

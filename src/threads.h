@@ -12,6 +12,12 @@ extern "C" {
  * `#pragma omp parallel` takes its num_threads() from here. */
 int kde_thread_count(int requested);
 
+/* Threads for a region of `work` units (pairs times coordinates, or as
+ * near as the loop has): kde_thread_count(requested), but one thread per
+ * KDE_WORK_PER_THREAD units at most, so that a small job does not wake
+ * threads that cost more than they save (data.table's throttle). */
+int kde_thread_count_for(int requested, double work);
+
 /* 1 when the CPU backend was built with OpenMP. */
 int kde_has_openmp(void);
 

@@ -15,7 +15,7 @@
 void kde_whiten(const double *x, int64_t n, int64_t d, const double *center,
                 const double *transform, int threads, double *out)
 {
-  const int n_threads = kde_thread_count(threads);
+  const int n_threads = kde_thread_count_for(threads, (double) n * (double) (d * d));
   const int64_t n_blocks = (n + WHITEN_ROWS - 1) / WHITEN_ROWS;
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t block = 0; block < n_blocks; block++) {

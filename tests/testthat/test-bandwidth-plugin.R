@@ -68,6 +68,19 @@ test_that("the multi-indices come in the documented order", {
   expect_error(kdegpu:::moment_index(2, 7L), "`degree` must be in 0..6")
 })
 
+test_that("the moment-index entry point refuses a huge order at once", {
+  # choose(dim + degree, dim) used to loop dim times before the bound check
+  entry <- kdegpu:::C_kdegpu_moment_index
+  for (p in c(0L, 1L, 6L)) {
+    took <- system.time(
+      expect_error(.Call(entry, .Machine$integer.max, p), "more than 100000 moment sums")
+    )[["elapsed"]]
+    expect_lt(took, 0.5)
+  }
+  expect_error(.Call(entry, 1e5L, 2L), "more than 100000 moment sums")
+  expect_equal(nrow(.Call(entry, 3L, 6L)), choose(9, 3))
+})
+
 test_that("the score S_1 / S_0 is finite and right far from the data", {
   train <- matrix(c(0, 1, 2), 3)
   for (backend in test_backends()) {
@@ -214,7 +227,7 @@ test_that("bad arguments to the plug-in selectors are errors that name them", {
   expect_error(bw_plugin(x, backend = "gpu"), "`backend` must be one of")
   expect_error(bw_plugin(x, weights = -(1:272)), "`weights` must be non-negative")
   expect_error(bw_plugin(x, weights = 1:3), "`weights` must have one value per point")
-  expect_error(bw_plugin(cbind(1:10, 2 * (1:10)), backend = "cpu"), "`x` has constant or collinear")
+  expect_error(bw_plugin(cbind(1:10, 2 * (1:10)), backend = "cpu"), "`x` has collinear columns")
   expect_error(bw_plugin("a"), "`x` must be numeric")
   expect_error(bw_scv(x[, 1], backend = "cpu"), "`x` must have at least 2 columns")
   expect_error(bw_scv(x, type = "full", method = 1), "unknown argument `method`")

@@ -67,3 +67,30 @@ test_that("an interrupted GPU evaluation signals an interrupt condition", {
   expect_equal(predict(fit, fit$x[1:3, ]), predict(kde_gpu(fit$x, H = fit$H, backend = "cpu"),
                                                     fit$x[1:3, ]), tolerance = 1e-10)
 })
+
+test_that("every long CPU loop answers Ctrl-C within a fraction of a second", {
+  # The loops poll on wall time (src/slices.h), not after a count of terms
+  # that took 1.3 s for the CDF, 0.7 s for the density.
+  skip_without_signals()
+  skip_on_cran()
+  set.seed(12)
+  fit <- kde_gpu(rnorm(2e5), backend = "cpu")
+  q <- rnorm(2e5)
+  x3 <- matrix(rnorm(3e4 * 3), ncol = 3)
+  latency <- function(expr) {
+    send_interrupt_after(0.5)
+    started <- proc.time()[["elapsed"]]
+    caught <- tryCatch(expr, interrupt = function(e) e)
+    elapsed <- proc.time()[["elapsed"]] - started
+    # an evaluation that ended before the signal must not leave it to land
+    # in a later test
+    if (!inherits(caught, "interrupt")) tryCatch(Sys.sleep(3), interrupt = function(e) NULL)
+    expect_s3_class(caught, "interrupt")
+    elapsed - 0.5
+  }
+  expect_lt(latency(predict(fit, q, type = "cdf")), 0.4)
+  expect_lt(latency(predict(fit, q, type = "gradient")), 0.4)
+  expect_lt(latency(predict(fit, q, tolerance = 0)), 0.4)
+  expect_lt(latency(kdegpu:::gaussian_moments(x3, rep(1 / 3e4, 3e4), x3, 4L, "all", "cpu")),
+            0.4)
+})

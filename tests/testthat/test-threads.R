@@ -35,3 +35,26 @@ test_that("kdegpu_info()$threads is a positive integer", {
   expect_identical(with_kde_options(list(kdegpu.threads = 1),
                                     kdegpu_info()$threads), 1L)
 })
+
+test_that("small jobs run on one thread, large ones on all that are allowed", {
+  # Threads from the work (src/threads.c), capped by kdegpu.threads: a small
+  # evaluation on a shared machine ran 2.4-3x slower on 2 threads than on 1.
+  entry <- kdegpu:::C_kdegpu_threads_for_work
+  all <- kdegpu_info()$threads
+  expect_identical(.Call(entry, 0L, 0), 1L)
+  expect_identical(.Call(entry, 0L, 272 * 272 * 2), 1L)   # faithful, leave one out
+  expect_identical(.Call(entry, 0L, 1e12), all)
+  expect_identical(.Call(entry, 1L, 1e12), 1L)
+  expect_identical(.Call(entry, 64L, 1e12), all)
+  expect_identical(.Call(entry, 0L, 2.5e7), min(all, 2L))
+  expect_error(.Call(entry, 0L, NA_real_), "`work`")
+  # and the answer stays that of one thread where a job crosses the line
+  x <- ref_data(3000, 2, seed = 620)
+  fit <- kde_gpu(x, bw = 0.3, backend = "cpu")
+  for (m in c(10, 5000)) {
+    q <- ref_queries(x, m, seed = 621)
+    p1 <- with_kde_options(list(kdegpu.threads = 1), predict(fit, q, type = "cdf"))
+    p2 <- with_kde_options(list(kdegpu.threads = 2), predict(fit, q, type = "cdf"))
+    expect_identical(p1, p2)
+  }
+})
