@@ -22,7 +22,11 @@
 #' The criteria can have several local optima, so the search is global: a
 #' grid of bandwidths proportional to the normal-reference bandwidth
 #' (`range` gives its limits as factors), then a local optimiser from the
-#' best grid point: [stats::optimize()] for a scalar; otherwise, over log
+#' best grid point: [stats::optimize()] for a scalar (for the kernels with
+#' kinked or stepped criteria, first a finer grid around the three best
+#' grid points, and for `"rectangular"`, whose likelihood is a step
+#' function of the bandwidth, the exact maximum over every pair's distance
+#' in the range when n <= 2000); otherwise, over log
 #' standard deviations relative to the start or over the Cholesky factor of
 #' H relative to the start's, [stats::nlm()] (a Newton-type search with
 #' finite-difference gradients) for the kernels whose criteria are smooth
@@ -199,7 +203,11 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
 
   lower <- factors[max(1L, best - 1L)]
   upper <- factors[min(grid, best + 1L)]
-  if (type == "scalar") {
+  if (type == "scalar" && !(kernel %in% smooth_criterion_kernels)) {
+    # kinks or steps: a finer grid first (R/bandwidth_cv_global.R)
+    H <- scalar_global_search(safe_objective, shape, factors, grid_values, x, weights, kernel,
+                              criterion, !is.null(bounds), tol, grid_tolerance)^2 * shape
+  } else if (type == "scalar") {
     opt <- stats::optimize(function(log_f) safe_objective(exp(2 * log_f) * shape),
                            log(c(lower, upper)), tol = tol)
     H <- exp(2 * opt$minimum) * shape
