@@ -22,7 +22,11 @@
 #' The criteria can have several local optima, so the search is global: a
 #' grid of bandwidths proportional to the normal-reference bandwidth
 #' (`range` gives its limits as factors), then a local optimiser from the
-#' best grid point: [stats::optimize()] for a scalar; otherwise, over log
+#' best grid point: [stats::optimize()] for a scalar (for the kernels with
+#' kinked or stepped criteria, first a finer grid around the three best
+#' grid points, and for `"rectangular"`, whose likelihood is a step
+#' function of the bandwidth, the exact maximum over every pair's distance
+#' in the range when n <= 2000); otherwise, over log
 #' standard deviations relative to the start or over the Cholesky factor of
 #' H relative to the start's, [stats::nlm()] (a Newton-type search with
 #' finite-difference gradients) for the kernels whose criteria are smooth
@@ -32,6 +36,22 @@
 #' criteria have kinks where pairs cross the edge of the support. A
 #' warning says when the optimum lies at the end of the search range, as
 #' [stats::bw.ucv()] does.
+#'
+#' Exact ties (rounded data, a discrete column) make the criteria unbounded:
+#' a tied pair's kernel term grows without bound as the bandwidth along the
+#' tied column shrinks, so LSCV falls to \eqn{-\infty} once the tied pairs
+#' outweigh the self terms of \eqn{\int \hat f^2}, and the leave-one-out
+#' likelihood rises to \eqn{+\infty} when every point has a twin. The
+#' selectors find these columns (all columns at once for a scalar
+#' bandwidth) before searching. Where the search ends in one (its
+#' bandwidth there below both the spacing of the column's distinct values
+#' and the grid's lower end, or a scalar search at the grid's lower end),
+#' they stop with an error that names the column and the alternatives
+#' (MLCV for LSCV, a plug-in, or [jitter()]), since no bandwidth minimises
+#' the criterion there. A local optimum away from the fall is returned as
+#' usual: on rounded data such as `faithful` LSCV falls only for
+#' bandwidths below the rounding, under the local minimum
+#' [stats::bw.ucv()] finds too.
 #'
 #' @param x Data, as for [kde_gpu()].
 #' @param type `"scalar"` (one standard deviation; H = bw^2 I), `"diagonal"`
@@ -136,6 +156,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   if (is.null(chol_or_null(S))) stop_singular_spread(x, weights)
   n_eff <- 1 / sum(weights^2)
   reference <- (4 / (d + 2))^(2 / (d + 4)) * n_eff^(-2 / (d + 4)) * S
+  ties <- unbounded_tie_directions(x, weights, criterion, type)
 
   trace <- new.env(parent = emptyenv())
   trace$rows <- list()
@@ -146,6 +167,9 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
     if (criterion == "mlcv") -value else value
   }
   safe_objective <- function(H, sum_tolerance = tolerance) {
+    # a step of the local search can underflow a bandwidth to 0, or
+    # overflow one (LSCV's 2H)
+    if (is.null(chol_or_null(2 * H))) return(.Machine$double.xmax)
     v <- objective(H, sum_tolerance)
     if (is.finite(v)) v else .Machine$double.xmax
   }
@@ -177,7 +201,11 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
 
   lower <- factors[max(1L, best - 1L)]
   upper <- factors[min(grid, best + 1L)]
-  if (type == "scalar") {
+  if (type == "scalar" && !(kernel %in% smooth_criterion_kernels)) {
+    # kinks or steps: a finer grid first (R/bandwidth_cv_global.R)
+    H <- scalar_global_search(safe_objective, shape, factors, grid_values, x, weights, kernel,
+                              criterion, !is.null(bounds), tol, grid_tolerance)^2 * shape
+  } else if (type == "scalar") {
     opt <- stats::optimize(function(log_f) safe_objective(exp(2 * log_f) * shape),
                            log(c(lower, upper)), tol = tol)
     H <- exp(2 * opt$minimum) * shape
@@ -187,6 +215,8 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
                       newton = kernel %in% smooth_criterion_kernels)
   }
   H <- (H + t(H)) / 2
+  check_tie_collapse(H, ties, criterion, type == "scalar" && best == 1L,
+                     range[[1L]] / sqrt(diag(solve(reference))), colnames(x))
   if (at_edge) {
     warning(sprintf(paste0(
       "%s optimum at the %s end of the search range (factor %g of the normal-reference ",

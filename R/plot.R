@@ -3,9 +3,11 @@
 #' Draws a [kde_gpu()] fit so that it reads at a glance:
 #' * **1-D:** the density curve, as [stats::plot.density()] draws it, and
 #'   with `prob` the highest-density regions shaded (the set where the
-#'   density is at least [contour_levels()]`(x, prob)`), with a legend.
+#'   density is at least [contour_levels()]`(x, prob, coverage)`), with a
+#'   legend.
 #' * **2-D:** contours at probability levels, labelled `"25%"`, `"50%"`,
-#'   `"75%"` (the regions inside hold that share of the probability), over
+#'   `"75%"` (by default the regions inside hold that share of the
+#'   estimate's probability; see `coverage`), over
 #'   an image of the density with a colour key in the right margin. The
 #'   plot's coordinates stay set, so [points()] and [lines()] add to it.
 #' * **More dimensions:** a matrix of the 2-D marginal densities of every
@@ -14,8 +16,9 @@
 #'   vertical one, the diagonal holds the 1-D marginal densities, and the
 #'   columns' names stand in the diagonal panels. The margins are exact for
 #'   every kernel (see [kde_grid()]'s `margin`); their probability contours
-#'   use levels from the margin's grid interpolated at the training points,
-#'   as `ks` draws its contours.
+#'   use levels from the margin's grid interpolated at draws from the fit
+#'   (`coverage = "estimate"`) or at the training points (`"data"`, as `ks`
+#'   draws its contours).
 #'
 #' Arguments in `...` go where they apply: `col`, `lty`, `lwd`, `labcex`,
 #' `drawlabels`, `method` and `vfont` to the contour lines ([contour()]) or
@@ -27,6 +30,10 @@
 #' @param prob Shares of probability whose highest-density regions to draw
 #'   (see [contour_levels()]): contours in 2-D and in the margins (default
 #'   25%, 50%, 75%), shaded regions in 1-D (default none). `NULL` draws none.
+#' @param coverage What `prob` is a share of (see [contour_levels()]):
+#'   `"estimate"` (the default) draws the estimate's own highest-density
+#'   regions, holding `prob` of its probability; `"data"` the regions
+#'   holding `prob` of the training points, as `ks` draws them.
 #' @param n Grid points per axis: by default 512 in 1-D, 100 in 2-D and 64
 #'   in each margin of the matrix.
 #' @param image Whether to draw the density as an image under the contours
@@ -55,9 +62,10 @@
 #' @export
 plot.kde_gpu <- function(x, prob = if (x$d == 1L) NULL else c(0.25, 0.5, 0.75), n = NULL,
                          image = TRUE, key = TRUE, fill = NULL, main = NULL, xlab = NULL,
-                         ylab = NULL, ...) {
+                         ylab = NULL, ..., coverage = c("estimate", "data")) {
   check_fit(x, "x")
   if (!is.null(prob)) prob <- check_probabilities(prob, "prob")
+  coverage <- match_choice(coverage, c("estimate", "data"), "coverage")
   if (!is.null(n)) n <- check_grid_size(n)
   check_flag(image, "image")
   check_flag(key, "key")
@@ -70,14 +78,14 @@ plot.kde_gpu <- function(x, prob = if (x$d == 1L) NULL else c(0.25, 0.5, 0.75), 
   if (is.null(main)) main <- paste0("kde_gpu(", x$data.name, ")")
   if (x$d == 1L) {
     plot_density_1d(x, prob, if (is.null(n)) 512L else n, key, fill, main, xlab,
-                    if (is.null(ylab)) "Density" else ylab, dots)
+                    if (is.null(ylab)) "Density" else ylab, dots, coverage)
   } else if (x$d == 2L) {
     labels <- column_labels(x)
     plot_density_2d(x, prob, if (is.null(n)) 100L else n, image, key, fill, main,
                     if (is.null(xlab)) labels[1L] else xlab,
-                    if (is.null(ylab)) labels[2L] else ylab, dots)
+                    if (is.null(ylab)) labels[2L] else ylab, dots, coverage)
   } else {
-    plot_margins(x, prob, if (is.null(n)) 64L else n, image, fill, main, dots)
+    plot_margins(x, prob, if (is.null(n)) 64L else n, image, fill, main, dots, coverage)
   }
   invisible(x)
 }
@@ -143,7 +151,8 @@ draw_density_image <- function(u, v, z, palette, zlim) {
 
 # ---- 1-D -------------------------------------------------------------------
 
-plot_density_1d <- function(fit, prob, n, key, fill, main, xlab, ylab, dots) {
+plot_density_1d <- function(fit, prob, n, key, fill, main, xlab, ylab, dots,
+                            coverage = "estimate") {
   xlim <- dots$xlim
   if (!is.null(xlim) && (!is.numeric(xlim) || length(xlim) != 2L || anyNA(xlim))) {
     stop_arg("xlim", "must be two numbers.")
@@ -152,7 +161,7 @@ plot_density_1d <- function(fit, prob, n, key, fill, main, xlab, ylab, dots) {
                      to = if (is.null(xlim)) NULL else max(xlim))
   do.call(graphics::plot, c(list(dens, main = main, xlab = xlab, ylab = ylab), dots))
   if (is.null(prob)) return(invisible())
-  levels <- contour_levels(fit, prob)
+  levels <- contour_levels(fit, prob, coverage)
   # Larger regions (lower levels) first, so that the inner ones lie on top.
   ordering <- order(prob, decreasing = TRUE)
   colours <- if (is.null(fill)) {
@@ -227,13 +236,14 @@ free_corner <- function(x, y, legend_args) {
 
 # ---- 2-D -------------------------------------------------------------------
 
-plot_density_2d <- function(fit, prob, n, image, key, fill, main, xlab, ylab, dots) {
+plot_density_2d <- function(fit, prob, n, image, key, fill, main, xlab, ylab, dots,
+                            coverage = "estimate") {
   lims <- plot_limits(dots, fit)
   grid <- evaluate_grid(fit, n, lims, 3, NULL)
   u <- grid$axes[[1L]]
   v <- grid$axes[[2L]]
   z <- grid$density
-  levels <- if (!is.null(prob)) contour_levels(fit, prob)
+  levels <- if (!is.null(prob)) contour_levels(fit, prob, coverage)
   palette <- if (is.null(fill)) density_palette() else fill
   frame_args <- dots[setdiff(names(dots), c(line_arguments, "xlim", "ylim"))]
   line_args <- dots[intersect(names(dots), line_arguments)]
@@ -308,7 +318,7 @@ draw_colour_key <- function(zlim, palette, levels, line_args) {
 
 # ---- d > 2: the matrix of margins --------------------------------------------
 
-plot_margins <- function(fit, prob, n, image, fill, main, dots) {
+plot_margins <- function(fit, prob, n, image, fill, main, dots, coverage = "estimate") {
   for (arg in intersect(c("xlim", "ylim"), names(dots))) {
     stop_arg(arg, "applies to plots of 1-D and 2-D fits; for a margin's limits use ",
              "kde_grid(fit, margin = , lims = ).")
@@ -326,7 +336,7 @@ plot_margins <- function(fit, prob, n, image, fill, main, dots) {
     z <- matrix(margin_density(fit, c(j, i), points), n, n)
     pairs_grid[[paste(i, j)]] <- list(
       z = z,
-      levels = if (!is.null(prob)) grid_levels(fit, c(j, i), axes[c(j, i)], z, prob)
+      levels = if (!is.null(prob)) grid_levels(fit, c(j, i), axes[c(j, i)], z, prob, coverage)
     )
   }
   old <- graphics::par(mfrow = c(d, d), mar = rep(0.2, 4L), oma = c(3.5, 3.5, 4, 3.5),
@@ -369,12 +379,15 @@ plot_margins <- function(fit, prob, n, image, fill, main, dots) {
 }
 
 # Levels of a margin's highest-density regions from its grid: the grid
-# interpolated (bilinearly) at the training points' columns, then the
-# weighted quantiles of contour_levels().
-grid_levels <- function(fit, columns, axes, z, prob) {
-  at_points <- interpolate_grid(axes[[1L]], axes[[2L]], z, fit$x[, columns[1L]],
-                                fit$x[, columns[2L]])
-  levels <- weighted_quantile(at_points, fit$weights, 1 - prob)
+# interpolated (bilinearly) at draws from the fit (their columns are draws
+# from the margin) or at the training points, then the quantiles of
+# contour_levels().
+grid_levels <- function(fit, columns, axes, z, prob, coverage = "estimate") {
+  at <- if (coverage == "estimate") draws_from_fit(fit, hdr_draws, 1L) else fit$x
+  at_points <- interpolate_grid(axes[[1L]], axes[[2L]], z, at[, columns[1L]], at[, columns[2L]])
+  levels <- if (coverage == "estimate") estimate_levels(at_points, prob) else {
+    weighted_quantile(at_points, fit$weights, 1 - prob)
+  }
   names(levels) <- probability_labels(prob)
   levels
 }

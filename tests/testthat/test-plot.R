@@ -118,10 +118,13 @@ test_that("a margin's contour levels from its grid are close to the exact ones",
   fit <- kde_gpu(x, backend = "cpu")
   axes <- kdegpu:::grid_axes(fit, c(2, 1), 64, NULL, 3)
   z <- matrix(kde_grid(fit, n = 64, margin = c(2, 1))$density, 64)
-  approximate <- kdegpu:::grid_levels(fit, c(2, 1), axes, z, c(0.25, 0.5, 0.75))
   # For the Gaussian the margin is the fit of those columns with H's block.
-  exact <- contour_levels(kde_gpu(x[, c(2, 1)], H = fit$H[c(2, 1), c(2, 1)], backend = "cpu"))
-  expect_equal(approximate, exact, tolerance = 0.02)
+  margin <- kde_gpu(x[, c(2, 1)], H = fit$H[c(2, 1), c(2, 1)], backend = "cpu")
+  for (coverage in c("estimate", "data")) {
+    approximate <- kdegpu:::grid_levels(fit, c(2, 1), axes, z, c(0.25, 0.5, 0.75), coverage)
+    exact <- contour_levels(margin, coverage = coverage)
+    expect_equal(approximate, exact, tolerance = 0.02, ignore_attr = "se")
+  }
 })
 
 test_that("plot() rejects bad input, naming the argument", {
