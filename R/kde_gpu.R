@@ -42,17 +42,25 @@
 #' the square of how many bandwidths the points lie from their mean, or in
 #' the difference form \eqn{|q - x|^2}{|q - x|^2}, whose rounding is
 #' relative to each pair's own distance but which is slower (1.5x at d = 3,
-#' 2.8x at d = 16, 4.4x at d = 64 on an H200). Each fit takes the expanded
-#' form only while its predicted rounding of a density stays below 1e-4
-#' relative, and `print()` says which form it took. The gradient takes the
+#' 2.8x at d = 16, 4.4x at d = 64 on an H200). The expanded form serves a
+#' call only while its predicted rounding of a density,
+#' \eqn{(0.4 + d/20) \epsilon R^2}{(0.4 + d/20) eps R^2} for the farthest
+#' point R bandwidths from the mean, is within the call's `tolerance`
+#' (see [predict()][predict.kde_gpu]): at the default tolerance (1e-7 in
+#' single, 1e-14 in double) practically every fit takes the difference form,
+#' and a looser tolerance, say `options(kdegpu.tolerance = 1e-4)`, is how
+#' to opt into the faster form (the fit's GPU copy is remade when a call
+#' asks for the other form). `print()` says which form the fit's GPU copy
+#' has. In double precision this keeps the difference form's accuracy
+#' (about 1e-15) on data of any extent. The gradient takes the
 #' difference form where the density's expanded form would round too much
 #' (and the expanded one elsewhere, also at d <= 2, where the density is
 #' always in the difference form); Hessians always take the difference
 #' form. Measured on one H200 at n = 10^6 (d = 64: 2 x 10^5), normal
 #' data, single against double over 10^5 queries
-#' (`inst/benchmarks/single-precision.csv`): at Scott's rule densities
-#' within 6e-5 relative (tensor cores at d = 3, 16, 64; the expanded form
-#' at d = 5); at a 5x narrower bandwidth, with or without the data offset
+#' (`inst/benchmarks/single-precision.csv`): at Scott's rule with
+#' `tolerance = 1e-4` densities within 6e-5 relative (tensor cores at d =
+#' 3, 16, 64; the expanded form at d = 5); at a 5x narrower bandwidth, with or without the data offset
 #' by 1e4, within 4e-6 at the data (difference form, d = 3, 16, 64), and
 #' log-densities within 3e-6 by the tests' measure (absolute, or relative
 #' where |log f| > 1). Far from all the data a density made of terms
@@ -199,11 +207,13 @@
 #'   other rules and in d > 1.
 #' @param backend `"auto"`, `"cuda"` or `"cpu"` (see Backends and precision).
 #' @param precision `"double"` or `"single"` (GPU only). Single precision is
-#'   several times faster (the Gaussian runs on the tensor cores at d = 3 and
-#'   from d = 16 up to what the GPU's shared memory allows, 288 on an H100,
-#'   unless the bandwidth is narrow against the data's spread); its
-#'   accuracy, within about 1e-4 relative of double on densities (4e-6 at
-#'   narrow bandwidths), is under Backends and precision.
+#'   several times faster (with `tolerance = 1e-4` the Gaussian runs on the
+#'   tensor cores at d = 3 and from d = 16 up to what the GPU's shared
+#'   memory allows, 288 on an H100, unless the bandwidth is narrow against
+#'   the data's spread); its accuracy, within about 4e-6 relative of double
+#'   on densities in the difference form that the default tolerance keeps
+#'   (6e-5 in the expanded form at `tolerance = 1e-4`), is under Backends
+#'   and precision.
 #' @param adjust A positive factor applied to the selected bandwidth, as in
 #'   [stats::density()]: the fit uses `adjust * bw` (`adjust^2 * H`).
 #' @param lower,upper Bounds of the support (see Bounded support): one

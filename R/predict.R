@@ -73,6 +73,11 @@
 #'   data; `tolerance = 0` computes the full sum. In 1 to 5 dimensions most
 #'   pairs are far apart in bandwidth units, which is where the speed comes
 #'   from; in many dimensions little can be skipped and nothing is lost.
+#'   On the GPU the same tolerance chooses the Gaussian's form: the faster
+#'   expanded form (tensor cores) only where its predicted rounding is
+#'   within it (see Backends and precision in [kde_gpu()]), so `tolerance =
+#'   1e-4` is how to opt into the faster form, and the default keeps the
+#'   exact difference form.
 #'   For `type = "gradient"` and `"hessian"` on the GPU the same proof,
 #'   with each tile's bound multiplied by what bounds its derivative terms
 #'   (its distance to the queries), keeps each of the sums behind them

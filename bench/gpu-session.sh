@@ -20,6 +20,8 @@
 # (bench/cdf.R, to $OUT/cdf.csv), single (bench/single_precision.R: the
 # Gaussian's path and single against double, to $OUT/single-precision.csv),
 # sums (bench/single_large_sums.R: single against double at n = 1e8),
+# shapes (bench/shapes.R: few, sparse and clustered queries, GPS-like data,
+# default against tolerance = 0, to $OUT/shapes.csv),
 # adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda vs cpu, and
 # timings), gpuderiv (bench/check_gpuderiv.R: the derivative
 # sums' tests, cuda vs cpu, kde_modes and timings), sanitize
@@ -32,7 +34,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision; do
+  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -90,6 +92,8 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
       step cdf Rscript bench/cdf.R "$out/cdf.csv" ;;
     single)
       step single Rscript bench/single_precision.R "$out/single-precision.csv" ;;
+    shapes)
+      step shapes Rscript bench/shapes.R "$out/shapes.csv" cuda ;;
     sums)
       step sums Rscript bench/single_large_sums.R ;;
     adaptive)

@@ -1,6 +1,7 @@
 # Single precision against double on the GPU: the Gaussian's path each fit
-# takes (print(): tensor cores, expanded form or difference form, chosen by
-# the predicted rounding, src/cuda/model.cu), that prediction, the errors,
+# takes at the call's tolerance, the default 1e-7 and 1e-4 (print(): tensor
+# cores, expanded form or difference form, chosen by the predicted rounding
+# against the tolerance, src/cuda/model.cu), that prediction, the errors,
 # and the single-precision time of the full sum and the default (pruned)
 # evaluation, n = m = 1e6 (d = 64: n = 2e5). Standard normal data at
 # Scott's rule and 5x narrower, with and without an offset of 1e4:
@@ -27,7 +28,9 @@ predicted_rounding <- function(fit) {
   (0.4 + ncol(z) / 20) * 2^-24 * max(rowSums(z^2)) * log2(exp(1))
 }
 
-measure <- function(d, n, adjust, offset, time = TRUE) {
+measure <- function(d, n, adjust, offset, tolerance, time = TRUE) {
+  old <- options(kdegpu.tolerance = tolerance)
+  on.exit(options(old))
   set.seed(d)
   x <- matrix(rnorm(n * d), n)
   q <- rbind(x[1:5e4, ], matrix(rnorm(5e4 * d), ncol = d)) + offset
@@ -46,7 +49,7 @@ measure <- function(d, n, adjust, offset, time = TRUE) {
   }
   path <- sub(".*\\((.*)\\)$", "\\1", kdegpu:::backend_label(single))
   row <- data.frame(d = d, n = n, bandwidth = if (adjust == 1) "scott" else "scott/5",
-                    offset = offset, path = path, predicted = predicted_rounding(single),
+                    offset = offset, tolerance = tolerance, path = path, predicted = predicted_rounding(single),
                     log_err = max(abs(ps[ok] - pd[ok]) / pmax(1, abs(pd[ok]))),
                     abs_log_err = max(abs(ps[ok] - pd[ok])),
                     at_data_err = max(abs(ps[at] - pd[at])),
@@ -57,10 +60,12 @@ measure <- function(d, n, adjust, offset, time = TRUE) {
 }
 
 rows <- list()
-for (d in c(3, 16, 64)) for (adjust in c(1, 1 / 5)) for (offset in c(0, 1e4))
-  rows[[length(rows) + 1L]] <- measure(d, if (d == 64) 2e5 else 1e6, adjust, offset,
-                                       time = offset == 0)
-rows[[length(rows) + 1L]] <- measure(3, 1e7, 1, 0, time = FALSE)
-rows[[length(rows) + 1L]] <- measure(5, 1e6, 1, 0)
+for (tolerance in c(1e-7, 1e-4)) {
+  for (d in c(3, 16, 64)) for (adjust in c(1, 1 / 5)) for (offset in c(0, 1e4))
+    rows[[length(rows) + 1L]] <- measure(d, if (d == 64) 2e5 else 1e6, adjust, offset,
+                                         tolerance, time = offset == 0)
+  rows[[length(rows) + 1L]] <- measure(3, 1e7, 1, 0, tolerance, time = FALSE)
+  rows[[length(rows) + 1L]] <- measure(5, 1e6, 1, 0, tolerance)
+}
 write_bench_csv(do.call(rbind, rows), out_csv)
 cat("wrote", out_csv, "\n")

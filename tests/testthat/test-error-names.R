@@ -77,7 +77,10 @@ bad_calls <- list(
   ),
   contour_levels = list(
     fit = quote(contour_levels(1, 0.5)),
-    prob = quote(contour_levels(f2, 2))
+    prob = quote(contour_levels(f2, 2)),
+    coverage = quote(contour_levels(f2, 0.5, coverage = "nosuch")),
+    draws = quote(contour_levels(f2, 0.5, draws = 1)),
+    seed = quote(contour_levels(f2, 0.5, seed = NA))
   ),
   kde_grid = list(
     fit = quote(kde_grid(1)),
@@ -138,6 +141,7 @@ bad_calls <- list(
     main = quote(plot(f2, main = function() 1)),
     xlab = quote(plot(f2, xlab = function() 1)),
     ylab = quote(plot(f2, ylab = function() 1)),
+    coverage = quote(plot(f2, coverage = "nosuch")),
     # graphical parameters pass on; those plot() cannot honour are named
     ... = quote(plot(f2, levels = 3))
   ),

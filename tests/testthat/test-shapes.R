@@ -1,0 +1,97 @@
+# The shapes users run beyond dense queries on normal data: a few queries
+# against a larger fit (the GPU plans such a batch in chunks of units,
+# src/cuda/plan.cu), data far from the origin, clustered data, and the
+# Gaussian's form chosen by the call's tolerance. Against plain-R sums
+# whose pair differences are taken in the data's own coordinates (exact to
+# rounding relative to each pair's distance, whatever the data's extent).
+
+# log sum_j w_j phi_bw(q - x_j), scalar bandwidth, differences first.
+exact_gaussian_log_density <- function(x, q, bw) {
+  x <- as.matrix(x)
+  q <- matrix(q, ncol = ncol(x))
+  d <- ncol(x)
+  vapply(seq_len(nrow(q)), function(i) {
+    r2 <- rowSums(sweep(x, 2, q[i, ])^2) / bw^2
+    ref_log_sum_exp(-r2 / 2) - log(nrow(x)) - d / 2 * log(2 * pi) - d * log(bw)
+  }, 0)
+}
+
+test_that("a few queries (1, 10, 100) against a fit of 2e4 points match the reference, d = 1, 2, 3, 5", {
+  for (be in eval_backends()) {
+    for (d in c(1, 2, 3, 5)) {
+      x <- ref_data(2e4, d, seed = 900 + d)
+      for (m in c(1, 10, 100)) {
+        q <- ref_queries(x, m, seed = 910 + m)
+        for (k in c("gaussian", "epanechnikov")) {
+          fit <- kde_on(be, x, kernel = k)
+          lab <- be_label(be, k, sprintf("d = %d, m = %d", d, m))
+          expect_log_density_equal(predict(fit, q, log = TRUE),
+                                   ref_log_density(x, q, fit$H, k),
+                                   tol = be$tol, label = lab)
+        }
+      }
+    }
+  }
+})
+
+test_that("CUDA: a few queries against 3e5 points (a plan in chunks) match the reference within the tolerance", {
+  skip_without_gpu()
+  x <- ref_data(3e5, 3, seed = 920)
+  # near the data, between, and far from it (few units visited)
+  q_all <- rbind(ref_queries(x, 90, seed = 921), colMeans(x) + c(8, 0, 0),
+                 colMeans(x) + c(40, 40, 40), matrix(rnorm(8 * 3, sd = 6), 8))
+  for (prec in c("double", "single")) {
+    for (k in c("gaussian", "exponential", "epanechnikov")) {
+      fit <- kde_gpu(x, kernel = k, backend = "cuda", precision = prec)
+      for (m in c(1, 10, 100)) {
+        q <- q_all[seq_len(m), , drop = FALSE]
+        ref <- ref_log_density(x, q, fit$H, k)
+        lab <- sprintf("%s %s m = %d", prec, k, m)
+        expect_log_density_equal(predict(fit, q, log = TRUE), ref,
+                                 tol = if (prec == "double") 1e-12 else 1e-5, label = lab)
+        # a loose tolerance skips more and stays within it, never above
+        loose <- predict(fit, q, log = TRUE, tolerance = 1e-3)
+        ok <- is.finite(ref)
+        expect_true(all(loose[ok] <= ref[ok] + 1e-5 * pmax(1, abs(ref[ok]))), label = lab)
+        expect_lte(max(-expm1(loose[ok] - ref[ok])), 1e-3 + 1e-5, label = lab)
+      }
+    }
+  }
+})
+
+test_that("data offset by 1e6 bandwidths evaluate as at the origin", {
+  for (be in eval_backends()) {
+    for (d in c(1, 3)) {
+      set.seed(930 + d)
+      x <- matrix(rnorm(4000 * d), ncol = d)
+      q <- rbind(x[1:50, , drop = FALSE], matrix(rnorm(50 * d), ncol = d))
+      bw <- 0.2
+      shift <- 1e6 * bw
+      at_origin <- exact_gaussian_log_density(x, q, bw)
+      got <- predict(kde_on(be, x + shift, bw = bw), q + shift, log = TRUE)
+      expect_log_density_equal(got, at_origin, tol = be$tol,
+                               label = be_label(be, sprintf("d = %d offset 1e6 bw", d)))
+    }
+  }
+})
+
+test_that("CUDA: double precision keeps its digits on clustered data spanning ~3,000 bandwidths (d = 3)", {
+  skip_without_gpu()
+  set.seed(940)
+  centres <- cbind(as.matrix(expand.grid(200 * (0:4), 200 * (0:3))), 0)
+  x <- centres[sample.int(20, 2e4, replace = TRUE), ] + matrix(rnorm(6e4), ncol = 3)
+  q <- rbind(x[1:100, ] + matrix(rnorm(300, sd = 0.3), ncol = 3),
+             (centres[1:19, ] + centres[2:20, ]) / 2)
+  bw <- 0.25
+  ref <- exact_gaussian_log_density(x, q, bw)
+  fit <- kde_gpu(x, bw = bw, backend = "cuda", precision = "double")
+  got <- predict(fit, q, log = TRUE)
+  # the default tolerance keeps the difference form (the expanded form
+  # would round by ~1e-9 here)
+  expect_output(print(fit), "(difference form)", fixed = TRUE)
+  ok <- is.finite(ref)
+  expect_lte(max(abs(expm1(got[ok] - ref[ok]))), 1e-11)
+  # tolerance = 1e-4 admits the expanded form and stays within it
+  loose <- predict(fit, q, log = TRUE, tolerance = 1e-4)
+  expect_lte(max(abs(expm1(loose[ok] - ref[ok]))), 1e-4)
+})
