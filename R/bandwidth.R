@@ -92,9 +92,9 @@ bandwidth_rule <- function(x, weights, rule) {
   )
   check_bandwidth_scale(diag(H), "x", column_magnitudes(x), rule)
   if (is.null(chol_or_null(H))) {
-    stop_arg("bw", sprintf(paste0(
-      "rule \"%s\" gave a singular bandwidth (are some columns constant ",
-      "or collinear?); give `bw` or `H` yourself."), rule))
+    cause <- singular_spread_cause(x, weights)
+    stop_arg("bw", sprintf("rule \"%s\" gave a singular bandwidth: `%s` %s Give `bw` or `H` yourself.",
+                           rule, cause$arg, cause$text))
   }
   type <- if (d == 1L) "scalar" else if (rule %in% c("nrd0", "nrd")) "diagonal" else "full"
   list(H = H, type = type, method = rule)

@@ -47,6 +47,7 @@ bw_sj <- function(x, method = c("ste", "dpi"), weights = NULL,
                                  "use bw_plugin() in d > 1."), ncol(x)))
   }
   weights <- normalise_weights(weights, nrow(x))
+  check_two_points(weights, "bw_sj()")
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
   sj_bandwidth(x[, 1L], weights, method, backend)
 }
