@@ -419,8 +419,14 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
   spatial <- spatial_order_wanted(backend, ncol(x))
   object$tile_size <- if (spatial) spatial_tile_size else 0L
   if (spatial) {
-    object$order <- if (!is.null(order)) order else .Call(C_kdegpu_spatial_order, z, cpu_threads())
-    object$z <- z[object$order, , drop = FALSE]
+    if (is.null(order)) {
+      sorted <- .Call(C_kdegpu_spatial_sort, z, cpu_threads())
+      object$order <- sorted$order
+      object$z <- sorted$z
+    } else {
+      object$order <- order
+      object$z <- z[order, , drop = FALSE]
+    }
     object$tile_weights <- weights[object$order]
   } else {
     object$order <- seq_len(nrow(z))

@@ -21,7 +21,8 @@
 # Gaussian's path and single against double, to $OUT/single-precision.csv),
 # sums (bench/single_large_sums.R: single against double at n = 1e8),
 # shapes (bench/shapes.R: few, sparse and clustered queries, GPS-like data,
-# default against tolerance = 0, to $OUT/shapes.csv),
+# default against tolerance = 0, to $OUT/shapes.csv), fit (bench/fit.R:
+# kde_gpu() itself at n = 1e6 to 1e8, to $OUT/fit.csv),
 # adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda vs cpu, and
 # timings), gpuderiv (bench/check_gpuderiv.R: the derivative
 # sums' tests, cuda vs cpu, kde_modes and timings), sanitize
@@ -34,7 +35,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes; do
+  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -94,6 +95,8 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
       step single Rscript bench/single_precision.R "$out/single-precision.csv" ;;
     shapes)
       step shapes Rscript bench/shapes.R "$out/shapes.csv" cuda ;;
+    fit)
+      step fit Rscript bench/fit.R "$out/fit.csv" cuda ;;
     sums)
       step sums Rscript bench/single_large_sums.R ;;
     adaptive)

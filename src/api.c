@@ -14,6 +14,7 @@
 #include <R.h>
 #include <Rinternals.h>
 
+#include "covariance.h"
 #include "api.h"
 #include "api_glue.h"
 #include "kde_backend.h"
@@ -202,10 +203,36 @@ SEXP kdegpu_spatial_order(SEXP x, SEXP threads)
   int n_threads = arg_threads(threads);
   const double *data = arg_matrix(x, "x", n_threads, &n, &d);
   int64_t *order = (int64_t *) R_alloc((size_t) (n > 0 ? n : 1), sizeof(int64_t));
-  kde_kd_order(data, n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, n_threads, order);
+  double *sorted = (double *) R_alloc((size_t) (n * d > 0 ? n * d : 1), sizeof(double));
+  if (n * d > 0) memcpy(sorted, data, (size_t) (n * d) * sizeof(double));
+  kde_kd_sort(sorted, n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, n_threads, order);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) n));
   for (int64_t i = 0; i < n; i++) REAL(out)[i] = (double) order[i] + 1;
   UNPROTECT(1);
+  return out;
+}
+
+/* The same order, with the points in it: list(z = the rows of x in the
+ * order, order = 1-based rows of x), without a gather of x afterwards. */
+SEXP kdegpu_spatial_sort(SEXP x, SEXP threads)
+{
+  int64_t n, d;
+  int n_threads = arg_threads(threads);
+  const double *data = arg_matrix(x, "x", n_threads, &n, &d);
+  int64_t *order = (int64_t *) R_alloc((size_t) (n > 0 ? n : 1), sizeof(int64_t));
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
+  SEXP z = Rf_allocMatrix(REALSXP, (int) n, (int) d);
+  SET_VECTOR_ELT(out, 0, z);
+  if (n * d > 0) memcpy(REAL(z), data, (size_t) (n * d) * sizeof(double));
+  kde_kd_sort(REAL(z), n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, n_threads, order);
+  SEXP rows = Rf_allocVector(REALSXP, (R_xlen_t) n);
+  SET_VECTOR_ELT(out, 1, rows);
+  for (int64_t i = 0; i < n; i++) REAL(rows)[i] = (double) order[i] + 1;
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, 2));
+  SET_STRING_ELT(names, 0, Rf_mkChar("z"));
+  SET_STRING_ELT(names, 1, Rf_mkChar("order"));
+  Rf_setAttrib(out, R_NamesSymbol, names);
+  UNPROTECT(2);
   return out;
 }
 
@@ -221,6 +248,21 @@ SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads)
     Rf_error("`transform` must be a %lld x %lld matrix", (long long) d, (long long) d);
   SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) n, (int) d));
   kde_whiten(data, n, d, c, t, n_threads, REAL(out));
+  UNPROTECT(1);
+  return out;
+}
+
+/* sum_i w_i (x_i - m)(x_i - m)' for weights summing to 1 (kde_weighted_cov). */
+SEXP kdegpu_weighted_cov(SEXP x, SEXP weights, SEXP threads)
+{
+  int64_t n, d;
+  int n_threads = arg_threads(threads);
+  const double *data = arg_matrix(x, "x", n_threads, &n, &d);
+  const double *w = arg_double_vector(weights, "weights", n);
+  SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) d, (int) d));
+  const int status = kde_weighted_cov(data, n, d, w, n_threads, REAL(out));
+  if (status == -1) Rf_error("`weights` must have a positive entry");
+  if (status != 0) Rf_error("out of memory computing the weighted covariance");
   UNPROTECT(1);
   return out;
 }

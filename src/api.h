@@ -19,12 +19,14 @@ SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
                 SEXP images, SEXP device, SEXP memory_budget, SEXP threads,
                 SEXP progress_delay);
 SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
+SEXP kdegpu_spatial_sort(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);
 SEXP kdegpu_threads_for_work(SEXP threads, SEXP work);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
 SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads);
+SEXP kdegpu_weighted_cov(SEXP x, SEXP weights, SEXP threads);
 SEXP kdegpu_cuda_info(void);
 SEXP kdegpu_cuda_device_count(void);
 SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,

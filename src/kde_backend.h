@@ -44,7 +44,7 @@ typedef struct {
    * (whose sum stays 1, the rest of the constant in log_const). */
   const double *inv_scale2;
   /* KDE_TILE_POINTS when the points are in a spatial (k-d) order whose runs
-   * of that many points are compact tiles (kde_kd_order, at fit time), so
+   * of that many points are compact tiles (kde_kd_sort, at fit time), so
    * that an evaluation may skip tiles that provably cannot matter; 0 when
    * they are in no particular order (every tile is visited). */
   int64_t tile_size;

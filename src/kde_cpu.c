@@ -205,6 +205,7 @@ static int64_t choose_chunk(int64_t dim)
 typedef struct {
   double *whitened;      /* the queries, whitened (when the backend does it) */
   int64_t *query_order;  /* queries in spatial order (or 0..m-1) */
+  double *sorted;        /* the queries' copy that kde_kd_sort ordered */
   double *tile_lo, *tile_hi, *tile_log_weight, *tile_log_rest;
   double *tile_scale_lo, *tile_scale_hi; /* adaptive fits */
   double *scratch;       /* per thread */
@@ -215,6 +216,7 @@ static void free_buffers(cpu_buffers *b)
 {
   free(b->whitened);
   free(b->query_order);
+  free(b->sorted);
   free(b->tile_lo);
   free(b->tile_hi);
   free(b->tile_log_weight);
@@ -276,7 +278,9 @@ void kde_cpu_log_density(const kde_training_set *train,
    * leaving one out, in the training set's (already spatial) order. */
   CPU_ALLOC(buf.query_order, m);
   if (spatial && !query->leave_one_out) {
-    kde_kd_order(query->query, m, dim, KDE_QUERY_BLOCK, 0, n_threads, buf.query_order);
+    CPU_ALLOC(buf.sorted, m * dim);
+    memcpy(buf.sorted, query->query, (size_t) (m * dim) * sizeof(double));
+    kde_kd_sort(buf.sorted, m, dim, KDE_QUERY_BLOCK, 0, n_threads, buf.query_order);
   } else {
     for (int64_t i = 0; i < m; i++) buf.query_order[i] = i;
   }

@@ -28,26 +28,52 @@ static inline uint64_t next_random(uint64_t *state)
   return z ^ (z >> 31);
 }
 
-/* Rearranges idx[0..len) so that the row at position k has the k-th
- * smallest key (key[idx[.]]), smaller or equal keys before it, larger or
- * equal after. */
-static void select_kth(int64_t *idx, int64_t len, int64_t k, const double *key,
+/* The rows [off, off + len) of the column-major n x d matrix z (leading
+ * dimension n), kept in step with their original row numbers idx: the
+ * selection moves whole rows, so that every pass reads its coordinates in
+ * order (the rows' numbers alone made every access a gather: 8.5 s for a
+ * fit of 1e7 points on 2 cores, 3.5x the row-moving version). */
+typedef struct {
+  double *z;
+  int64_t n, d;
+  int64_t *idx;
+} kd_rows;
+
+static inline void swap_rows(const kd_rows *r, int64_t a, int64_t b)
+{
+  int64_t t = r->idx[a];
+  r->idx[a] = r->idx[b];
+  r->idx[b] = t;
+  for (int64_t k = 0; k < r->d; k++) {
+    double *col = r->z + k * r->n;
+    double v = col[a];
+    col[a] = col[b];
+    col[b] = v;
+  }
+}
+
+/* Rearranges the rows [off, off + len) so that the row at off + k has the
+ * k-th smallest coordinate `axis`, smaller or equal ones before it, larger
+ * or equal after. */
+static void select_kth(const kd_rows *r, int64_t off, int64_t len, int64_t k, int64_t axis,
                        uint64_t seed)
 {
-  int64_t lo = 0, hi = len; /* the k-th lies in [lo, hi) */
+  const double *key = r->z + axis * r->n;
+  int64_t lo = off, hi = off + len; /* the k-th lies in [lo, hi) */
   uint64_t state = seed;
+  k += off;
   while (hi - lo > 1) {
-    double pivot = key[idx[lo + (int64_t) (next_random(&state) % (uint64_t) (hi - lo))]];
+    double pivot = key[lo + (int64_t) (next_random(&state) % (uint64_t) (hi - lo))];
     /* three-way partition of [lo, hi): < pivot, == pivot, > pivot */
     int64_t lt = lo, i = lo, gt = hi;
     while (i < gt) {
-      double v = key[idx[i]];
+      double v = key[i];
       if (v < pivot) {
-        int64_t t = idx[lt]; idx[lt] = idx[i]; idx[i] = t;
+        swap_rows(r, lt, i);
         lt++; i++;
       } else if (v > pivot) {
         gt--;
-        int64_t t = idx[gt]; idx[gt] = idx[i]; idx[i] = t;
+        swap_rows(r, gt, i);
       } else {
         i++;
       }
@@ -58,17 +84,16 @@ static void select_kth(int64_t *idx, int64_t len, int64_t k, const double *key,
   }
 }
 
-/* The coordinate with the widest spread over rows idx[0..len). */
-static int64_t widest_axis(const double *x, int64_t n, int64_t d,
-                           const int64_t *idx, int64_t len)
+/* The coordinate with the widest spread over the rows [off, off + len). */
+static int64_t widest_axis(const kd_rows *r, int64_t off, int64_t len)
 {
   int64_t best = 0;
   double best_span = -1.0;
-  for (int64_t k = 0; k < d; k++) {
-    const double *col = x + k * n;
-    double lo = col[idx[0]], hi = lo;
+  for (int64_t k = 0; k < r->d; k++) {
+    const double *col = r->z + k * r->n + off;
+    double lo = col[0], hi = lo;
     for (int64_t i = 1; i < len; i++) {
-      double v = col[idx[i]];
+      double v = col[i];
       lo = v < lo ? v : lo;
       hi = v > hi ? v : hi;
     }
@@ -80,39 +105,38 @@ static int64_t widest_axis(const double *x, int64_t n, int64_t d,
   return best;
 }
 
-/* Orders idx[0..len) into leaves of `leaf` rows; each leaf then into
- * sub-leaves of `sub_leaf` rows (0: none), so that runs of `leaf` rows and
- * runs of `sub_leaf` rows are both compact. */
-static void kd_split(const double *x, int64_t n, int64_t d, int64_t leaf,
-                     int64_t sub_leaf, int64_t *idx, int64_t len, uint64_t seed)
+/* Orders the rows [off, off + len) into leaves of `leaf` rows; each leaf
+ * then into sub-leaves of `sub_leaf` rows (0: none), so that runs of `leaf`
+ * rows and runs of `sub_leaf` rows are both compact. */
+static void kd_split(const kd_rows *r, int64_t leaf, int64_t sub_leaf, int64_t off,
+                     int64_t len, uint64_t seed)
 {
   while (len > leaf) {
-    int64_t axis = widest_axis(x, n, d, idx, len);
+    int64_t axis = widest_axis(r, off, len);
     int64_t leaves = (len + leaf - 1) / leaf;
     int64_t mid = (leaves / 2) * leaf;
-    select_kth(idx, len, mid, x + axis * n, seed);
+    select_kth(r, off, len, mid, axis, seed);
     /* the left part is a whole number of leaves; sort the larger part in
      * this task, the other as a task of its own when it is large */
-    int64_t *right = idx + mid;
-    int64_t right_len = len - mid;
     uint64_t left_seed = seed * 2 + 1, right_seed = seed * 2 + 2;
     if (mid >= TASK_MIN_ROWS) {
-#pragma omp task firstprivate(idx, mid, left_seed)
-      kd_split(x, n, d, leaf, sub_leaf, idx, mid, left_seed);
+#pragma omp task firstprivate(off, mid, left_seed)
+      kd_split(r, leaf, sub_leaf, off, mid, left_seed);
     } else {
-      kd_split(x, n, d, leaf, sub_leaf, idx, mid, left_seed);
+      kd_split(r, leaf, sub_leaf, off, mid, left_seed);
     }
-    idx = right;
-    len = right_len;
+    off += mid;
+    len -= mid;
     seed = right_seed;
   }
   if (sub_leaf > 0 && sub_leaf < leaf && len > sub_leaf)
-    kd_split(x, n, d, sub_leaf, 0, idx, len, seed);
+    kd_split(r, sub_leaf, 0, off, len, seed);
 }
 
-void kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
-                  int64_t sub_leaf, int threads, int64_t *order)
+void kde_kd_sort(double *z, int64_t n, int64_t d, int64_t leaf, int64_t sub_leaf,
+                 int threads, int64_t *order)
 {
+  const kd_rows rows = {z, n, d, order};
   for (int64_t i = 0; i < n; i++) order[i] = i;
   if (leaf < 1) return;
   /* each level of the tree reads every row once */
@@ -120,7 +144,7 @@ void kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
 #pragma omp parallel num_threads(n_threads)
   {
 #pragma omp single
-    kd_split(x, n, d, leaf, sub_leaf, order, n, 1);
+    kd_split(&rows, leaf, sub_leaf, 0, n, 1);
   }
 }
 

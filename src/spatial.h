@@ -14,15 +14,16 @@
 extern "C" {
 #endif
 
-/* A k-d order of the n rows of the column-major n x d matrix x: split at the
- * median of the widest coordinate, recursively, with every split at a
- * multiple of `leaf` rows, so that each run of `leaf` consecutive rows of
- * the order (the last may be shorter) is a spatially compact cell; with
- * sub_leaf > 0, each such cell is ordered the same way into runs of
- * sub_leaf rows. Writes order[0..n), a permutation of 0..n-1.
- * Deterministic: the same for any thread count. */
-void kde_kd_order(const double *x, int64_t n, int64_t d, int64_t leaf,
-                  int64_t sub_leaf, int threads, int64_t *order);
+/* A k-d order of the n rows of the column-major n x d matrix z, made in
+ * place: split at the median of the widest coordinate, recursively, with
+ * every split at a multiple of `leaf` rows, so that each run of `leaf`
+ * consecutive rows (the last may be shorter) is a spatially compact cell;
+ * with sub_leaf > 0, each such cell is ordered the same way into runs of
+ * sub_leaf rows. z ends sorted, and order[i] is the original row of its
+ * row i (a permutation of 0..n-1). Deterministic: the same for any thread
+ * count. To order rows that must stay put, sort a copy. */
+void kde_kd_sort(double *z, int64_t n, int64_t d, int64_t leaf, int64_t sub_leaf,
+                 int threads, int64_t *order);
 
 /* The bounding box of each run of `tile` consecutive rows of x (n x d,
  * column-major): lo and hi hold n_tiles x d values, tile-major

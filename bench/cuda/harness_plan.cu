@@ -104,10 +104,8 @@ training ordered_training(int64_t n, int64_t d, int kernel, bool clustered, bool
   t.d = d;
   std::vector<double> raw = points(n, d, kernel, clustered, seed);
   std::vector<int64_t> order(n);
-  kde_kd_order(raw.data(), n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, 0, order.data());
-  t.x.resize(raw.size());
-  for (int64_t k = 0; k < d; k++)
-    for (int64_t j = 0; j < n; j++) t.x[j + k * n] = raw[order[j] + k * n];
+  t.x = raw;
+  kde_kd_sort(t.x.data(), n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, 0, order.data());
   prng r(seed + 1);
   t.w.resize(n);
   t.lw.resize(n);
@@ -416,11 +414,9 @@ void bench_case(int kernel, int precision, int64_t d, bool clustered, int64_t n,
   }
   if (host) {
     std::vector<int64_t> host_order(m);
-    std::vector<double> host_sorted((size_t) (m * d));
+    std::vector<double> host_sorted(z.begin(), z.begin() + m * d);
     const double t0 = now_ms();
-    kde_kd_order(z.data(), m, d, kBlock, 0, 0, host_order.data());
-    for (int64_t k = 0; k < d; k++)
-      for (int64_t i = 0; i < m; i++) host_sorted[i + k * m] = z[host_order[i] + k * m];
+    kde_kd_sort(host_sorted.data(), m, d, kBlock, 0, 0, host_order.data());
     host_order_ms = now_ms() - t0;
     host_plan h;
     make_host_plan(t, kernel, tolerance, 0, h);

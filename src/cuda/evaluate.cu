@@ -33,7 +33,7 @@
 using namespace kdegpu;
 
 /* KDEGPU_DEVICE_PLAN=0: a pruned evaluation orders its queries and plans
- * its batches on the host (kde_kd_order, kde_plan_query_blocks), and the
+ * its batches on the host (kde_kd_sort, kde_plan_query_blocks), and the
  * single-precision Gaussian and exponential do not prune, as before the
  * device plan; for A/B measurements (bench/cuda/NOTES.md). Read once. */
 static int device_plan_enabled(void)

@@ -3,7 +3,7 @@
  * the device, so that each block of kBlockQueries consecutive queries is
  * compact and its plan (plan.cu) skips much.
  *
- * The host did this with a k-d order (kde_kd_order, about 0.1 s for 1e6
+ * The host did this with a k-d order (kde_kd_sort, about 0.1 s for 1e6
  * queries on 16 cores); here a Morton (Z-order) code of the whitened
  * coordinates, quantised in the queries' bounding box, sorted with CUB's
  * radix sort: a few milliseconds for 1e7 queries. A Z-order block is less
@@ -235,9 +235,8 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
     }
     if (!query->leave_one_out) {
       KDE_HOST_ALLOC(oq->host_sorted, m * d, "the ordered queries");
-      kde_kd_order(z, m, d, kBlockQueries, 0, query->host_threads, oq->order);
-      for (int64_t k = 0; k < d; k++)
-        for (int64_t i = 0; i < m; i++) oq->host_sorted[i + k * m] = z[oq->order[i] + k * m];
+      memcpy(oq->host_sorted, z, (size_t) (m * d) * sizeof(double));
+      kde_kd_sort(oq->host_sorted, m, d, kBlockQueries, 0, query->host_threads, oq->order);
       z = oq->host_sorted;
     }
     oq->z = z;

@@ -1,0 +1,89 @@
+/*
+ * The weighted covariance of a fit's points (the rules' S, SCV's and the
+ * plug-in's pilots): in C with OpenMP because R's arithmetic on an n x d
+ * matrix makes a temporary per step, and at n = 1e7 the R version took
+ * 4 s of a fit's 16 on 2 cores.
+ *
+ * Sums are taken on the data scaled by a power of 2 per column (exact) and
+ * centred on one of the points of positive weight, so that neither the
+ * squares overflow at 1e300 nor the spread underflows at 1e-300, and in
+ * blocks of rows fixed by n alone, added in block order: the same result
+ * for any thread count.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "covariance.h"
+#include "threads.h"
+
+#define COV_MAX_BLOCKS 256
+#define COV_MIN_ROWS 8192
+
+int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int threads,
+                     double *S)
+{
+  int64_t first = 0;
+  while (first < n && !(w[first] > 0)) first++;
+  if (first == n || d < 1) return -1;
+  int64_t rows = (n + COV_MAX_BLOCKS - 1) / COV_MAX_BLOCKS;
+  if (rows < COV_MIN_ROWS) rows = COV_MIN_ROWS;
+  const int64_t n_blocks = (n + rows - 1) / rows;
+  double *scale = malloc((size_t) d * sizeof(double));
+  double *mean = calloc((size_t) d, sizeof(double));
+  double *part = calloc((size_t) (n_blocks * d * d), sizeof(double));
+  if (scale == NULL || mean == NULL || part == NULL) {
+    free(scale);
+    free(mean);
+    free(part);
+    return -2;
+  }
+  const int n_threads = kde_thread_count_for(threads, (double) n * (double) (d * d));
+  for (int64_t k = 0; k < d; k++) {
+    const double *col = x + k * n;
+    double top = 0;
+    for (int64_t i = 0; i < n; i++) top = fmax(top, fabs(col[i]));
+    scale[k] = top > 0 ? ldexp(1.0, ilogb(top)) : 1.0;
+  }
+  /* the mean of u = (x - x_first) / scale, block by block */
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t b = 0; b < n_blocks; b++) {
+    const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
+    for (int64_t k = 0; k < d; k++) {
+      const double *col = x + k * n, ref = col[first], s = scale[k];
+      double sum = 0;
+      for (int64_t i = begin; i < end; i++) sum += w[i] * ((col[i] - ref) / s);
+      part[b * d + k] = sum;
+    }
+  }
+  for (int64_t b = 0; b < n_blocks; b++)
+    for (int64_t k = 0; k < d; k++) mean[k] += part[b * d + k];
+  /* sum_i w_i (u_i - mean)(u_i - mean)', upper triangle, block by block */
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t b = 0; b < n_blocks; b++) {
+    const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
+    double *out = part + b * d * d;
+    for (int64_t k = 0; k < d; k++) {
+      const double *ck = x + k * n, rk = ck[first], sk = scale[k], mk = mean[k];
+      for (int64_t l = k; l < d; l++) {
+        const double *cl = x + l * n, rl = cl[first], sl = scale[l], ml = mean[l];
+        double sum = 0;
+        for (int64_t i = begin; i < end; i++)
+          sum += w[i] * (((ck[i] - rk) / sk - mk) * ((cl[i] - rl) / sl - ml));
+        out[k + l * d] = sum;
+      }
+    }
+  }
+  for (int64_t k = 0; k < d; k++) {
+    for (int64_t l = k; l < d; l++) {
+      double sum = 0;
+      for (int64_t b = 0; b < n_blocks; b++) sum += part[b * d * d + k + l * d];
+      S[k + l * d] = S[l + k * d] = sum * scale[k] * scale[l];
+    }
+  }
+  free(scale);
+  free(mean);
+  free(part);
+  return 0;
+}
