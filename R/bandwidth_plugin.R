@@ -58,8 +58,9 @@ bw_plugin <- function(x, type = c("full", "diagonal"), weights = NULL,
   H
 }
 
-# kde_gpu()'s rule name.
-plugin_rules <- "plugin"
+# kde_gpu()'s rule names: ks::Hpi()'s plug-in and ks::Hscv()'s smoothed
+# cross-validation (d >= 2), both full H.
+plugin_rules <- c("plugin", "scv")
 
 # bw = "SJ", "sj-ste", "sj-dpi" (1-D) or "plugin" in kde_gpu(), on the
 # fit's backend; `name` is the user's spelling, for messages.
@@ -72,6 +73,14 @@ bandwidth_by_plugin <- function(x, weights, rule, backend, name = rule) {
     }
     bw <- sj_bandwidth(x[, 1L], weights, if (rule == "sj-dpi") "dpi" else "ste", backend)
     return(list(H = matrix(bw^2, 1L, 1L), type = "scalar", method = rule))
+  }
+  if (rule == "scv") {
+    if (d < 2L) {
+      stop_arg("bw", sprintf(paste0("\"%s\" needs at least 2 columns; in 1-D use ",
+                                    "bw = \"SJ\" or \"lscv\"."), name))
+    }
+    check_two_points(weights, "bw = \"scv\"")
+    return(list(H = scv_bandwidth(x, weights, "full", backend), type = "full", method = rule))
   }
   list(H = plugin_bandwidth(x, weights, "full", backend), type = if (d == 1L) "scalar" else "full",
        method = rule)

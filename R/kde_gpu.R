@@ -181,7 +181,8 @@
 #'   cross-validation selector: `"lscv"` (alias `"ucv"`, Gaussian kernel) or
 #'   `"mlcv"` (see [bw_lscv()]), scalar in 1-D and full H in d > 1; or a
 #'   plug-in selector with exact pair sums: `"SJ"` (alias `"sj-ste"`) and
-#'   `"sj-dpi"` in 1-D (see [bw_sj()]), `"plugin"` (ks::Hpi()'s full H, see
+#'   `"sj-dpi"` in 1-D (see [bw_sj()]), `"scv"` (ks::Hscv()'s smoothed
+#'   cross-validation, full H, d >= 2; see [bw_scv()]), `"plugin"` (ks::Hpi()'s full H, see
 #'   [bw_plugin()]; in 1-D the SJ direct plug-in).
 #' @param H The kernel's covariance matrix (d x d, symmetric positive
 #'   definite), instead of `bw`.

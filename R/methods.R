@@ -3,6 +3,7 @@ bandwidth_label <- function(object, digits = 4L) {
     given = "given", nrd0 = "rule nrd0", nrd = "rule nrd",
     scott = "Scott's rule", silverman = "Silverman's rule",
     lscv = "least-squares cross-validation", mlcv = "likelihood cross-validation",
+    scv = "smoothed cross-validation",
     object$bandwidth_method)
   # A fit made before `adjust` existed has none.
   if (!is.null(object$adjust) && object$adjust != 1) {

@@ -238,3 +238,12 @@ test_that("bad arguments to the plug-in selectors are errors that name them", {
   expect_error(kde_gpu(x, bw = "SJ", backend = "cpu"), "`bw` \"SJ\" is a 1-D rule")
   expect_error(kde_gpu(x[, 1], bw = "sj-foo", backend = "cpu"), "`bw` names an unknown rule")
 })
+
+test_that("kde_gpu(bw = \"scv\") takes bw_scv()'s H, and says where it serves", {
+  x <- as.matrix(faithful[1:120, ])
+  fit <- kde_gpu(x, bw = "scv", backend = "cpu")
+  expect_equal(unname(fit$H), unname(bw_scv(x, backend = "cpu")), tolerance = 1e-12)
+  expect_output(print(fit), "smoothed cross-validation", fixed = TRUE)
+  expect_error(kde_gpu(faithful$eruptions, bw = "scv", backend = "cpu"),
+               "`bw` \"scv\" needs at least 2 columns", fixed = TRUE)
+})
