@@ -264,7 +264,8 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
                              leave_one_out, tolerance))
     }
     fit <- new_kde_gpu(x, weights, list(H = B, type = "full", method = "given"),
-                       kernel, backend, precision, NULL, "x", order = order)
+                       kernel, backend, precision, NULL, "x", order = order,
+                       tolerance = tolerance)
     on.exit(release_device_copy(fit))
     log_density_at_training_points(fit, leave_one_out, tolerance)
   }
@@ -291,7 +292,8 @@ bounded_loo_sums <- function(x, weights, H, kernel, backend, precision, engine, 
   images <- fold_images(kernel, H, bounds$lower, bounds$upper, too_many = "null")
   if (is.null(images)) return(NULL)
   fit <- new_kde_gpu(x, weights, list(H = H, type = "full", method = "given"),
-                     kernel, backend, precision, NULL, "x", order = order)
+                     kernel, backend, precision, NULL, "x", order = order,
+                     tolerance = tolerance)
   on.exit(release_device_copy(fit))
   fit$requested_backend <- requested_backend
   fit$lower <- bounds$lower

@@ -103,7 +103,8 @@ worker_evaluate <- function(shard, task) {
   backend <- switch(task$backend, cpu = "cpu", cuda = "cuda",
                     auto = if (.Call(C_kdegpu_cuda_device_count) > 0L) "cuda" else "cpu")
   fit <- new_kde_gpu(shard$x, shard$weights, list(H = task$H, type = "full", method = "given"),
-                     task$kernel, backend, task$precision, NULL, "shard", lambda = shard$lambda)
+                     task$kernel, backend, task$precision, NULL, "shard", lambda = shard$lambda,
+                     tolerance = task$tolerance)
   on.exit(release_device_copy(fit))
   out <- evaluate_log_density(fit, task$points, tolerance = task$tolerance)
   if (task$leave_one_out) {

@@ -378,8 +378,10 @@ set_bounds <- function(object, bounds, kernel) {
 # bandwidth search's fits share the order of the data whitened by its
 # starting bandwidth (a bandwidth c^2 H has H's order exactly; a nearby
 # shape, an order almost as compact), and every order gives the same sums.
+# `tolerance`: that of the evaluations the fit is made for (NULL: the
+# default), so that its GPU copy is made once in the form they take.
 new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
-                        call, data_name, lambda = NULL, order = NULL) {
+                        call, data_name, lambda = NULL, order = NULL, tolerance = NULL) {
   H <- bandwidth$H
   dimnames(H) <- list(colnames(x), colnames(x))
   white <- whitening(H, kernel)
@@ -435,7 +437,7 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     object$tile_weights <- weights
   }
   if (!is.null(lambda)) object <- set_local_factors(object, lambda)
-  if (backend == "cuda") cuda_model(object)
+  if (backend == "cuda") cuda_model(object, resolve_tolerance(tolerance, object))
   object
 }
 

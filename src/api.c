@@ -193,7 +193,7 @@ SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads)
       (double) kde_first_nonfinite(REAL(x), (int64_t) XLENGTH(x), n_threads) + 1);
 }
 
-/* The spatial order of a fit's whitened points (kde_kd_order: tiles of
+/* The spatial order of a fit's whitened points (kde_kd_sort: tiles of
  * KDE_TILE_POINTS, each in blocks of KDE_QUERY_BLOCK, so that
  * leave-one-out's queries, the training points themselves, come in compact
  * blocks too), 1-based for R. */
@@ -262,6 +262,7 @@ SEXP kdegpu_weighted_cov(SEXP x, SEXP weights, SEXP threads)
   SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) d, (int) d));
   const int status = kde_weighted_cov(data, n, d, w, n_threads, REAL(out));
   if (status == -1) Rf_error("`weights` must have a positive entry");
+  if (status == -3) Rf_error("`x` must have at least one column");
   if (status != 0) Rf_error("out of memory computing the weighted covariance");
   UNPROTECT(1);
   return out;

@@ -25,8 +25,9 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
                      double *S)
 {
   int64_t first = 0;
+  if (d < 1) return -3;
   while (first < n && !(w[first] > 0)) first++;
-  if (first == n || d < 1) return -1;
+  if (first == n) return -1;
   int64_t rows = (n + COV_MAX_BLOCKS - 1) / COV_MAX_BLOCKS;
   if (rows < COV_MIN_ROWS) rows = COV_MIN_ROWS;
   const int64_t n_blocks = (n + rows - 1) / rows;
@@ -40,10 +41,13 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
     return -2;
   }
   const int n_threads = kde_thread_count_for(threads, (double) n * (double) (d * d));
+  /* the scale of the points that count: a point of weight 0 takes no part,
+   * however far it lies (nor does it meet an overflow below) */
   for (int64_t k = 0; k < d; k++) {
     const double *col = x + k * n;
     double top = 0;
-    for (int64_t i = 0; i < n; i++) top = fmax(top, fabs(col[i]));
+    for (int64_t i = 0; i < n; i++)
+      if (w[i] > 0) top = fmax(top, fabs(col[i]));
     scale[k] = top > 0 ? ldexp(1.0, ilogb(top)) : 1.0;
   }
   /* the mean of u = (x - x_first) / scale, block by block */
@@ -51,9 +55,10 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
   for (int64_t b = 0; b < n_blocks; b++) {
     const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
     for (int64_t k = 0; k < d; k++) {
-      const double *col = x + k * n, ref = col[first], s = scale[k];
+      const double *col = x + k * n, s = scale[k], ref = col[first] / s;
       double sum = 0;
-      for (int64_t i = begin; i < end; i++) sum += w[i] * ((col[i] - ref) / s);
+      for (int64_t i = begin; i < end; i++)
+        if (w[i] > 0) sum += w[i] * (col[i] / s - ref);
       part[b * d + k] = sum;
     }
   }
@@ -65,12 +70,12 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
     const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
     double *out = part + b * d * d;
     for (int64_t k = 0; k < d; k++) {
-      const double *ck = x + k * n, rk = ck[first], sk = scale[k], mk = mean[k];
+      const double *ck = x + k * n, sk = scale[k], rk = ck[first] / sk, mk = mean[k];
       for (int64_t l = k; l < d; l++) {
-        const double *cl = x + l * n, rl = cl[first], sl = scale[l], ml = mean[l];
+        const double *cl = x + l * n, sl = scale[l], rl = cl[first] / sl, ml = mean[l];
         double sum = 0;
         for (int64_t i = begin; i < end; i++)
-          sum += w[i] * (((ck[i] - rk) / sk - mk) * ((cl[i] - rl) / sl - ml));
+          if (w[i] > 0) sum += w[i] * ((ck[i] / sk - rk - mk) * (cl[i] / sl - rl - ml));
         out[k + l * d] = sum;
       }
     }

@@ -278,9 +278,12 @@ void kde_cpu_log_density(const kde_training_set *train,
    * leaving one out, in the training set's (already spatial) order. */
   CPU_ALLOC(buf.query_order, m);
   if (spatial && !query->leave_one_out) {
+    /* the order only: the evaluation reads the queries through it */
     CPU_ALLOC(buf.sorted, m * dim);
     memcpy(buf.sorted, query->query, (size_t) (m * dim) * sizeof(double));
     kde_kd_sort(buf.sorted, m, dim, KDE_QUERY_BLOCK, 0, n_threads, buf.query_order);
+    free(buf.sorted);
+    buf.sorted = NULL;
   } else {
     for (int64_t i = 0; i < m; i++) buf.query_order[i] = i;
   }

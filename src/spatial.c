@@ -41,6 +41,7 @@ typedef struct {
 
 static inline void swap_rows(const kd_rows *r, int64_t a, int64_t b)
 {
+  if (a == b) return;
   int64_t t = r->idx[a];
   r->idx[a] = r->idx[b];
   r->idx[b] = t;

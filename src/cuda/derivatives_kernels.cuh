@@ -202,7 +202,7 @@ template <int K> __host__ __device__ constexpr double field_factor(int order)
  * for v, for the rounding of |x|^2 against q.x (the density's, in single
  * precision). Hessians keep the difference form, which v v' needs, and so
  * does the gradient of a fit whose density takes it (PLAIN: model.cu's
- * expanded_rounding_ok). */
+ * expanded_rounding beyond the model's tolerance). */
 
 template <int K, typename T, int D, bool SECOND, bool PLAIN = false>
 __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T> a)

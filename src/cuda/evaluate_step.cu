@@ -22,8 +22,9 @@
 
 namespace kdegpu {
 
-/* A fixed-bandwidth Gaussian model at d >= 3 that the rounding put in the
- * difference form (model.cu, expanded_rounding_ok): kernel_plain.cu's. */
+/* A fixed-bandwidth Gaussian model at d >= 3 in the difference form (its
+ * expanded form's rounding, model.cu's expanded_rounding, beyond the
+ * tolerance it was made for): kernel_plain.cu's. */
 static bool plain_gaussian(const kde_cuda_model *model)
 {
   return model->kernel == KDE_GAUSSIAN && model->dim >= 3 && !model->expanded &&

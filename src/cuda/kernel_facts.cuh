@@ -29,7 +29,7 @@ __host__ __device__ constexpr bool kernel_sums_logs(int kernel)
  * q.x); kFitAdaptive, a row of per-point 1 / lambda^2 after aux and the
  * difference form; kFitPlain, a fixed bandwidth with the difference form
  * for every kernel, for a fit whose points span too many bandwidths for the
- * expanded form's rounding (model.cu, expanded_rounding_ok). */
+ * expanded form's rounding within the tolerance (model.cu, expanded_rounding). */
 enum { kFitFixed = 0, kFitAdaptive = 1, kFitPlain = 2 };
 
 /* Rows of a storage tile after aux: the adaptive fit's scales. */

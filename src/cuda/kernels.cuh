@@ -68,8 +68,8 @@
  * * Gaussian, d >= 3: |q - x|^2 = |q|^2 + |x|^2 - 2 q.x, so a pair costs d
  *   FMAs. Both sets are centred on the training mean first, which keeps the
  *   magnitudes, and so the cancellation, small; a fit whose points lie too
- *   many bandwidths from that mean for the precision (model.cu,
- *   expanded_rounding_ok) takes the difference form instead. Every other
+ *   many bandwidths from that mean for the precision and the tolerance
+ *   (model.cu, expanded_rounding) takes the difference form instead. Every other
  *   kernel, and the Gaussian for d <= 2, uses the difference form.
  * * The running max is lazy: each term is added as exp2(value - max) and a
  *   group of 8 (4 in double) training points is checked once per query; only

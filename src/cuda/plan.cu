@@ -350,8 +350,11 @@ __global__ void __launch_bounds__(kPlanThreads)
   __shared__ double s_box[2 * kPlanMaxDim];
   __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
   __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
+  __shared__ double s_budget;
   const int64_t chunk = blockIdx.x, b = blockIdx.y;
-  const double log_budget = budget_of(p, merged_lower(c, b));
+  if (threadIdx.x == 0) s_budget = budget_of(p, merged_lower(c, b));
+  __syncthreads();
+  const double log_budget = s_budget;
   if (!(log_budget > -INFINITY)) return; /* every unit visited: no buckets */
   load_box(box, b, p.dim, s_box);
   units_buckets(p, s_box, s_box + p.dim, chunk_first_unit(c, chunk),
@@ -369,27 +372,27 @@ __global__ void __launch_bounds__(kPlanThreads)
 {
   __shared__ double s_box[2 * kPlanMaxDim];
   __shared__ long long s_visits[kPlanWarps];
-  __shared__ int s_first;
+  __shared__ double s_budget, s_sum_bucket[KDE_PRUNE_BUCKETS];
   const int64_t chunk = blockIdx.x, b = blockIdx.y;
   int how = decide_how(p);
   double log_budget = 0.0;
   int first_skipped = KDE_PRUNE_BUCKETS;
   if (how == kDecideBounds) {
-    log_budget = budget_of(p, merged_lower(c, b));
+    if (threadIdx.x == 0) s_budget = budget_of(p, merged_lower(c, b));
+    __syncthreads();
+    log_budget = s_budget;
     if (!(log_budget > -INFINITY)) how = kDecideAll;
   }
   if (how == kDecideBounds) {
-    if (threadIdx.x == 0) {
-      const double *part = c.part_bucket + b * c.chunks * KDE_PRUNE_BUCKETS;
-      double sum[KDE_PRUNE_BUCKETS];
-      for (int k = 0; k < KDE_PRUNE_BUCKETS; k++) {
-        sum[k] = part[k];
-        for (int64_t ch = 1; ch < c.chunks; ch++) sum[k] += part[ch * KDE_PRUNE_BUCKETS + k];
-      }
-      s_first = kde_prune_first_skipped(sum);
+    /* thread k sums bucket k over the chunks, in chunk order */
+    if (threadIdx.x < KDE_PRUNE_BUCKETS) {
+      const double *part = c.part_bucket + b * c.chunks * KDE_PRUNE_BUCKETS + threadIdx.x;
+      double sum = part[0];
+      for (int64_t ch = 1; ch < c.chunks; ch++) sum += part[ch * KDE_PRUNE_BUCKETS];
+      s_sum_bucket[threadIdx.x] = sum;
     }
     __syncthreads();
-    first_skipped = s_first;
+    first_skipped = kde_prune_first_skipped(s_sum_bucket);
   }
   load_box(box, b, p.dim, s_box);
   const int64_t w0 = chunk * c.chunk_words;
@@ -401,8 +404,9 @@ __global__ void __launch_bounds__(kPlanThreads)
 }
 
 /* Chunks per query block: enough CUDA blocks to fill a device
- * (kPlanFillBlocks) where a batch has few query blocks, each chunk at least
- * kPlanChunkWords words of units; 1 (the one-block decision) otherwise.
+ * (kPlanFillBlocks) where a batch has few query blocks, no more than one
+ * per kPlanChunkWords words of units (the words then shared out evenly); 1
+ * (the one-block decision) otherwise.
  * It depends on the batch and the model only, so every device makes the
  * same plan of a batch. */
 static plan_chunks choose_chunks(int64_t blocks, int64_t words)

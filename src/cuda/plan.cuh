@@ -29,9 +29,10 @@ constexpr int kPlanMaxDim = 8;
  * block-stride. 8 warps: enough to hide the double-precision latency of a
  * box pair without starving the small grids of a short batch. */
 constexpr int kPlanThreads = 256;
-/* A batch of few query blocks is planned in chunks of at least this many
- * mask words (32 units each: four block-strides of kPlanThreads), in about
- * this many CUDA blocks in all: enough to fill an H100 or H200 (132 SMs). */
+/* A batch of few query blocks is planned in chunks of units, no more
+ * chunks than one per this many mask words (32 units each: four
+ * block-strides of kPlanThreads), in about this many CUDA blocks in all:
+ * enough to fill an H100 or H200 (132 SMs). */
 constexpr int64_t kPlanChunkWords = 32;
 constexpr int64_t kPlanFillBlocks = 1024;
 
@@ -116,8 +117,9 @@ typedef struct {
 
 /* Orders an evaluation's queries: with on_device, on the first device
  * (order_queries), kept there (other devices copy their batches from it,
- * device to device); otherwise, or when the device lacks
- * the room, on the host (kde_whiten, kde_kd_order, as the CPU backend).
+ * device to device); otherwise, for a single query block, or when the
+ * device lacks the room, on the host (kde_whiten, kde_kd_sort, as the CPU
+ * backend).
  * Returns 0, or -1 with the status set and nothing left allocated. */
 int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
                              int on_device, ordered_queries *oq, kde_status *status);

@@ -20,8 +20,8 @@ extern "C" {
 /* How a model is built; NULL, or all zero, is the default. */
 typedef struct {
   int no_mma; /* 1: the FMA kernels, even where a tensor-core kernel serves */
-  /* The Gaussian's form (model.cu, expanded_rounding_ok): 0 as the
-   * rounding estimate says, 1 the expanded form (the density's at d >= 3,
+  /* The Gaussian's form (model.cu, expanded_rounding): 0 as the
+   * rounding estimate against max_rounding says, 1 the expanded form (the density's at d >= 3,
    * with the tensor cores where they serve, and the gradient's), 2 the
    * difference form (the FMA kernels) */
   int form;

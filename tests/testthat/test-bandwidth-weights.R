@@ -177,3 +177,14 @@ test_that("weights whose total overflows are normalised as their proportions say
   expect_equal(predict(fit2, c(2, 2)), predict(kde_gpu(x2, backend = "cpu"), c(2, 2)),
                tolerance = 1e-14)
 })
+
+test_that("a point of weight 0 takes no part in the weighted covariance, however far it lies", {
+  set.seed(950)
+  x <- matrix(rnorm(200, sd = 1e-10), ncol = 2)
+  w <- runif(100)
+  ref <- stats::cov.wt(x, wt = w / sum(w))$cov
+  for (far in c(1e300, -1e308, 1e-300)) {
+    expect_equal(kdegpu:::weighted_cov(rbind(x, far), c(w, 0)), ref, tolerance = 1e-12,
+                 label = format(far))
+  }
+})
