@@ -171,8 +171,9 @@ __host__ __device__ static int decide_how(const kde_prune_plan &p)
  * proof either way, the sums taken in another order. */
 
 /* This range's share of L, the proven lower bound of every query's sum. */
-__device__ kde_lse units_lower(const kde_prune_plan &p, const double *q_lo, const double *q_hi,
-                               int64_t t0, int64_t t1, double *s_max, double *s_sum)
+static __device__ kde_lse units_lower(const kde_prune_plan &p, const double *q_lo,
+                                      const double *q_hi, int64_t t0, int64_t t1, double *s_max,
+                                      double *s_sum)
 {
   const double *rest = p.leave_one_out ? p.log_weight_rest : p.log_weight;
   kde_lse lower = kde_lse_empty();
@@ -189,9 +190,10 @@ __device__ kde_lse units_lower(const kde_prune_plan &p, const double *q_lo, cons
  * sum[0 .. KDE_PRUNE_BUCKETS) (shared). Lane l owns buckets l and l + 32
  * and adds the warp's terms in lane order, the warps then in turn: a fixed
  * order (no atomics), so the same data give the same plan on every run. */
-__device__ void units_buckets(const kde_prune_plan &p, const double *q_lo, const double *q_hi,
-                              int64_t t0, int64_t t1, double log_budget,
-                              double (*s_bucket)[KDE_PRUNE_BUCKETS], double *sum)
+static __device__ void units_buckets(const kde_prune_plan &p, const double *q_lo,
+                                     const double *q_hi, int64_t t0, int64_t t1,
+                                     double log_budget, double (*s_bucket)[KDE_PRUNE_BUCKETS],
+                                     double *sum)
 {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   double own_lo = 0.0, own_hi = 0.0;
@@ -228,10 +230,10 @@ __device__ void units_buckets(const kde_prune_plan &p, const double *q_lo, const
 /* The decisions for the mask words [w0, w1) of block b's row: warp w takes
  * words w0 + w, w0 + w + 8, ...; lane j unit 32 word + j. Returns the
  * block's count of visited units (thread 0's value). */
-__device__ long long units_decide(const kde_prune_plan &p, const double *q_lo,
-                                  const double *q_hi, int64_t w0, int64_t w1, int how,
-                                  double log_budget, int first_skipped, uint32_t *mask_row,
-                                  long long *s_visits)
+static __device__ long long units_decide(const kde_prune_plan &p, const double *q_lo,
+                                         const double *q_hi, int64_t w0, int64_t w1, int how,
+                                         double log_budget, int first_skipped, uint32_t *mask_row,
+                                         long long *s_visits)
 {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   long long visits = 0;
@@ -251,7 +253,7 @@ __device__ long long units_decide(const kde_prune_plan &p, const double *q_lo,
 }
 
 /* Block b's box into shared memory. */
-__device__ void load_box(const double *box, int64_t b, int64_t d, double *s_box)
+static __device__ void load_box(const double *box, int64_t b, int64_t d, double *s_box)
 {
   for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s_box[i] = box[b * 2 * d + i];
   __syncthreads();
@@ -259,7 +261,7 @@ __device__ void load_box(const double *box, int64_t b, int64_t d, double *s_box)
 
 /* The budget from L: log(tolerance) + log L; -Inf where there is no bound
  * (no unit's kernel reaches every query of the block). */
-__device__ double budget_of(const kde_prune_plan &p, kde_lse lower)
+static __device__ double budget_of(const kde_prune_plan &p, kde_lse lower)
 {
   return log(p.tolerance) + kde_lse_log(lower);
 }
@@ -319,7 +321,7 @@ __device__ __forceinline__ int64_t chunk_end_unit(const plan_chunks &c, int64_t 
 }
 
 /* L of block b from its chunks' parts, in chunk order. */
-__device__ kde_lse merged_lower(const plan_chunks &c, int64_t b)
+static __device__ kde_lse merged_lower(const plan_chunks &c, int64_t b)
 {
   const double *part = c.part_lse + b * c.chunks * 2;
   kde_lse lower = kde_lse_make(part[0], part[1]);
