@@ -31,21 +31,22 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
   list(H = diag(as.double(bw)^2, d), type = "diagonal", method = "given")
 }
 
-bandwidth_from_H <- function(H, d) {
-  if (!is.numeric(H) || is.complex(H)) stop_arg("H", "must be a numeric matrix.")
+# `arg`: the user's name for the matrix (H, or H1, H2 of kde_test()).
+bandwidth_from_H <- function(H, d, arg = "H") {
+  if (!is.numeric(H) || is.complex(H)) stop_arg(arg, "must be a numeric matrix.")
   if (is.null(dim(H)) && length(H) == 1L && d == 1L) H <- matrix(H, 1L, 1L)
   if (!is.matrix(H) || !identical(dim(H), c(d, d))) {
-    stop_arg("H", sprintf("must be a %d x %d matrix (the kernel covariance).", d, d))
+    stop_arg(arg, sprintf("must be a %d x %d matrix (the kernel covariance).", d, d))
   }
   H <- matrix(as.double(H), d, d) # drops classes and attributes
-  if (any(!is.finite(H))) stop_arg("H", "must contain only finite values.")
+  if (any(!is.finite(H))) stop_arg(arg, "must contain only finite values.")
   if (!isSymmetric(unname(H), tol = 1e-10 * max(1, max(abs(H))))) {
-    stop_arg("H", "must be symmetric.")
+    stop_arg(arg, "must be symmetric.")
   }
   H <- (H + t(H)) / 2
-  check_bandwidth_scale(diag(H), "H", sqrt(abs(diag(H))))
+  check_bandwidth_scale(diag(H), arg, sqrt(abs(diag(H))))
   if (is.null(chol_or_null(H))) {
-    stop_arg("H", "must be positive definite (it is singular or indefinite).")
+    stop_arg(arg, "must be positive definite (it is singular or indefinite).")
   }
   diagonal <- all(H[row(H) != col(H)] == 0)
   type <- if (!diagonal) "full" else if (length(unique(diag(H))) == 1L) "scalar" else "diagonal"
@@ -154,7 +155,8 @@ check_bandwidth_scale <- function(variance, arg, magnitude, rule = NULL) {
   scale <- 10^round(log10(max(magnitude[k], .Machine$double.xmin)))
   what <- if (large) "overflows" else "underflows"
   beyond <- sprintf("%s double precision", what)
-  problem <- switch(arg,
+  # a bandwidth matrix by another name (kde_test()'s H1, H2) reads as H
+  problem <- switch(if (grepl("^H[0-9]*$", arg)) "H" else arg,
     bw = sprintf("= %s is outside the scale kdegpu computes at: its square, the kernel variance, %s",
                  format(magnitude[k], digits = 3), beyond),
     H = sprintf(paste("is outside the scale kdegpu computes at: its diagonal entry %s is beyond",
