@@ -165,7 +165,7 @@ test_that("kde_classifier() errors name the argument", {
                "^`prior` has names setosa, versicolor, other but the groups are")
   expect_error(kde_classifier(x, g, prior = c(NA, 0.5, 0.5)), "^`prior` must be non-negative")
   expect_error(kde_classifier(x, g, H = list(diag(2), diag(2))), "^`H` must have one element per group")
-  expect_error(kde_classifier(x, g, H = list(diag(2), diag(2), diag(-1, 2))), "^`H` \\(group \"virginica\"\\)")
+  expect_error(kde_classifier(x, g, H = list(diag(2), diag(2), diag(-1, 2))), "^`H` \\(group \"virginica\"\\) must be positive definite")
   expect_error(kde_classifier(x, g, H = diag(3)), "^`H` \\(group \"setosa\"\\) must be a 2 x 2 matrix")
   expect_error(kde_classifier(x, g, H = array(diag(2), c(2, 2, 2))), "^`H` has 2 matrices")
   expect_error(kde_classifier(x, g, H = diag(2), bw = 1), "^`H` and `bw` cannot both be given")

@@ -7,6 +7,7 @@ autoplot.kde_gpu <- kdegpu:::autoplot.kde_gpu # registered lazily, for ggplot2
 f1 <- kde_gpu(faithful$eruptions, backend = "cpu")
 f2 <- kde_gpu(faithful, backend = "cpu")
 x1 <- faithful$eruptions
+fc <- kde_classifier(iris[, 1:2], iris$Species, bw = 0.3, backend = "cpu")
 
 # One row per (function, argument): a call with one bad value. Arguments
 # without a row are listed in `no_bad_value` with the reason.
@@ -99,6 +100,42 @@ bad_calls <- list(
     ... = quote(kde_modes(f2, nosuch = 1))
   ),
   kdegpu_info = list(),
+  kde_test = list(
+    x1 = quote(kde_test("a", x1, backend = "cpu")),
+    x2 = quote(kde_test(x1, c(1, NA), backend = "cpu")),
+    H1 = quote(kde_test(x1, x1, H1 = -1, backend = "cpu")),
+    H2 = quote(kde_test(x1, x1, H2 = matrix(1, 2, 2), backend = "cpu")),
+    backend = quote(kde_test(x1, x1, backend = "tpu")),
+    ... = quote(kde_test(x1, x1, nosuch = 1, backend = "cpu"))
+  ),
+  kde_classifier = list(
+    x = quote(kde_classifier("a", iris$Species, backend = "cpu")),
+    groups = quote(kde_classifier(iris[, 1:2], iris$Species[-1], backend = "cpu")),
+    H = quote(kde_classifier(iris[, 1:2], iris$Species, H = list(diag(2)), backend = "cpu")),
+    bw = quote(kde_classifier(iris[, 1:2], iris$Species, bw = -1, backend = "cpu")),
+    prior = quote(kde_classifier(iris[, 1:2], iris$Species, prior = c(a = 1), backend = "cpu")),
+    kernel = quote(kde_classifier(iris[, 1:2], iris$Species, kernel = "no", backend = "cpu")),
+    backend = quote(kde_classifier(iris[, 1:2], iris$Species, backend = "tpu")),
+    ... = quote(kde_classifier(iris[, 1:2], iris$Species, nosuch = 1, backend = "cpu"))
+  ),
+  loo_error = list(
+    object = quote(loo_error(f2))
+  ),
+  predict.kde_classifier = list(
+    object = quote(predict(structure(list(), class = "kde_classifier"))),
+    newdata = quote(predict(fc, matrix(0, 2, 3))),
+    type = quote(predict(fc, type = "density")),
+    leave_one_out = quote(predict(fc, leave_one_out = NA)),
+    ... = quote(predict(fc, nosuch = 1))
+  ),
+  print.kde_classifier = list(
+    x = quote(print(structure(list(), class = "kde_classifier"))),
+    ... = quote(print(fc, nosuch = 1))
+  ),
+  summary.kde_classifier = list(
+    object = quote(summary(structure(list(), class = "kde_classifier"))),
+    ... = quote(summary(fc, nosuch = 1))
+  ),
   sample = list(
     x = quote(sample(structure(list(), class = "kde_gpu"), 1)),
     size = quote(sample(f1, size = -1)),
@@ -192,13 +229,16 @@ no_bad_value <- list(
 )
 
 # The functions and methods a user can call: the exports, and the S3
-# methods registered for a fit (print() of its helper classes aside).
+# methods registered for a fit (print() of its helper classes aside); a
+# kde_classifier() fit's methods by their full names (generic.class).
 exported_functions <- function() {
   ns <- asNamespace("kdegpu")
   exports <- Filter(function(f) is.function(get(f, ns)), getNamespaceExports("kdegpu"))
   registered <- getNamespaceInfo(ns, "S3methods") # generic, class, method
   fit_methods <- sub("^ggplot2::", "", registered[registered[, 2L] == "kde_gpu", 1L])
-  sort(union(setdiff(exports, c("sample", "as.density")), fit_methods))
+  classifier_methods <- paste0(registered[registered[, 2L] == "kde_classifier", 1L],
+                               ".kde_classifier")
+  sort(union(setdiff(exports, c("sample", "as.density")), c(fit_methods, classifier_methods)))
 }
 
 arguments_of <- function(fun) {
