@@ -13,6 +13,9 @@
 #' Given the same bandwidth matrix per group (ks's `Hs`) and the same
 #' prior, the classes are ks's and the posteriors those of ks's per-group
 #' densities evaluated exactly (ks's `kde(eval.points = )`), to rounding.
+#' (In 1-D ks 1.14's `kda()` bins the data whatever its `binned` says and
+#' interpolates its densities from a grid that ends 3.7 bandwidths beyond
+#' the data, where they become 0, so its classes there can differ.)
 #'
 #' @section Leave-one-out error:
 #' [loo_error()] is the share of training points misclassified when each
