@@ -34,10 +34,12 @@
 #' @param H The bandwidth matrices (kernel covariances): a list with one
 #'   d x d matrix per group (named by the levels, or in their order), a
 #'   d x d x G array (ks's `Hs` for `kda()`), or one matrix for every
-#'   group. Not with `bw`.
+#'   group; in 1-D also a vector of one variance per group. Not with `bw`.
 #' @param bw Anything [kde_gpu()] accepts as `bw` (a rule or selector name,
 #'   or standard deviations), used for each group on its own points; or a
-#'   list of such values, one per group. The default, as ks, is each
+#'   list of such values, one per group (named by the levels, or in their
+#'   order); in 1-D also a vector of one standard deviation per group (ks's
+#'   `hs`). The default, as ks, is each
 #'   group's plug-in bandwidth (`"plugin"`, see [bw_plugin()]; in 1-D the
 #'   Sheather-Jones direct plug-in).
 #' @param prior The groups' prior probabilities: `NULL` (the default) for
@@ -81,6 +83,10 @@ kde_classifier <- function(x, groups, H = NULL, bw = NULL, prior = NULL, kernel 
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
   kernel <- resolve_kernel(kernel)
   if (!is.null(H) && !is.null(bw)) stop_arg("H", "and `bw` cannot both be given: choose one.")
+  # in 1-D a plain vector of one value per group is per group (ks's `hs`)
+  one_each <- function(v) d == 1L && is.numeric(v) && is.null(dim(v)) && length(v) == G
+  if (one_each(H)) H <- as.list(H)
+  if (one_each(bw)) bw <- as.list(bw)
   Hs <- if (!is.null(H)) per_group(H, lev, "H", matrices = TRUE)
   bws <- if (!is.null(bw)) per_group(bw, lev, "bw") else rep(list("plugin"), G)
   prior <- check_prior(prior, groups)

@@ -120,8 +120,9 @@ gradient_spread <- function(x, arg, backend) {
   d <- ncol(x)
   S <- stats::var(x)
   if (is.null(chol_or_null(S))) {
-    stop_arg(arg, "has no spread in some direction (a constant or collinear column): ",
-             "its density has no bandwidth.")
+    stop_arg(arg, sprintf(paste0("has a singular covariance (constant or collinear columns, ",
+                                 "or fewer than %d points): the variance of its density ",
+                                 "estimate needs a normal-scale bandwidth."), d + 1L))
   }
   H <- (4 / (n * (d + 4)))^(2 / (d + 6)) * S
   fit <- kde_gpu(x, H = H, backend = backend)
@@ -138,8 +139,9 @@ kfe_bandwidth <- function(x, arg, backend) {
   d <- ncol(x)
   w <- rep(1 / n, n)
   if (is.null(chol_or_null(stats::var(x)))) {
-    stop_arg(arg, "has no spread in some direction (a constant or collinear column): ",
-             "no bandwidth can be chosen; give `H", substr(arg, 2L, 2L), "`.")
+    stop_arg(arg, sprintf(paste0("has a singular covariance (constant or collinear columns, ",
+                                 "or fewer than %d points): no bandwidth can be chosen."),
+                          d + 1L))
   }
   K0 <- (2 * pi)^(-d / 2)
   if (d == 1L) {

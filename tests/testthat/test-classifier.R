@@ -144,6 +144,11 @@ test_that("bandwidths per group: selectors, lists, arrays, one matrix; priors by
                        prior = c(virginica = 0.5, setosa = 0.2, versicolor = 0.3),
                        backend = "cpu")
   expect_equal(pr$prior, c(setosa = 0.2, versicolor = 0.3, virginica = 0.5))
+  # 1-D: one variance (H) or standard deviation (bw) per group, as ks's hs
+  v <- kde_classifier(iris$Sepal.Length, iris$Species, H = c(0.04, 0.09, 0.16), backend = "cpu")
+  s <- kde_classifier(iris$Sepal.Length, iris$Species, bw = c(0.2, 0.3, 0.4), backend = "cpu")
+  expect_equal(unname(vapply(v$fits, function(f) drop(f$H), 0)), c(0.04, 0.09, 0.16))
+  expect_equal(predict(v, 4:8, type = "posterior"), predict(s, 4:8, type = "posterior"))
   # groups given as a character vector: levels sorted, as factor() does
   ch <- kde_classifier(iris[, 1:2], as.character(iris$Species), bw = 0.3, backend = "cpu")
   expect_identical(ch$levels, levels(iris$Species))

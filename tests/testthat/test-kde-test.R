@@ -153,7 +153,8 @@ test_that("kde_test() errors name the argument", {
   expect_error(kde_test(x, x, H2 = diag(3)), "^`H2` must be a 2 x 2 matrix")
   expect_error(kde_test(x, x, backend = "tpu"), "^`backend`")
   expect_error(kde_test(x, x, weights = rep(1, 20)), "`weights`.*unweighted")
-  expect_error(kde_test(cbind(1:5, 1), x), "^`x1` has no spread")
+  expect_error(kde_test(cbind(1:5, 1), x), "^`x1` has a singular covariance")
+  expect_error(kde_test(x, x[1:2, ], H2 = diag(2)), "^`x2` has a singular covariance .*fewer than 3 points")
   expect_error(kde_test(data.frame(a = 1:5, b = 1:5 + 0.5 * (-1)^(1:5)),
                         data.frame(a = 1:5, c = 1:5)), "^`x2` has columns a, c")
 })
