@@ -44,8 +44,9 @@ bandwidth_from_H <- function(H, d, arg = "H") {
     stop_arg(arg, "must be symmetric.")
   }
   H <- (H + t(H)) / 2
-  if (any(diag(H) <= 0)) {
-    stop_arg(arg, "must be positive definite (its diagonal holds a variance that is not positive).")
+  # (a 0 on the diagonal is left to the scale check: an H that underflowed)
+  if (any(diag(H) < 0)) {
+    stop_arg(arg, "must be positive definite (its diagonal holds a negative variance).")
   }
   check_bandwidth_scale(diag(H), arg, sqrt(abs(diag(H))))
   if (is.null(chol_or_null(H))) {

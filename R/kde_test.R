@@ -85,6 +85,10 @@ kde_test <- function(x1, x2, H1 = NULL, H2 = NULL, backend = c("auto", "cuda", "
   fit2 <- kde_gpu(x2, H = H2, backend = backend)
   psi <- c(psi1 = mean(predict(fit1, x1)), psi2 = mean(predict(fit2, x2)),
            psi12 = mean(predict(fit1, x2)), psi21 = mean(predict(fit2, x1)))
+  # free each GPU copy now rather than at garbage collection: at large n
+  # the next fits need the memory
+  release_device_copy(fit1)
+  release_device_copy(fit2)
   var_fhat <- c(gradient_spread(x1, "x1", backend), gradient_spread(x2, "x2", backend))
   T_hat <- unname(psi[["psi1"]] + psi[["psi2"]] - (psi[["psi12"]] + psi[["psi21"]]))
   K0 <- (2 * pi)^(-d / 2)
@@ -127,6 +131,7 @@ gradient_spread <- function(x, arg, backend) {
   H <- (4 / (n * (d + 4)))^(2 / (d + 6)) * S
   fit <- kde_gpu(x, H = H, backend = backend)
   g <- drop(predict(fit, matrix(colMeans(x), 1L), type = "gradient"))
+  release_device_copy(fit)
   drop(crossprod(g, S %*% g))
 }
 
