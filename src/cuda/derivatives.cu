@@ -79,6 +79,7 @@ template <typename T> struct deriv_run {
   /* training points: all on the device, or streamed from the host */
   const T *dev_train, *host_train;
   int expanded;
+  const T *anchor; /* the model's units' anchors when its copy serves (model.cuh) */
   T *own_host, *own_dev, *shard;
   double *weight;
   int64_t shard_units;
@@ -121,6 +122,7 @@ template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_statu
   kde_cuda_model shell;
   if (model->layout == KDE_LAYOUT_PLAIN) {
     r->expanded = model->expanded;
+    r->anchor = (const T *) r->rep->anchor;
     if (model->resident) r->dev_train = (const T *) r->rep->train;
     else r->host_train = (const T *) model->host_train;
     return 0;
@@ -360,6 +362,7 @@ int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, kde_status *status
     a.center = rep->model_center;
     a.dim = (int) d;
     a.expanded = r->expanded;
+    a.anchor = r->anchor;
     a.part = r->d_part;
     a.ldq = ldq;
     a.fields = r->fields;

@@ -151,19 +151,23 @@ template <typename T, int D, bool SECOND> struct deriv_state {
 /* ---- shared chunks ------------------------------------------------------ */
 
 /* Points [0, count) of storage tiles at src (count a multiple of 32) into
- * point records of R values: coordinate k at k, aux at `aux_at`. Then,
+ * point records of R values: coordinate k at k, aux at `aux_at`, stored
+ * relative to `anchor` (hi, lo; NULL: none) and restored here (the sums
+ * below take coordinates as they are, within an ulp of T of them). Then,
  * for the Gaussian, aux becomes what the kernel wants: log2 w, or log2 w -
  * |x|^2 / 2 (the expanded form), from what the storage holds (`expanded`). */
 template <typename T>
 __device__ __forceinline__ void load_chunk(T *rec, int R, int aux_at, const T *__restrict__ src,
-                                           int count, int dim, int expanded, int want_expanded)
+                                           int count, int dim, int expanded, int want_expanded,
+                                           const T *__restrict__ anchor)
 {
   const int per_tile = (dim + 1) * kTileWidth;
   __syncthreads(); /* the previous chunk has been read */
   for (int i = threadIdx.x; i < count * (dim + 1); i += kThreads) {
     const int tile = i / per_tile, r = i - tile * per_tile;
     const int k = r / kTileWidth, p = tile * kTileWidth + (r - k * kTileWidth);
-    rec[p * R + (k < dim ? k : aux_at)] = src[i];
+    rec[p * R + (k < dim ? k : aux_at)] =
+        k < dim && anchor != nullptr ? (src[i] + anchor[dim + k]) + anchor[k] : src[i];
   }
   __syncthreads();
   if (expanded != want_expanded) { /* uniform: the whole launch takes it or not */
@@ -245,8 +249,11 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
   const visit_units visits = block_visits(a, p0, count / kUnit);
   for (int64_t t = 0; t < visits.count; t++) {
     const T *unit = a.train + (p0 + visits.unit(t) * kUnit) * (a.dim + 1);
+    const T *anchor = a.anchor == nullptr
+                          ? nullptr
+                          : a.anchor + (visits.base + visits.unit(t)) * (2 * a.dim);
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
-      load_chunk(rec, R, D, unit + c0 * (a.dim + 1), CH, a.dim, a.expanded, EXPANDED);
+      load_chunk(rec, R, D, unit + c0 * (a.dim + 1), CH, a.dim, a.expanded, EXPANDED, anchor);
 #pragma unroll 1
       for (int j = 0; j < CH; j += U) {
         T v[U][D], tt[U], level[U], aux[U];
@@ -392,8 +399,11 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_generic_kernel(const deriv
   const visit_units visits = block_visits(a, p0, count / kUnit);
   for (int64_t t = 0; t < visits.count; t++) {
     const T *unit = a.train + (p0 + visits.unit(t) * kUnit) * (dim + 1);
+    const T *anchor = a.anchor == nullptr
+                          ? nullptr
+                          : a.anchor + (visits.base + visits.unit(t)) * (2 * dim);
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
-      load_chunk(rec, R, dim, unit + c0 * (dim + 1), CH, dim, a.expanded, 0);
+      load_chunk(rec, R, dim, unit + c0 * (dim + 1), CH, dim, a.expanded, 0, anchor);
 #pragma unroll 1
       for (int j = 0; j < CH; j++) {
         const T *x = rec + j * R;

@@ -132,6 +132,7 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
   args.model_center = rep->model_center;
   args.scale = model->scale;
   args.dst = (T *) rep->query.ptr;
+  args.anchored = model->anchored;
   args.offset = (double *) rep->acc.ptr + 2 * job->ldq_max;
   KDE_CUDA_TRY(cudaStreamWaitEvent(rep->stream, rep->raw_ready, 0));
   pack<<<blocks, kPackThreads, 0, rep->stream>>>(args);
@@ -228,6 +229,7 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
   args.k16 = model->k16;
   args.visit = job->visiting ? (const int32_t *) rep->visit.ptr : NULL;
   args.visit_offset = job->visiting ? (const int64_t *) rep->visit_offset.ptr : NULL;
+  args.anchor = (const T *) rep->anchor;
   grid = dim3((unsigned) blocks_q, (unsigned) splits, 1);
 
   if (job->stats != NULL) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));

@@ -141,6 +141,11 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int warp = threadIdx.x / 32;
   const int64_t q0 = (int64_t) blockIdx.x * kBlockQueries;
 
+  /* q: the queries as the pairs use them; in the difference form, per tile,
+   * relative to its unit's anchor: (hi - anchor hi) + (lo - anchor lo),
+   * hi and lo read again from the block's rows (in L1: registers are short),
+   * which for a model without anchors is hi */
+  constexpr bool EXPANDED = expanded_form(K, D, A);
   T q[Q][D];
   int slot[Q];
   int64_t qg[Q];
@@ -172,6 +177,15 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
       block_copy_async(smem + ((t + 1) & 1) * tile_elems,
                        src + visits.unit(t + 1) * tile_elems, tile_elems * sizeof(T));
     async_commit(); /* possibly empty: keeps the group count uniform */
+    if (!EXPANDED && a.anchor != nullptr) {
+      const T *c = a.anchor + (visits.base + visits.unit(t)) * (2 * D);
+#pragma unroll
+      for (int i = 0; i < Q; i++)
+#pragma unroll
+        for (int k = 0; k < D; k++)
+          q[i][k] = (a.query[q0 + slot[i] + k * a.ldq] - c[k]) +
+                    (a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k]);
+    }
     async_wait_all_but_newest();
     __syncthreads();
     const T *tile = smem + (t & 1) * tile_elems;

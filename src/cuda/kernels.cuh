@@ -149,6 +149,10 @@ struct kde_args {
    * visit[visit_offset[bx] .. visit_offset[bx + 1]); NULL: every unit. */
   const int32_t *visit;
   const int64_t *visit_offset;
+  /* An anchored model (model.cuh): every unit's anchor (hi, lo), by global
+   * unit; the queries' lo parts are rows dim .. 2 dim - 1 of `query`.
+   * NULL: coordinates as they are. */
+  const T *anchor;
 };
 
 template <typename T> using kde_kernel_fn = void (*)(kde_args<T>);
@@ -169,6 +173,7 @@ struct kde_pack_args {
   const double *model_center;
   double scale;             /* packed value = (z - model_center) scale */
   T *dst;
+  int anchored;             /* also the lo parts, in rows dim .. 2 dim - 1 */
   double *offset;           /* [rows]: |packed row|^2 / 2 (expanded form) */
 };
 

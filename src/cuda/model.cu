@@ -190,6 +190,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
       if (rep->model_center != NULL) (void) cudaFree(rep->model_center);
       if (rep->whitening != NULL) (void) cudaFree(rep->whitening);
       if (rep->units != NULL) (void) cudaFree(rep->units);
+      if (rep->anchor != NULL) (void) cudaFree(rep->anchor);
       if (rep->deriv_train != NULL) (void) cudaFree(rep->deriv_train);
       scratch_release(rep);
     }
@@ -197,6 +198,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   (void) cudaGetLastError();
   free(model->rep);
   free(model->host_train);
+  free(model->host_anchor);
   free(model->center);
   free(model->whitening);
   free(model->unit_lo);
@@ -390,6 +392,22 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   } else {
     model->tile_elems = (model->dim + 1 + model->adaptive) * kTileWidth;
   }
+  model->anchored = model->layout == KDE_LAYOUT_PLAIN && !model->expanded &&
+                    model->dim <= 4 && !(tuning != NULL && tuning->no_anchor);
+  if (model->anchored) {
+    model->query_elems = 2 * model->dim; /* hi, then lo parts */
+    model->host_anchor = malloc((size_t) (model->n_points / kUnit * 2 * model->dim) *
+                                model->elem);
+    if (model->host_anchor == NULL) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "out of host memory for the training set's unit anchors");
+      goto cleanup;
+    }
+    if (precision == KDE_PRECISION_SINGLE)
+      unit_anchors<float>(train, model, (float *) model->host_anchor);
+    else
+      unit_anchors<double>(train, model, (double *) model->host_anchor);
+  }
 
   unit_bytes = kUnit * point_bytes(model);
   train_bytes = (size_t) model->n_points * point_bytes(model);
@@ -437,6 +455,20 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     }
     free(model->host_train);
     model->host_train = NULL;
+  }
+  if (model->anchored) {
+    const size_t anchor_bytes =
+        (size_t) (model->n_points / kUnit * 2 * model->dim) * model->elem;
+    for (int r = 0; r < n_devices; r++) {
+      kde_replica *rep = &model->rep[r];
+      KDE_CUDA_TRY(cudaSetDevice(rep->device));
+      KDE_CUDA_TRY(cudaMalloc(&rep->anchor, anchor_bytes));
+      KDE_CUDA_TRY(cudaMemcpy(rep->anchor, model->host_anchor, anchor_bytes,
+                              cudaMemcpyHostToDevice));
+      rep->budget -= (double) anchor_bytes;
+    }
+    free(model->host_anchor);
+    model->host_anchor = NULL;
   }
 
   /* Pruning: the FMA kernel for d <= 4 and the d = 3 tensor-core kernel

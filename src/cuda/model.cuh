@@ -38,6 +38,9 @@ typedef struct {
    * an adaptive model unit_scale_lo, unit_scale_hi) in one allocation
    * (NULL when the model visits every unit). */
   double *units;
+  /* an anchored model's units' anchors (T: hi, lo per coordinate), NULL
+   * otherwise */
+  void *anchor;
   /* The derivative sums' plain copy of a tensor-core model's training set
    * (derivatives.cu), made by the first such call and kept: packing it on
    * the host took a tenth of a gradient's time at n = 1e6. Its bytes
@@ -72,6 +75,13 @@ struct kde_cuda_model {
                            model was made for (kde_cuda_model_create) */
   int expanded;         /* Gaussian, d >= 3, rounding_ok: the density's
                            storage aux = log2 w - |x|^2 / 2 */
+  /* The plain layout for d <= 4 in the difference form stores each point
+   * relative to its unit's anchor (a point near the unit's centre), and the
+   * kernels form q - anchor per unit from the query's hi and lo parts, so
+   * that a pair's difference keeps the precision's relative accuracy
+   * wherever the data sit (pack.cu). */
+  int anchored;
+  void *host_anchor;    /* n_points / kUnit units x (2 dim) values of T */
   int adaptive;         /* per-point scales: a row of 1 / lambda^2 after aux
                            (kernel_adaptive.cu), the plain layout only */
   int layout;           /* enum kde_layout */
@@ -125,6 +135,8 @@ void pack_train_tc_small(const kde_training_set *train, const kde_cuda_model *mo
                          uint32_t *dst);
 template <typename T>
 void pack_train(const kde_training_set *train, const kde_cuda_model *model, T *dst);
+template <typename T>
+void unit_anchors(const kde_training_set *train, const kde_cuda_model *model, T *dst);
 
 } // namespace kdegpu
 

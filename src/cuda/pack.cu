@@ -54,9 +54,14 @@ __device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t 
       if (c0 + u < a.dim) z[u] = a.raw[(int64_t) (c0 + u) * a.ldr + row];
   }
 #pragma unroll
-  for (int u = 0; u < C; u++)
-    v[u] = row < a.rows && c0 + u < a.dim
-               ? (T) ((z[u] - a.model_center[c0 + u]) * a.scale) : (T) 0;
+  for (int u = 0; u < C; u++) {
+    const double packed = row < a.rows && c0 + u < a.dim
+                              ? (z[u] - a.model_center[c0 + u]) * a.scale : 0.0;
+    v[u] = (T) packed;
+    /* an anchored model: the part T lost, in the rows after the query's */
+    if (a.anchored && c0 + u < a.dim)
+      a.dst[(int64_t) (a.dim + c0 + u) * a.ldq + row] = (T) (packed - (double) v[u]);
+  }
 }
 
 /* Packs a row, 8 columns at a time in registers, its values multiplied by
@@ -252,6 +257,39 @@ void pack_train_tc_small(const kde_training_set *train,
   });
 }
 
+/* The anchor of each unit of kUnit points: the centre of its box in
+ * storage coordinates, rounded to T as hi + lo (lo = 0 in double), per unit
+ * the dim his then the dim los. A point is stored as its coordinate minus
+ * the anchor, a query's hi and lo parts (kde_pack_kernel) minus the
+ * anchor's in the kernels: each rounding is then relative to a distance
+ * from the unit, not to where the data sit. */
+template <typename T>
+void unit_anchors(const kde_training_set *train, const kde_cuda_model *model, T *dst)
+{
+  const int64_t n = train->n_train, d = model->dim;
+  parallel_ranges(model->n_points / kUnit, 64, train->host_threads,
+                  [&](int64_t first, int64_t last) {
+    for (int64_t u = first; u < last; u++) {
+      T *at = dst + u * 2 * d;
+      const int64_t j0 = u * kUnit, j1 = j0 + kUnit < n ? j0 + kUnit : n;
+      for (int64_t k = 0; k < d; k++) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (int64_t j = j0; j < j1; j++) {
+          const double v = train_coordinate(train, model, j, k);
+          lo = v < lo ? v : lo;
+          hi = v > hi ? v : hi;
+        }
+        const double anchor = j1 > j0 ? 0.5 * lo + 0.5 * hi : 0.0;
+        at[k] = (T) anchor;
+        at[d + k] = (T) (anchor - (double) at[k]);
+      }
+    }
+  });
+}
+
+template void unit_anchors<float>(const kde_training_set *, const kde_cuda_model *, float *);
+template void unit_anchors<double>(const kde_training_set *, const kde_cuda_model *, double *);
+
 /* Pack the training set: storage tiles of 32 points, dimension-major, then
  * the aux row, and for an adaptive model a row of 1 / lambda^2 (in any
  * coordinate units: s^2 scales with the coordinates, lambda does not);
@@ -262,14 +300,20 @@ void pack_train(const kde_training_set *train, const kde_cuda_model *model,
 {
   const int64_t n = train->n_train, d = model->dim, rows = d + 1 + model->adaptive;
   const int lse = kernel_sums_logs(model->kernel);
+  const T *anchors = model->anchored ? (const T *) model->host_anchor : NULL;
   /* tile by tile (each written while it is in cache) */
   parallel_ranges(model->n_points, kTileWidth, train->host_threads,
                   [&](int64_t first, int64_t last) {
     for (int64_t j0 = first; j0 < last; j0 += kTileWidth)
       for (int64_t k = 0; k < d; k++) {
         T *at = dst + (j0 / kTileWidth) * rows * kTileWidth + k * kTileWidth;
+        /* an anchored model: relative to the unit's anchor (unit_anchors) */
+        const double anchor = anchors == NULL ? 0.0
+                                              : (double) anchors[j0 / kUnit * 2 * d + k] +
+                                                    (double) anchors[j0 / kUnit * 2 * d + d + k];
         for (int64_t jj = 0; jj < kTileWidth; jj++)
-          at[jj] = j0 + jj < n ? (T) train_coordinate(train, model, j0 + jj, k) : (T) 0;
+          at[jj] = j0 + jj < n ? (T) (train_coordinate(train, model, j0 + jj, k) - anchor)
+                               : (T) 0;
       }
     for (int64_t j = first; j < last; j++) {
       T *tile = dst + (j / kTileWidth) * rows * kTileWidth + j % kTileWidth;

@@ -25,6 +25,8 @@ typedef struct {
    * with the tensor cores where they serve, and the gradient's), 2 the
    * difference form (the FMA kernels) */
   int form;
+  int no_anchor; /* 1: coordinates as they are, never relative to the units'
+                    anchors (model.cuh's anchored), to measure what anchors cost */
 } kde_cuda_tuning;
 
 /* What one evaluation did (all devices together). */

@@ -107,3 +107,33 @@ test_that("CUDA: double precision keeps its digits on clustered data spanning ~3
   expect_lte(max(abs(expm1(loose[near] - ref[near]))), 1e-4)
   expect_log_density_equal(loose, ref, tol = 1e-4, label = "clustered, double, 1e-4")
 })
+
+test_that("CUDA: both precisions keep their digits wherever the data sit (clustered d = 3, GPS-like d = 2)", {
+  skip_without_gpu()
+  # Points are stored relative to their unit's anchor and queries carry a
+  # hi and lo part (src/cuda/pack.cu), so a pair's difference rounds
+  # relative to its distance, not to the data's extent (~3,000 and ~4,000
+  # bandwidths here): single precision to about 1e-6 of each density.
+  set.seed(950)
+  centres <- cbind(as.matrix(expand.grid(200 * (0:4), 200 * (0:3))), 0)
+  x3 <- centres[sample.int(20, 2e4, replace = TRUE), ] + matrix(rnorm(6e4), ncol = 3)
+  q3 <- x3[1:100, ] + matrix(rnorm(300, sd = 0.3), ncol = 3)
+  x2 <- matrix(runif(2e5 * 2, 0, 4000), ncol = 2)
+  q2 <- x2[1:100, ] + matrix(rnorm(200, sd = 0.5), ncol = 2)
+  cases <- list(list(x = x3, q = q3, bw = 0.25, label = "clustered d = 3"),
+                list(x = x2, q = q2, bw = 1, label = "GPS-like d = 2"))
+  for (cs in cases) {
+    ref <- exact_gaussian_log_density(cs$x, cs$q, cs$bw)
+    for (prec in c("single", "double")) {
+      fit <- kde_gpu(cs$x, bw = cs$bw, backend = "cuda", precision = prec)
+      got <- predict(fit, cs$q, log = TRUE)
+      bound <- if (prec == "single") 2e-6 else 1e-12
+      expect_lte(max(abs(expm1(got - ref))), bound,
+                 label = sprintf("%s, %s: largest relative density error", cs$label, prec))
+      # the tolerance still holds on top: never above, within 1e-3 below
+      loose <- predict(fit, cs$q, log = TRUE, tolerance = 1e-3)
+      expect_true(all(loose <= ref + bound), label = paste(cs$label, prec, "1e-3"))
+      expect_true(all(-expm1(loose - ref) <= 1e-3 + bound), label = paste(cs$label, prec, "1e-3"))
+    }
+  }
+})
