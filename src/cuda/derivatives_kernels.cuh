@@ -230,11 +230,18 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
 
   const int64_t row = (int64_t) blockIdx.x * kThreads + threadIdx.x;
   const bool active = row < a.n_query;
+  /* q: the query as the pairs use it. In the difference form on an
+   * anchored model, per unit q - anchor, rounded to T from double as the
+   * packer rounded x - anchor (pack.cu), so that a query on a training
+   * point is exactly on it (the cusps' t = 0); the expanded form takes the
+   * coordinates restored (load_chunk). */
+  double qd[D];
   T q[D];
 #pragma unroll
-  for (int c = 0; c < D; c++)
-    q[c] = active && c < a.dim ? (T) storage_query(a.query, a.ldz, row, a.center, c, scale)
-                               : (T) 0;
+  for (int c = 0; c < D; c++) {
+    qd[c] = active && c < a.dim ? storage_query(a.query, a.ldz, row, a.center, c, scale) : 0.0;
+    q[c] = (T) qd[c];
+  }
   /* coordinates past dim (a bucket wider than d) stay 0 in every record */
   for (int i = threadIdx.x; i < CH * R; i += kThreads) rec[i] = 0;
 
@@ -252,8 +259,15 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
     const T *anchor = a.anchor == nullptr
                           ? nullptr
                           : a.anchor + (visits.base + visits.unit(t)) * (2 * a.dim);
+    if (!EXPANDED && anchor != nullptr) {
+#pragma unroll
+      for (int c = 0; c < D; c++)
+        q[c] = c < a.dim ? (T) (qd[c] - ((double) anchor[c] + (double) anchor[a.dim + c]))
+                         : (T) 0;
+    }
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
-      load_chunk(rec, R, D, unit + c0 * (a.dim + 1), CH, a.dim, a.expanded, EXPANDED, anchor);
+      load_chunk(rec, R, D, unit + c0 * (a.dim + 1), CH, a.dim, a.expanded, EXPANDED,
+                 EXPANDED ? anchor : nullptr);
 #pragma unroll 1
       for (int j = 0; j < CH; j += U) {
         T v[U][D], tt[U], level[U], aux[U];
