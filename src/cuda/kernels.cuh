@@ -71,6 +71,11 @@
  *   many bandwidths from that mean for the precision and the tolerance
  *   (model.cu, expanded_rounding) takes the difference form instead. Every other
  *   kernel, and the Gaussian for d <= 2, uses the difference form.
+ * * The difference form at d <= 4 (model.cuh's `anchored`): points are
+ *   stored relative to their unit's anchor and queries as hi + lo parts;
+ *   per tile a query becomes (hi - anchor hi) + (lo - anchor lo), so each
+ *   rounding is relative to a distance from the unit, not to the data's
+ *   extent (pack.cu).
  * * The running max is lazy: each term is added as exp2(value - max) and a
  *   group of 8 (4 in double) training points is checked once per query; only
  *   when the group's sum passes 2^60 (a term far above the reference, or the
