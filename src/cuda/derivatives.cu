@@ -158,7 +158,7 @@ template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_statu
   shell.layout = KDE_LAYOUT_PLAIN;
   shell.expanded = want_expanded;
   shell.tile_elems = (p->dim + 1) * kTileWidth;
-  pack_train<T>(&ts, &shell, r->own_host);
+  pack_train<T>(&ts, &shell, (const T *) NULL, r->own_host);
   r->host_train = r->own_host;
   r->expanded = shell.expanded;
   return 0;

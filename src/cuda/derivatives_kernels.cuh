@@ -17,6 +17,7 @@
 #include "derivatives.cuh"
 #include "kernel_facts.cuh"
 #include "kernels.cuh"
+#include "layout.cuh"
 #include "numeric.cuh"
 #include "tile_copy.cuh"
 #include "tuning.cuh"
@@ -262,8 +263,7 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
     if (!EXPANDED && anchor != nullptr) {
 #pragma unroll
       for (int c = 0; c < D; c++)
-        q[c] = c < a.dim ? (T) (qd[c] - ((double) anchor[c] + (double) anchor[a.dim + c]))
-                         : (T) 0;
+        q[c] = c < a.dim ? (T) (qd[c] - anchor_value(anchor, a.dim, c)) : (T) 0;
     }
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
       load_chunk(rec, R, D, unit + c0 * (a.dim + 1), CH, a.dim, a.expanded, EXPANDED,

@@ -198,7 +198,6 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   (void) cudaGetLastError();
   free(model->rep);
   free(model->host_train);
-  free(model->host_anchor);
   free(model->center);
   free(model->whitening);
   free(model->unit_lo);
@@ -261,8 +260,9 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                                                        kde_status *status)
 {
   kde_cuda_model *model = NULL;
-  int count = 0, prev = -1, ok = 0, mma_ok = 1, expanded_single;
-  size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0;
+  int count = 0, prev = -1, ok = 0, mma_ok = 1, expanded_single, prunes;
+  size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0, anchor_bytes = 0;
+  void *host_anchor = NULL; /* an anchored model's anchors until uploaded */
   double min_budget = 0;
 
   kde_status_clear(status);
@@ -392,21 +392,38 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   } else {
     model->tile_elems = (model->dim + 1 + model->adaptive) * kTileWidth;
   }
+  /* Pruning: the FMA kernel for d <= 4 and the d = 3 tensor-core kernel
+   * visit per query block only the units that can matter, when the
+   * training set comes in a spatial order whose tiles are the units. */
+  prunes = train->tile_size == kUnit && model->dim <= 4 &&
+           (model->layout == KDE_LAYOUT_PLAIN || model->layout == KDE_LAYOUT_TC_SMALL);
   model->anchored = model->layout == KDE_LAYOUT_PLAIN && !model->expanded &&
                     model->dim <= 4 && !(tuning != NULL && tuning->no_anchor);
+  /* The units' boxes: the pruning's, and the centres of the anchors */
+  if (prunes || model->anchored) {
+    KDE_HOST_ALLOC(model->unit_lo, model->n_points / kUnit * model->dim, "the units' boxes");
+    KDE_HOST_ALLOC(model->unit_hi, model->n_points / kUnit * model->dim, "the units' boxes");
+    kde_tile_boxes(train->train, train->n_train, model->dim, kUnit, train->host_threads,
+                   model->unit_lo, model->unit_hi);
+  }
   if (model->anchored) {
     model->query_elems = 2 * model->dim; /* hi, then lo parts */
-    model->host_anchor = malloc((size_t) (model->n_points / kUnit * 2 * model->dim) *
-                                model->elem);
-    if (model->host_anchor == NULL) {
+    anchor_bytes = (size_t) (model->n_points / kUnit * 2 * model->dim) * model->elem;
+    host_anchor = malloc(anchor_bytes);
+    if (host_anchor == NULL) {
       kde_status_set(status, KDE_ERR_ALLOC,
                      "out of host memory for the training set's unit anchors");
       goto cleanup;
     }
     if (precision == KDE_PRECISION_SINGLE)
-      unit_anchors<float>(train, model, (float *) model->host_anchor);
+      unit_anchors<float>(model, (float *) host_anchor);
     else
-      unit_anchors<double>(train, model, (double *) model->host_anchor);
+      unit_anchors<double>(model, (double *) host_anchor);
+  }
+  if (!prunes) { /* the boxes served the anchors only (unit_lo: the model prunes) */
+    free(model->unit_lo);
+    free(model->unit_hi);
+    model->unit_lo = model->unit_hi = NULL;
   }
 
   unit_bytes = kUnit * point_bytes(model);
@@ -430,9 +447,10 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
       goto cleanup;
     }
   } else if (precision == KDE_PRECISION_SINGLE)
-    pack_train<float>(train, model, (float *) model->host_train);
+    pack_train<float>(train, model, (const float *) host_anchor, (float *) model->host_train);
   else
-    pack_train<double>(train, model, (double *) model->host_train);
+    pack_train<double>(train, model, (const double *) host_anchor,
+                       (double *) model->host_train);
 
   /* Resident when the training set takes at most half the budget; otherwise
    * stream shards of at most half the budget from the host copy. */
@@ -457,32 +475,21 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     model->host_train = NULL;
   }
   if (model->anchored) {
-    const size_t anchor_bytes =
-        (size_t) (model->n_points / kUnit * 2 * model->dim) * model->elem;
     for (int r = 0; r < n_devices; r++) {
       kde_replica *rep = &model->rep[r];
       KDE_CUDA_TRY(cudaSetDevice(rep->device));
       KDE_CUDA_TRY(cudaMalloc(&rep->anchor, anchor_bytes));
-      KDE_CUDA_TRY(cudaMemcpy(rep->anchor, model->host_anchor, anchor_bytes,
+      KDE_CUDA_TRY(cudaMemcpy(rep->anchor, host_anchor, anchor_bytes,
                               cudaMemcpyHostToDevice));
       rep->budget -= (double) anchor_bytes;
     }
-    free(model->host_anchor);
-    model->host_anchor = NULL;
   }
 
-  /* Pruning: the FMA kernel for d <= 4 and the d = 3 tensor-core kernel
-   * visit per query block only the units that can matter, when the
-   * training set comes in a spatial order whose tiles are the units. */
-  if (train->tile_size == kUnit && model->dim <= 4 &&
-      (model->layout == KDE_LAYOUT_PLAIN || model->layout == KDE_LAYOUT_TC_SMALL)) {
+  /* Pruning: the units' weights beside their boxes */
+  if (prunes) {
     const int64_t n_units = model->n_points / kUnit;
-    KDE_HOST_ALLOC(model->unit_lo, n_units * model->dim, "the units' boxes");
-    KDE_HOST_ALLOC(model->unit_hi, n_units * model->dim, "the units' boxes");
     KDE_HOST_ALLOC(model->unit_log_weight, n_units, "the units' weights");
     KDE_HOST_ALLOC(model->unit_log_rest, n_units, "the units' weights");
-    kde_tile_boxes(train->train, train->n_train, model->dim, kUnit, train->host_threads,
-                   model->unit_lo, model->unit_hi);
     kde_tile_log_weights(train->weight, train->n_train, kUnit, model->unit_log_weight,
                          model->unit_log_rest);
     if (model->adaptive) {
@@ -519,6 +526,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   ok = 1;
 
 cleanup:
+  free(host_anchor);
   if (prev >= 0) (void) cudaSetDevice(prev);
   if (!ok) {
     kde_cuda_model_free(model);

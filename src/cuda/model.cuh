@@ -81,7 +81,6 @@ struct kde_cuda_model {
    * that a pair's difference keeps the precision's relative accuracy
    * wherever the data sit (pack.cu). */
   int anchored;
-  void *host_anchor;    /* n_points / kUnit units x (2 dim) values of T */
   int adaptive;         /* per-point scales: a row of 1 / lambda^2 after aux
                            (kernel_adaptive.cu), the plain layout only */
   int layout;           /* enum kde_layout */
@@ -133,10 +132,12 @@ int pack_train_tc_wide(const kde_training_set *train, const kde_cuda_model *mode
                        uint32_t *dst);
 void pack_train_tc_small(const kde_training_set *train, const kde_cuda_model *model,
                          uint32_t *dst);
+/* anchors: an anchored model's (unit_anchors), or NULL */
 template <typename T>
-void pack_train(const kde_training_set *train, const kde_cuda_model *model, T *dst);
-template <typename T>
-void unit_anchors(const kde_training_set *train, const kde_cuda_model *model, T *dst);
+void pack_train(const kde_training_set *train, const kde_cuda_model *model, const T *anchors,
+                T *dst);
+/* from the model's unit boxes (unit_lo, unit_hi) */
+template <typename T> void unit_anchors(const kde_cuda_model *model, T *dst);
 
 } // namespace kdegpu
 

@@ -257,38 +257,26 @@ void pack_train_tc_small(const kde_training_set *train,
   });
 }
 
-/* The anchor of each unit of kUnit points: the centre of its box in
- * storage coordinates, rounded to T as hi + lo (lo = 0 in double), per unit
- * the dim his then the dim los. A point is stored as its coordinate minus
- * the anchor, a query's hi and lo parts (kde_pack_kernel) minus the
- * anchor's in the kernels: each rounding is then relative to a distance
- * from the unit, not to where the data sit. */
-template <typename T>
-void unit_anchors(const kde_training_set *train, const kde_cuda_model *model, T *dst)
+/* The anchor of each unit of kUnit points (layout.cuh's anchor_value):
+ * the centre of its box (the model's unit_lo, unit_hi) in storage
+ * coordinates, rounded to T as hi + lo (lo = 0 in double). A point is
+ * stored as its coordinate minus the anchor, a query's hi and lo parts
+ * (kde_pack_kernel) minus the anchor's in the kernels: each rounding is
+ * then relative to a distance from the unit, not to where the data sit. */
+template <typename T> void unit_anchors(const kde_cuda_model *model, T *dst)
 {
-  const int64_t n = train->n_train, d = model->dim;
-  parallel_ranges(model->n_points / kUnit, 64, train->host_threads,
-                  [&](int64_t first, int64_t last) {
-    for (int64_t u = first; u < last; u++) {
-      T *at = dst + u * 2 * d;
-      const int64_t j0 = u * kUnit, j1 = j0 + kUnit < n ? j0 + kUnit : n;
-      for (int64_t k = 0; k < d; k++) {
-        double lo = INFINITY, hi = -INFINITY;
-        for (int64_t j = j0; j < j1; j++) {
-          const double v = train_coordinate(train, model, j, k);
-          lo = v < lo ? v : lo;
-          hi = v > hi ? v : hi;
-        }
-        const double anchor = j1 > j0 ? 0.5 * lo + 0.5 * hi : 0.0;
-        at[k] = (T) anchor;
-        at[d + k] = (T) (anchor - (double) at[k]);
-      }
+  const int64_t d = model->dim;
+  for (int64_t u = 0; u < model->n_points / kUnit; u++)
+    for (int64_t k = 0; k < d; k++) {
+      const double mid = 0.5 * model->unit_lo[u * d + k] + 0.5 * model->unit_hi[u * d + k];
+      const double anchor = (mid - model->center[k]) * model->scale;
+      dst[u * 2 * d + k] = (T) anchor;
+      dst[u * 2 * d + d + k] = (T) (anchor - (double) dst[u * 2 * d + k]);
     }
-  });
 }
 
-template void unit_anchors<float>(const kde_training_set *, const kde_cuda_model *, float *);
-template void unit_anchors<double>(const kde_training_set *, const kde_cuda_model *, double *);
+template void unit_anchors<float>(const kde_cuda_model *, float *);
+template void unit_anchors<double>(const kde_cuda_model *, double *);
 
 /* Pack the training set: storage tiles of 32 points, dimension-major, then
  * the aux row, and for an adaptive model a row of 1 / lambda^2 (in any
@@ -296,11 +284,10 @@ template void unit_anchors<double>(const kde_training_set *, const kde_cuda_mode
  * null points (coordinates 0, weight 0, scale 1) pad to n_points. */
 template <typename T>
 void pack_train(const kde_training_set *train, const kde_cuda_model *model,
-                       T *dst)
+                const T *anchors, T *dst)
 {
   const int64_t n = train->n_train, d = model->dim, rows = d + 1 + model->adaptive;
   const int lse = kernel_sums_logs(model->kernel);
-  const T *anchors = model->anchored ? (const T *) model->host_anchor : NULL;
   /* tile by tile (each written while it is in cache) */
   parallel_ranges(model->n_points, kTileWidth, train->host_threads,
                   [&](int64_t first, int64_t last) {
@@ -308,9 +295,8 @@ void pack_train(const kde_training_set *train, const kde_cuda_model *model,
       for (int64_t k = 0; k < d; k++) {
         T *at = dst + (j0 / kTileWidth) * rows * kTileWidth + k * kTileWidth;
         /* an anchored model: relative to the unit's anchor (unit_anchors) */
-        const double anchor = anchors == NULL ? 0.0
-                                              : (double) anchors[j0 / kUnit * 2 * d + k] +
-                                                    (double) anchors[j0 / kUnit * 2 * d + d + k];
+        const double anchor =
+            anchors == NULL ? 0.0 : anchor_value(anchors + j0 / kUnit * 2 * d, d, k);
         for (int64_t jj = 0; jj < kTileWidth; jj++)
           at[jj] = j0 + jj < n ? (T) (train_coordinate(train, model, j0 + jj, k) - anchor)
                                : (T) 0;
@@ -339,7 +325,9 @@ void pack_train(const kde_training_set *train, const kde_cuda_model *model,
   });
 }
 
-template void pack_train<float>(const kde_training_set *, const kde_cuda_model *, float *);
-template void pack_train<double>(const kde_training_set *, const kde_cuda_model *, double *);
+template void pack_train<float>(const kde_training_set *, const kde_cuda_model *,
+                                const float *, float *);
+template void pack_train<double>(const kde_training_set *, const kde_cuda_model *,
+                                 const double *, double *);
 
 } // namespace kdegpu
