@@ -68,16 +68,23 @@ kde_test <- function(x1, x2, H1 = NULL, H2 = NULL, backend = c("auto", "cuda", "
   data_name <- paste(deparse1(substitute(x1)), "and", deparse1(substitute(x2)))
   x1 <- as_point_matrix(x1, "x1")
   x2 <- match_columns(as_point_matrix(x2, "x2", ncol(x1)), x1, "x2")
+  d <- ncol(x1)
   for (arg in c("x1", "x2")) {
-    n <- nrow(get(arg))
-    if (n < 2L) {
-      stop_arg(arg, sprintf("has %d point; kde_test() needs at least 2 in each sample.", n))
+    x <- get(arg)
+    if (nrow(x) < 2L) {
+      stop_arg(arg, sprintf("has %d point; kde_test() needs at least 2 in each sample.", nrow(x)))
+    }
+    # the default bandwidth and the variance terms both sphere the sample
+    if (is.null(chol_or_null(stats::var(x)))) {
+      stop_arg(arg, sprintf(paste0("has a singular covariance (constant or collinear columns, ",
+                                   "or fewer than %d points): the default bandwidth and the ",
+                                   "variance of its density estimate need a full-rank one."),
+                            d + 1L))
     }
   }
-  d <- ncol(x1)
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
-  H1 <- if (is.null(H1)) kfe_bandwidth(x1, "x1", backend) else bandwidth_from_H(H1, d, "H1")$H
-  H2 <- if (is.null(H2)) kfe_bandwidth(x2, "x2", backend) else bandwidth_from_H(H2, d, "H2")$H
+  H1 <- if (is.null(H1)) kfe_bandwidth(x1, backend) else bandwidth_from_H(H1, d, "H1")$H
+  H2 <- if (is.null(H2)) kfe_bandwidth(x2, backend) else bandwidth_from_H(H2, d, "H2")$H
   n1 <- nrow(x1)
   n2 <- nrow(x2)
   # the pair means: fit k's density averaged over a sample
@@ -89,7 +96,7 @@ kde_test <- function(x1, x2, H1 = NULL, H2 = NULL, backend = c("auto", "cuda", "
   # the next fits need the memory
   release_device_copy(fit1)
   release_device_copy(fit2)
-  var_fhat <- c(gradient_spread(x1, "x1", backend), gradient_spread(x2, "x2", backend))
+  var_fhat <- c(gradient_spread(x1, backend), gradient_spread(x2, backend))
   T_hat <- unname(psi[["psi1"]] + psi[["psi2"]] - (psi[["psi12"]] + psi[["psi21"]]))
   K0 <- (2 * pi)^(-d / 2)
   null_mean <- (1 / (n1 * sqrt(det(H1))) + 1 / (n2 * sqrt(det(H2)))) * K0
@@ -119,15 +126,10 @@ kde_test_hints <- list(
 # v = grad f(mean)' S grad f(mean): the gradient of the estimate with ks's
 # normal-scale bandwidth for the first derivative, Hns(deriv.order = 1) =
 # (4 / (n (d + 4)))^(2 / (d + 6)) S, at the sample mean, exactly.
-gradient_spread <- function(x, arg, backend) {
+gradient_spread <- function(x, backend) {
   n <- nrow(x)
   d <- ncol(x)
   S <- stats::var(x)
-  if (is.null(chol_or_null(S))) {
-    stop_arg(arg, sprintf(paste0("has a singular covariance (constant or collinear columns, ",
-                                 "or fewer than %d points): the variance of its density ",
-                                 "estimate needs a normal-scale bandwidth."), d + 1L))
-  }
   H <- (4 / (n * (d + 4)))^(2 / (d + 6)) * S
   fit <- kde_gpu(x, H = H, backend = backend)
   g <- drop(predict(fit, matrix(colMeans(x), 1L), type = "gradient"))
@@ -139,15 +141,10 @@ gradient_spread <- function(x, arg, backend) {
 # data) in d > 1 and hpi.kfe() in 1-D: the plug-in bandwidth for the
 # functional psi_0 = int f^2, its pilot functional psi_2 summed exactly
 # (ks bins it from n = 500 in 2-D, 1000 in 3-D, always in 1-D).
-kfe_bandwidth <- function(x, arg, backend) {
+kfe_bandwidth <- function(x, backend) {
   n <- nrow(x)
   d <- ncol(x)
   w <- rep(1 / n, n)
-  if (is.null(chol_or_null(stats::var(x)))) {
-    stop_arg(arg, sprintf(paste0("has a singular covariance (constant or collinear columns, ",
-                                 "or fewer than %d points): no bandwidth can be chosen."),
-                          d + 1L))
-  }
   K0 <- (2 * pi)^(-d / 2)
   if (d == 1L) {
     s <- stats::sd(x[, 1L])

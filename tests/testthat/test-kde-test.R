@@ -71,8 +71,8 @@ test_that("kde_test() agrees with ks::kde.test(binned = FALSE) given H (d = 1, 2
   worst <- c(T = 0, z = 0, p = 0)
   for (d in 1:3) {
     s <- dgs_samples(d, 150, 120, shift = 0.15, seed = 2)
-    H1 <- kdegpu:::kfe_bandwidth(s$x1, "x1", "cpu")
-    H2 <- kdegpu:::kfe_bandwidth(s$x2, "x2", "cpu") * 1.3
+    H1 <- kdegpu:::kfe_bandwidth(s$x1, "cpu")
+    H2 <- kdegpu:::kfe_bandwidth(s$x2, "cpu") * 1.3
     r <- kde_test(s$x1, s$x2, H1, H2, backend = "cpu")
     # ks interpolates the gradient behind var.fhat from a grid; kdegpu
     # evaluates it exactly, so ks gets kdegpu's values for the comparison
