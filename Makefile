@@ -76,8 +76,16 @@ deps:
 	$$sudo apt-get update && \
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
 
+# A lock left behind by an install that was killed (R names it after this
+# folder) would refuse every later install; it is removed when no install is
+# running.
 install: deps
 	@lib="$(INSTALL_LIB)"; mkdir -p "$$lib" && \
+	lock="$$lib/00LOCK-$(notdir $(CURDIR))"; \
+	if [ -d "$$lock" ] && ! pgrep -f '[t]ools:::[.]install_packages' >/dev/null 2>&1; then \
+	  echo "make install: removing $$lock, left by an install that did not finish"; \
+	  rm -rf "$$lock"; \
+	fi; \
 	echo "$(R) CMD INSTALL -l $$lib $(INSTALL_ARGS) ." && \
 	MAKEFLAGS=-j$(JOBS) $(R) CMD INSTALL -l "$$lib" $(INSTALL_ARGS) .
 
