@@ -11,6 +11,7 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
     stop("Give either `bw` or `H`, not both.", call. = FALSE)
   }
   if (!is.null(H)) return(bandwidth_from_H(H, d))
+  if (inherits(bw, "kdegpu_bandwidth")) return(bandwidth_from_selection(bw, d, "bw"))
   if (is.null(bw)) bw <- if (d == 1L) "nrd0" else "scott"
   if (is.character(bw)) return(bandwidth_rule(x, weights, bw))
   if (!is.numeric(bw) || is.complex(bw)) {
@@ -20,7 +21,7 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
   if (anyNA(bw) || any(!is.finite(bw)) || any(bw <= 0)) {
     stop_arg("bw", "must be positive and finite.")
   }
-  bw <- as.vector(bw) # drops the attributes of a bw_lscv() result
+  bw <- as.vector(bw)
   check_bandwidth_scale(as.double(bw)^2, "bw", bw)
   if (length(bw) == 1L) {
     return(list(H = diag(bw^2, d), type = "scalar", method = "given"))
@@ -31,8 +32,40 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
   list(H = diag(as.double(bw)^2, d), type = "diagonal", method = "given")
 }
 
+# kde_gpu(bw = "<selector>"): the selector (parse_selector()'s list) run on
+# the fit's data, kernel, backend and bounds; `name`: the user's spelling.
+bandwidth_by_selector <- function(x, weights, selector, kernel, backend, precision, bounds,
+                                  name) {
+  d <- ncol(x)
+  shape <- if (d == 1L) "scalar" else selector$shape
+  base <- selector$base
+  if (base %in% c("sj-ste", "sj-dpi")) {
+    if (d != 1L) {
+      stop_arg("bw", sprintf(paste0("\"%s\" is a 1-D rule and the data have %d columns; ",
+                                    "use bw = \"plugin\" (see bw_plugin())."), name, d))
+    }
+    bw <- sj_bandwidth(x[, 1L], weights, sub("^sj-", "", base), backend)
+    return(list(H = matrix(bw^2, 1L, 1L), type = "scalar",
+                method = if (base == "sj-ste") "SJ" else "sj-dpi"))
+  }
+  if (base == "scv" && d < 2L) {
+    stop_arg("bw", sprintf("\"%s\" needs at least 2 columns; in 1-D use bw = \"SJ\" or \"lscv\".",
+                           name))
+  }
+  if (base %in% c("plugin", "scv")) check_two_points(weights, sprintf("bw = \"%s\"", name))
+  H <- switch(base,
+    plugin = plugin_bandwidth(x, weights, shape, backend),
+    scv = scv_bandwidth(x, weights, shape, backend),
+    lscv = attr(bw_lscv(x, shape, weights, kernel = kernel, backend = backend,
+                        precision = precision), "H"),
+    mlcv = attr(bw_mlcv(x, shape, weights, kernel = kernel, backend = backend,
+                        precision = precision, lower = bounds$lower, upper = bounds$upper), "H"))
+  list(H = unname(H), type = shape, method = selector_name(base, shape, d))
+}
+
 # `arg`: the user's name for the matrix (H, or H1, H2 of kde_test()).
 bandwidth_from_H <- function(H, d, arg = "H") {
+  if (inherits(H, "kdegpu_bandwidth")) return(bandwidth_from_selection(H, d, arg))
   if (!is.numeric(H) || is.complex(H)) stop_arg(arg, "must be a numeric matrix.")
   if (is.null(dim(H)) && length(H) == 1L && d == 1L) H <- matrix(H, 1L, 1L)
   if (!is.matrix(H) || !identical(dim(H), c(d, d))) {
@@ -71,8 +104,7 @@ bandwidth_rule <- function(x, weights, rule) {
   hit <- pmatch(tolower(rule), bandwidth_rules)
   if (is.na(hit)) {
     stop_arg("bw", sprintf("names an unknown rule \"%s\"; use one of %s, or a number.",
-                           rule, paste0("\"", c(bandwidth_rules, cv_rules, "SJ", "sj-dpi",
-                                                  plugin_rules), "\"", collapse = ", ")))
+                           rule, paste0("\"", bandwidth_names(), "\"", collapse = ", ")))
   }
   rule <- bandwidth_rules[[hit]]
   if (nrow(x) < 2L) {

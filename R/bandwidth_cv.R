@@ -54,15 +54,16 @@
 #' [stats::bw.ucv()] finds too.
 #'
 #' @param x Data, as for [kde_gpu()].
-#' @param type `"scalar"` (one standard deviation; H = bw^2 I), `"diagonal"`
+#' @param shape `"scalar"` (one standard deviation; H = bw^2 I), `"diagonal"`
 #'   (one per coordinate) or `"full"` (a full covariance matrix H).
 #' @param weights Optional weights, as for [kde_gpu()].
 #' @param range Factors of the normal-reference bandwidth that bound the grid
 #'   search; `c(lower, upper)` with `0 < lower < upper`.
 #' @param grid Number of grid points.
-#' @param tol Relative tolerance of the local optimiser (for a matrix or
-#'   per-coordinate bandwidth: [stats::nlm()]'s `steptol`, and `sqrt(tol) /
+#' @param reltol Relative tolerance of the local optimiser (for a matrix or
+#'   per-coordinate bandwidth: [stats::nlm()]'s `steptol`, and `sqrt(reltol) /
 #'   100` its `gradtol` on the criterion relative to its size at the start).
+#'   Not to be confused with `tolerance`, the error allowed in each kernel sum.
 #' @param kernel The kernel (`bw_mlcv()`); `bw_lscv()` supports `"gaussian"`.
 #' @param backend,precision As for [kde_gpu()].
 #' @param tolerance The relative error allowed in each kernel sum, as in
@@ -80,16 +81,19 @@
 #'   criterion evaluation over the workers, sharding the training points as
 #'   [predict()][predict.kde_gpu] does (each worker receives its shard once
 #'   per search).
-#' @return For `type = "scalar"` the bandwidth (the kernel's standard
-#'   deviation), for `"diagonal"` a vector of standard deviations, for
-#'   `"full"` the matrix H. Attributes: `criterion` (the criterion at the
-#'   optimum: LSCV, or the leave-one-out log-likelihood for MLCV), `H` (the
-#'   bandwidth matrix) and `trace` (a data frame of every evaluation).
+#' @param ... `type` and `tol`, the old names of `shape` and `reltol`
+#'   (deprecated: they work, with a warning, until the next release).
+#' @return A `kdegpu_bandwidth` (see [bandwidth]): the standard deviation
+#'   (`shape = "scalar"`), one per column (`"diagonal"`) or the matrix H
+#'   (`"full"`), with attributes `H`, `shape`, `method` and, from the search,
+#'   `criterion` (the criterion at the optimum: LSCV, or the leave-one-out
+#'   log-likelihood for MLCV) and `trace` (a data frame of every
+#'   evaluation).
 #' @examples
 #' bw_lscv(faithful$eruptions, backend = "cpu")
 #' bw.ucv(faithful$eruptions)
 #' bw_mlcv(faithful$eruptions, kernel = "epanechnikov", backend = "cpu")
-#' H <- bw_lscv(faithful[1:50, ], type = "full", backend = "cpu", grid = 5, tol = 1e-4)
+#' H <- bw_lscv(faithful[1:50, ], shape = "full", backend = "cpu", grid = 5, reltol = 1e-4)
 #' H
 #' fit <- kde_gpu(faithful, H = H, backend = "cpu")
 #' @name bandwidth_cv
@@ -97,11 +101,13 @@ NULL
 
 #' @rdname bandwidth_cv
 #' @export
-bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
-                    range = c(0.1, 2), grid = 25L, tol = 1e-8,
+bw_lscv <- function(x, shape = c("scalar", "diagonal", "full"), weights = NULL,
+                    range = c(0.1, 2), grid = 25L, reltol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
-                    precision = c("double", "single"), cluster = NULL,
+                    precision = c("double", "single"), cluster = NULL, ...,
                     tolerance = NULL) {
+  old <- renamed_arguments("bw_lscv()", c(type = "shape", tol = "reltol"), cv_formals,
+                           names(match.call()), ...)
   kernel <- resolve_kernel(kernel)
   if (kernel != "gaussian") {
     stop_arg("kernel", sprintf(paste0(
@@ -109,23 +115,29 @@ bw_lscv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
       "the kernel's self-convolution in closed form; use bw_mlcv() for the %s kernel."),
       kernel))
   }
-  select_bandwidth(x, "lscv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
-                   weights, range, grid, tol, kernel, backend, precision, cluster, tolerance)
+  select_bandwidth(x, "lscv", match_choice(old$shape %||% shape, bandwidth_shapes, "shape"),
+                   weights, range, grid, old$reltol %||% reltol, kernel, backend, precision,
+                   cluster, tolerance)
 }
 
 #' @rdname bandwidth_cv
 #' @export
-bw_mlcv <- function(x, type = c("scalar", "diagonal", "full"), weights = NULL,
-                    range = c(0.1, 2), grid = 25L, tol = 1e-8,
+bw_mlcv <- function(x, shape = c("scalar", "diagonal", "full"), weights = NULL,
+                    range = c(0.1, 2), grid = 25L, reltol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
-                    precision = c("double", "single"), cluster = NULL,
+                    precision = c("double", "single"), cluster = NULL, ...,
                     tolerance = NULL, lower = -Inf, upper = Inf) {
-  select_bandwidth(x, "mlcv", match_choice(type, c("scalar", "diagonal", "full"), "type"),
-                   weights, range, grid, tol, resolve_kernel(kernel), backend, precision,
-                   cluster, tolerance, lower, upper)
+  old <- renamed_arguments("bw_mlcv()", c(type = "shape", tol = "reltol"),
+                           c(cv_formals, "lower", "upper"), names(match.call()), ...)
+  select_bandwidth(x, "mlcv", match_choice(old$shape %||% shape, bandwidth_shapes, "shape"),
+                   weights, range, grid, old$reltol %||% reltol, resolve_kernel(kernel),
+                   backend, precision, cluster, tolerance, lower, upper)
 }
 
-select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kernel,
+cv_formals <- c("x", "shape", "weights", "range", "grid", "reltol", "kernel", "backend",
+                "precision", "cluster", "tolerance")
+
+select_bandwidth <- function(x, criterion, type, weights, range, grid, reltol, kernel,
                              backend, precision, cluster = NULL, tolerance = NULL,
                              lower = -Inf, upper = Inf) {
   if (!is.null(tolerance)) tolerance <- check_tolerance(tolerance)
@@ -143,7 +155,9 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   }
   grid <- check_count(grid, "grid")
   if (grid < 3L) stop_arg("grid", "must be at least 3.")
-  if (!is.numeric(tol) || length(tol) != 1L || !(tol > 0)) stop_arg("tol", "must be one positive number.")
+  if (!is.numeric(reltol) || length(reltol) != 1L || !(reltol > 0)) {
+    stop_arg("reltol", "must be one positive number.")
+  }
   requested_backend <- match_choice(backend, c("auto", "cuda", "cpu"), "backend")
   backend <- choose_backend(requested_backend)
   precision <- match_choice(precision, c("double", "single"), "precision")
@@ -204,13 +218,13 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   if (type == "scalar" && !(kernel %in% smooth_criterion_kernels)) {
     # kinks or steps: a finer grid first (R/bandwidth_cv_global.R)
     H <- scalar_global_search(safe_objective, shape, factors, grid_values, x, weights, kernel,
-                              criterion, !is.null(bounds), tol, grid_tolerance)^2 * shape
+                              criterion, !is.null(bounds), reltol, grid_tolerance)^2 * shape
   } else if (type == "scalar") {
     opt <- stats::optimize(function(log_f) safe_objective(exp(2 * log_f) * shape),
-                           log(c(lower, upper)), tol = tol)
+                           log(c(lower, upper)), tol = reltol)
     H <- exp(2 * opt$minimum) * shape
   } else {
-    H <- local_search(safe_objective, factors[best]^2 * shape, grid_values[best], type, tol,
+    H <- local_search(safe_objective, factors[best]^2 * shape, grid_values[best], type, reltol,
                       criterion_digits(tolerance, backend, precision),
                       newton = kernel %in% smooth_criterion_kernels)
   }
@@ -225,30 +239,8 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, tol, kern
   }
   value <- evaluate(H)
   rows <- do.call(rbind, trace$rows)
-  out <- switch(type, scalar = sqrt(H[1L, 1L]), diagonal = sqrt(diag(H)), full = {
-    dimnames(H) <- list(colnames(x), colnames(x))
-    H
-  })
-  if (type == "diagonal") names(out) <- colnames(x)
-  structure(out, criterion = value, H = H,
-            trace = data.frame(evaluation = seq_len(nrow(rows)), rows),
-            class = c("kdegpu_bandwidth", class(out)))
-}
-
-# The bandwidth alone: its numbers, dim and names, without the class and
-# the search's attributes.
-bare_bandwidth <- function(x) {
-  if (!inherits(x, "kdegpu_bandwidth")) return(x)
-  attributes(x) <- attributes(x)[intersect(names(attributes(x)), c("dim", "dimnames", "names"))]
-  x
-}
-
-#' @export
-print.kdegpu_bandwidth <- function(x, ...) {
-  print(bare_bandwidth(x), ...)
-  cat(sprintf("criterion at the optimum: %.8g (%d evaluations)\n",
-              attr(x, "criterion"), nrow(attr(x, "trace"))))
-  invisible(x)
+  new_bandwidth(H, type, selector_name(criterion, type, d), colnames(x), criterion = value,
+                trace = data.frame(evaluation = seq_len(nrow(rows)), rows))
 }
 
 # LSCV(H) or the leave-one-out log-likelihood at H, exactly; here, or over
@@ -377,25 +369,3 @@ criterion_digits <- function(tolerance, backend, precision) {
 }
 
 # bw = "lscv" / "ucv" / "mlcv" in kde_gpu(): scalar in 1-D, full H in d > 1.
-cv_rules <- c("lscv", "ucv", "mlcv")
-
-bandwidth_by_cv <- function(x, weights, rule, kernel, backend, precision,
-                            bounds = list(lower = -Inf, upper = Inf)) {
-  type <- if (ncol(x) == 1L) "scalar" else "full"
-  H <- attr(if (rule == "mlcv") {
-    bw_mlcv(x, type = type, weights = weights, kernel = kernel, backend = backend,
-            precision = precision, lower = bounds$lower, upper = bounds$upper)
-  } else {
-    bw_lscv(x, type = type, weights = weights, kernel = kernel, backend = backend,
-            precision = precision)
-  }, "H")
-  list(H = H, type = type, method = rule)
-}
-
-# Arithmetic on a selected bandwidth (2 * H, H / 4) gives a plain number or
-# matrix: the criterion and trace describe the selected one only.
-#' @export
-Ops.kdegpu_bandwidth <- function(e1, e2) {
-  if (missing(e2)) return(get(.Generic)(bare_bandwidth(e1)))
-  get(.Generic)(bare_bandwidth(e1), bare_bandwidth(e2))
-}

@@ -1,7 +1,7 @@
 #' Plug-in bandwidth matrices, exact
 #'
 #' `bw_plugin()` is the two-stage plug-in selector of [ks::Hpi()]
-#' (`type = "full"`) and [ks::Hpi.diag()] (`type = "diagonal"`) with its
+#' (`shape = "full"`) and [ks::Hpi.diag()] (`shape = "diagonal"`) with its
 #' density-derivative functionals computed exactly: ks bins the data on a
 #' grid from n = 500 (2-D) or 1000 (3-D) points on, and without binning it
 #' forms the n x n matrix; kdegpu sums the Gaussian derivatives over every
@@ -24,66 +24,42 @@
 #' \eqn{\hat\psi_{24}}, and \eqn{\hat\psi_{42}} for \eqn{\hat\psi_{06}}.
 #' kdegpu does the same. In 1-D
 #' `bw_plugin()` gives the Sheather-Jones direct plug-in bandwidth
-#' ([bw_sj()] with `method = "dpi"`), as a variance (1 x 1 matrix).
+#' ([bw_sj()] with `method = "dpi"`).
 #'
 #' Weights enter the pair sums (\eqn{w_i w_j}, summing to 1 as n^-2 does),
 #' the pre-sphering (weighted covariance) and n, which is the effective
 #' sample size \eqn{1 / \sum w_i^2} as in kdegpu's other rules; equal weights
 #' give the unweighted selector. `kde_gpu(x, bw = "plugin")` uses
-#' `type = "full"`.
+#' `shape = "full"`, `bw = "plugin-diagonal"` the diagonal one.
 #'
 #' @param x Data, as for [kde_gpu()].
-#' @param type `"full"` (as `ks::Hpi()`) or `"diagonal"` (as `ks::Hpi.diag()`).
+#' @param shape `"full"` (as `ks::Hpi()`) or `"diagonal"` (as `ks::Hpi.diag()`).
 #' @param weights Optional non-negative weights, as for [kde_gpu()].
 #' @param backend As for [kde_gpu()]: where the pair sums run.
-#' @param ... Not used; a misspelled argument is an error.
-#' @return The bandwidth matrix H (the kernel's covariance), d x d.
+#' @param ... `type`, the old name of `shape` (deprecated: it works, with a
+#'   warning, until the next release); anything else is an error.
+#' @return A `kdegpu_bandwidth` (see [bandwidth]): the matrix H (the
+#'   kernel's covariance, `shape = "full"`) or the kernel's standard deviation
+#'   per column (`"diagonal"`; in 1-D the standard deviation), with the
+#'   matrix H as attribute `H` either way.
 #' @seealso [bw_scv()], [bw_sj()], [bw_lscv()].
 #' @examples
 #' H <- bw_plugin(faithful, backend = "cpu")
 #' H
-#' bw_plugin(faithful, type = "diagonal", backend = "cpu")
+#' bw_plugin(faithful, shape = "diagonal", backend = "cpu")
 #' fit <- kde_gpu(faithful, H = H, backend = "cpu")
 #' @export
-bw_plugin <- function(x, type = c("full", "diagonal"), weights = NULL,
+bw_plugin <- function(x, shape = c("full", "diagonal"), weights = NULL,
                       backend = c("auto", "cuda", "cpu"), ...) {
-  check_dots_empty("bw_plugin()", c("x", "type", "weights", "backend"), list(), ...)
-  type <- match_choice(type, c("full", "diagonal"), "type")
+  old <- renamed_arguments("bw_plugin()", c(type = "shape"), c("x", "shape", "weights", "backend"),
+                           names(match.call()), ...)
+  shape <- match_choice(old$shape %||% shape, c("full", "diagonal"), "shape")
   x <- as_point_matrix(x, "x")
   weights <- normalise_weights(weights, nrow(x))
   check_two_points(weights, "bw_plugin()")
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
-  H <- plugin_bandwidth(x, weights, type, backend)
-  dimnames(H) <- list(colnames(x), colnames(x))
-  H
-}
-
-# kde_gpu()'s rule names: ks::Hpi()'s plug-in and ks::Hscv()'s smoothed
-# cross-validation (d >= 2), both full H.
-plugin_rules <- c("plugin", "scv")
-
-# bw = "SJ", "sj-ste", "sj-dpi" (1-D) or "plugin" in kde_gpu(), on the
-# fit's backend; `name` is the user's spelling, for messages.
-bandwidth_by_plugin <- function(x, weights, rule, backend, name = rule) {
-  d <- ncol(x)
-  if (rule %in% sj_rules) {
-    if (d != 1L) {
-      stop_arg("bw", sprintf(paste0("\"%s\" is a 1-D rule and the data have %d columns; ",
-                                    "use bw = \"plugin\" (see bw_plugin())."), name, d))
-    }
-    bw <- sj_bandwidth(x[, 1L], weights, if (rule == "sj-dpi") "dpi" else "ste", backend)
-    return(list(H = matrix(bw^2, 1L, 1L), type = "scalar", method = rule))
-  }
-  if (rule == "scv") {
-    if (d < 2L) {
-      stop_arg("bw", sprintf(paste0("\"%s\" needs at least 2 columns; in 1-D use ",
-                                    "bw = \"SJ\" or \"lscv\"."), name))
-    }
-    check_two_points(weights, "bw = \"scv\"")
-    return(list(H = scv_bandwidth(x, weights, "full", backend), type = "full", method = rule))
-  }
-  list(H = plugin_bandwidth(x, weights, "full", backend), type = if (d == 1L) "scalar" else "full",
-       method = rule)
+  H <- plugin_bandwidth(x, weights, shape, backend)
+  new_bandwidth(H, shape, selector_name("plugin", shape, ncol(x)), colnames(x))
 }
 
 # nstage = 1: ks::Hpi(nstage = 1)'s SAMSE pilot from the normal reference

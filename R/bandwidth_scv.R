@@ -1,7 +1,7 @@
 #' Smoothed cross-validation bandwidth matrices, exact
 #'
 #' `bw_scv()` is the smoothed cross-validation selector of [ks::Hscv()]
-#' (`type = "full"`) and [ks::Hscv.diag()] (`type = "diagonal"`) with every
+#' (`shape = "full"`) and [ks::Hscv.diag()] (`shape = "diagonal"`) with every
 #' pair sum computed exactly over all pairs (on the GPU when `backend`
 #' allows). The criterion, in ks's pre-transformed coordinates (pre-sphered
 #' for `"full"`, pre-scaled for `"diagonal"`), is
@@ -18,17 +18,23 @@
 #' Weights enter the pair sums (\eqn{w_i w_j}), the pre-transformation and
 #' n (the effective sample size \eqn{1 / \sum w_i^2}); equal weights give
 #' the unweighted selector. In 1-D use [bw_sj()] or [bw_lscv()].
+#' `kde_gpu(x, bw = "scv")` uses `shape = "full"`, `bw = "scv-diagonal"` the
+#' diagonal one.
 #'
 #' @inheritParams bw_plugin
-#' @return The bandwidth matrix H (the kernel's covariance), d x d.
+#' @return A `kdegpu_bandwidth` (see [bandwidth]): the matrix H (the
+#'   kernel's covariance, `shape = "full"`) or the kernel's standard deviation
+#'   per column (`"diagonal"`; in 1-D the standard deviation), with the
+#'   matrix H as attribute `H` either way.
 #' @seealso [bw_plugin()], [bw_lscv()].
 #' @examples
 #' bw_scv(faithful, backend = "cpu")
 #' @export
-bw_scv <- function(x, type = c("full", "diagonal"), weights = NULL,
+bw_scv <- function(x, shape = c("full", "diagonal"), weights = NULL,
                    backend = c("auto", "cuda", "cpu"), ...) {
-  check_dots_empty("bw_scv()", c("x", "type", "weights", "backend"), list(), ...)
-  type <- match_choice(type, c("full", "diagonal"), "type")
+  old <- renamed_arguments("bw_scv()", c(type = "shape"), c("x", "shape", "weights", "backend"),
+                           names(match.call()), ...)
+  shape <- match_choice(old$shape %||% shape, c("full", "diagonal"), "shape")
   x <- as_point_matrix(x, "x")
   if (ncol(x) < 2L) {
     stop_arg("x", "must have at least 2 columns for bw_scv(); in 1-D use bw_sj() or bw_lscv().")
@@ -36,9 +42,8 @@ bw_scv <- function(x, type = c("full", "diagonal"), weights = NULL,
   weights <- normalise_weights(weights, nrow(x))
   check_two_points(weights, "bw_scv()")
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
-  H <- scv_bandwidth(x, weights, type, backend)
-  dimnames(H) <- list(colnames(x), colnames(x))
-  H
+  H <- scv_bandwidth(x, weights, shape, backend)
+  new_bandwidth(H, shape, selector_name("scv", shape, ncol(x)), colnames(x))
 }
 
 scv_bandwidth <- function(x, weights, type, backend) {

@@ -31,7 +31,8 @@
 #' @param weights Optional non-negative weights, as for [kde_gpu()].
 #' @param backend As for [kde_gpu()]: where the pair sums run.
 #' @param ... Not used; a misspelled argument is an error.
-#' @return The bandwidth (the Gaussian kernel's standard deviation).
+#' @return A `kdegpu_bandwidth` (see [bandwidth]): the Gaussian kernel's
+#'   standard deviation, with its variance as attribute `H`.
 #' @seealso [bw_plugin()] for d > 1, [stats::bw.SJ()].
 #' @examples
 #' bw_sj(faithful$eruptions, backend = "cpu")
@@ -49,11 +50,10 @@ bw_sj <- function(x, method = c("ste", "dpi"), weights = NULL,
   weights <- normalise_weights(weights, nrow(x))
   check_two_points(weights, "bw_sj()")
   backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
-  sj_bandwidth(x[, 1L], weights, method, backend)
+  bw <- sj_bandwidth(x[, 1L], weights, method, backend)
+  new_bandwidth(matrix(bw^2, 1L, 1L), "scalar", if (method == "ste") "SJ" else "sj-dpi",
+                colnames(x), sd = bw)
 }
-
-# kde_gpu()'s names for the rule: "SJ" is bw.SJ()'s default ("ste").
-sj_rules <- c("sj", "sj-ste", "sj-dpi")
 
 sj_bandwidth <- function(x, weights, method, backend) {
   spread <- weighted_spread(x, weights)

@@ -167,6 +167,7 @@ per_group <- function(value, lev, arg, matrices = FALSE) {
 }
 
 check_group_H <- function(H, d) {
+  if (inherits(H, "kdegpu_bandwidth")) return(bandwidth_from_H(H, d, "H")$H)
   if (is.numeric(H) && is.null(dim(H)) && length(H) == 1L && d == 1L) H <- matrix(H, 1L, 1L)
   if (is.numeric(H) && !is.null(dim(H)) && length(dim(H)) == 2L && d == 1L && length(H) == 1L) {
     H <- matrix(H, 1L, 1L)

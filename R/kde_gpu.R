@@ -182,17 +182,19 @@
 #' @param x The data: a numeric vector (1-D), or a matrix or data frame of
 #'   numeric columns with one point per row.
 #' @param bw The kernel's standard deviation: one positive number, one per
-#'   column, or the name of a rule: `"nrd0"` (default in 1-D, as
-#'   `density()`), `"nrd"` (per column in d > 1), `"scott"` (default in
-#'   d > 1: \eqn{H = n^{-2/(d+4)} \mathrm{cov}(x)}), `"silverman"`, or a
-#'   cross-validation selector: `"lscv"` (alias `"ucv"`, Gaussian kernel) or
-#'   `"mlcv"` (see [bw_lscv()]), scalar in 1-D and full H in d > 1; or a
-#'   plug-in selector with exact pair sums: `"SJ"` (alias `"sj-ste"`) and
-#'   `"sj-dpi"` in 1-D (see [bw_sj()]), `"scv"` (ks::Hscv()'s smoothed
-#'   cross-validation, full H, d >= 2; see [bw_scv()]), `"plugin"` (ks::Hpi()'s full H, see
-#'   [bw_plugin()]; in 1-D the SJ direct plug-in).
+#'   column, a selector's result (any of them, see [bandwidth]), or the name
+#'   of a rule: `"nrd0"` (default in 1-D, as `density()`), `"nrd"` (per
+#'   column in d > 1), `"scott"` (default in d > 1: \eqn{H = n^{-2/(d+4)}
+#'   \mathrm{cov}(x)}), `"silverman"`, or of a selector with exact pair sums:
+#'   cross-validation `"lscv"` (alias `"ucv"`, Gaussian kernel) or `"mlcv"`
+#'   ([bw_lscv()]); `"SJ"` (alias `"sj-ste"`) and `"sj-dpi"` in 1-D
+#'   ([bw_sj()]); `"plugin"` (ks::Hpi()'s H, [bw_plugin()]; in 1-D the SJ
+#'   direct plug-in); `"scv"` (ks::Hscv()'s smoothed cross-validation,
+#'   d >= 2, [bw_scv()]). A selector's name gives a full H in d > 1;
+#'   `"-diagonal"` after it (`"plugin-diagonal"`) a diagonal one, and
+#'   `"lscv-scalar"`, `"mlcv-scalar"` a scalar one.
 #' @param H The kernel's covariance matrix (d x d, symmetric positive
-#'   definite), instead of `bw`.
+#'   definite), or a selector's result, instead of `bw`.
 #' @section Scale:
 #' Data may lie anywhere in double precision's range; bandwidths (kernel
 #' sds, also those a rule or selector chooses) from about 3e-151 to 3e150
@@ -314,24 +316,22 @@ kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
   bounds <- resolve_bounds(lower, upper, x)
   bounded <- any(is.finite(c(bounds$lower, bounds$upper)))
   if (debias && bounded) stop_arg("debias", "is not available with `lower`/`upper` bounds.")
-  if (bounded && is.character(bw) && length(bw) == 1L && !is.na(bw) &&
-      tolower(bw) %in% c("lscv", "ucv")) {
+  requested_backend <- backend
+  backend <- choose_backend(backend)
+  precision <- fit_precision(precision, kernel, weights, backend)
+  selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) {
+    parse_selector(bw)
+  }
+  if (bounded && isTRUE(selector$base == "lscv")) {
     stop_arg("bw", sprintf(paste0(
       "= \"%s\" scores an unbounded estimate; with `lower` or `upper` give \"mlcv\" ",
       "(the bounded estimate's leave-one-out likelihood), `bw` or `H`, a rule (\"nrd0\", ",
       "\"nrd\", \"scott\", \"silverman\") or a plug-in selector (\"SJ\", \"sj-dpi\", ",
       "\"plugin\")."), bw))
   }
-  requested_backend <- backend
-  backend <- choose_backend(backend)
-  precision <- fit_precision(precision, kernel, weights, backend)
-  selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) tolower(bw)
-  if (isTRUE(selector %in% c(cv_rules, sj_rules, plugin_rules))) check_data_scale(x, weights)
-  bandwidth <- if (isTRUE(selector %in% cv_rules)) {
-    rule <- if (selector == "ucv") "lscv" else selector
-    bandwidth_by_cv(x, weights, rule, kernel, backend, precision, bounds)
-  } else if (isTRUE(selector %in% c(sj_rules, plugin_rules))) {
-    bandwidth_by_plugin(x, weights, selector, backend, bw)
+  bandwidth <- if (!is.null(selector)) {
+    check_data_scale(x, weights)
+    bandwidth_by_selector(x, weights, selector, kernel, backend, precision, bounds, bw)
   } else {
     resolve_bandwidth(x, weights, bw, H)
   }

@@ -1,9 +1,12 @@
 bandwidth_label <- function(object, digits = 4L) {
-  method <- switch(object$bandwidth_method,
+  # a selector's name without its shape (the label shows the shape)
+  base <- sub("-(scalar|diagonal|full)$", "", object$bandwidth_method)
+  method <- switch(base,
     given = "given", nrd0 = "rule nrd0", nrd = "rule nrd",
     scott = "Scott's rule", silverman = "Silverman's rule",
     lscv = "least-squares cross-validation", mlcv = "likelihood cross-validation",
-    scv = "smoothed cross-validation",
+    scv = "smoothed cross-validation", plugin = "plug-in",
+    SJ = , sj = , `sj-ste` = "Sheather-Jones", `sj-dpi` = "Sheather-Jones direct plug-in",
     object$bandwidth_method)
   # A fit made before `adjust` existed has none.
   if (!is.null(object$adjust) && object$adjust != 1) {

@@ -220,3 +220,31 @@ check_dots_empty <- function(fun, formals = character(), hints = list(), ...) {
                if (length(advice) > 0L) paste0(" ", paste(advice, collapse = " ")) else ""),
        call. = FALSE)
 }
+
+# Arguments renamed keep working for one release: the value given under
+# the old name, with a warning that names the new one. The other names in
+# `...` go to check_dots_empty(). `renamed`: c(old = "new"); `given`: the
+# new names the caller received explicitly (both spellings is an error).
+# Returns the values under their new names.
+renamed_arguments <- function(fun, renamed, formals, given = character(), ...) {
+  dots <- list(...)
+  names <- names(dots)
+  if (is.null(names)) names <- rep("", length(dots))
+  old <- names %in% names(renamed)
+  out <- list()
+  for (i in which(old)) {
+    new <- renamed[[names[i]]]
+    if (new %in% given) {
+      stop_arg(new, sprintf("is given twice, also under its old name `%s`: keep `%s`.",
+                            names[i], new))
+    }
+    warning(sprintf("%s: `%s` is deprecated; use `%s` (the old name goes in the next release).",
+                    fun, names[i], new), call. = FALSE)
+    out[[new]] <- dots[[i]]
+  }
+  do.call(check_dots_empty, c(list(fun, formals), dots[!old]))
+  out
+}
+
+# base R's from 4.4.0 on
+`%||%` <- function(x, y) if (is.null(x)) y else x

@@ -32,8 +32,8 @@ timed <- function(method, backend, n, f) {
 }
 
 x <- make_data(1e4)
-timed("bw_lscv full", "cpu", 1e4, function() bw_lscv(x, type = "full", backend = "cpu"))
-timed("bw_mlcv full", "cpu", 1e4, function() bw_mlcv(x, type = "full", backend = "cpu"))
+timed("bw_lscv full", "cpu", 1e4, function() bw_lscv(x, shape = "full", backend = "cpu"))
+timed("bw_mlcv full", "cpu", 1e4, function() bw_mlcv(x, shape = "full", backend = "cpu"))
 if (requireNamespace("ks", quietly = TRUE)) {
   for (n in c(1e3, 2e3, 4e3)) {
     xs <- make_data(n)
@@ -61,15 +61,15 @@ if (nrow(info$gpus)) {
 }
 if (nrow(info$gpus)) {
   x <- make_data(1e5)
-  timed("bw_lscv full", "cuda", 1e5, function() bw_lscv(x, type = "full", backend = "cuda"))
-  timed("bw_mlcv full", "cuda", 1e5, function() bw_mlcv(x, type = "full", backend = "cuda"))
+  timed("bw_lscv full", "cuda", 1e5, function() bw_lscv(x, shape = "full", backend = "cuda"))
+  timed("bw_mlcv full", "cuda", 1e5, function() bw_mlcv(x, shape = "full", backend = "cuda"))
   x <- make_data(1e6)
   H <- 1e6^(-1 / 3) * cov(x)
   t <- system.time(kdegpu:::cv_criterion(x, rep(1e-6, 1e6), H, "gaussian", "cuda", "double",
                                          "lscv"))[["elapsed"]]
   record("one LSCV evaluation", "cuda", 1e6, t)
   # issue 15's target: the whole full-H search at n = 1e6 in under a minute
-  timed("bw_lscv full", "cuda", 1e6, function() bw_lscv(x, type = "full", backend = "cuda"))
+  timed("bw_lscv full", "cuda", 1e6, function() bw_lscv(x, shape = "full", backend = "cuda"))
 }
 results <- do.call(rbind, rows)
 # CPU rows name the CPU and its threads, not the machine's GPU.

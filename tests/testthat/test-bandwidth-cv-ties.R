@@ -5,14 +5,14 @@
 test_that("LSCV on MASS::geyser's tied durations stops, naming the column, on every type", {
   skip_if_not_installed("MASS")
   x <- MASS::geyser
-  expect_error(bw_lscv(x, type = "full", backend = "cpu"),
+  expect_error(bw_lscv(x, shape = "full", backend = "cpu"),
                "LSCV has no minimum: column \"duration\" of `x` has tied values.*bw_mlcv")
   expect_error(kde_gpu(x, bw = "lscv", backend = "cpu"),
                "LSCV has no minimum: column \"duration\".*jitter")
   # diagonal: waiting (whole minutes) falls first
-  expect_error(bw_lscv(x, type = "diagonal", backend = "cpu"),
+  expect_error(bw_lscv(x, shape = "diagonal", backend = "cpu"),
                "LSCV has no minimum: column \"(waiting|duration)\" of `x` has tied values")
-  expect_error(bw_lscv(x, type = "scalar", backend = "cpu"),
+  expect_error(bw_lscv(x, shape = "scalar", backend = "cpu"),
                "LSCV has no minimum: `x` has tied rows")
   expect_error(bw_lscv(x$duration, backend = "cpu"),
                "LSCV has no minimum: `x` has tied values \\(3,670 tied pairs\\)")
@@ -45,7 +45,7 @@ test_that("rounded data with a minimum above their spacing keep their LSCV bandw
                                                   "lscv", "scalar"), 1)
   h <- expect_no_error(bw_lscv(faithful$waiting, backend = "cpu"))
   expect_equal(as.numeric(h), bw.ucv(faithful$waiting), tolerance = 0.02)
-  expect_no_error(bw_lscv(faithful, type = "full", backend = "cpu"))
+  expect_no_error(bw_lscv(faithful, shape = "full", backend = "cpu"))
 })
 
 test_that("MLCV stops when every point has a twin, and not on geyser", {
@@ -55,13 +55,13 @@ test_that("MLCV stops when every point has a twin, and not on geyser", {
                "MLCV has no maximum: `x` has tied values \\(.*\\) and every point has a twin")
   x <- cbind(u = rnorm(100), dice = dice)
   for (type in c("diagonal", "full")) {
-    expect_error(bw_mlcv(x, type = type, backend = "cpu"),
+    expect_error(bw_mlcv(x, shape = type, backend = "cpu"),
                  "MLCV has no maximum: column \"dice\" of `x` has tied values.*plug-in")
   }
   expect_error(kde_gpu(x, bw = "mlcv", backend = "cpu"),
                "MLCV has no maximum: column \"dice\"")
   skip_if_not_installed("MASS")
   # geyser's untied points (63 durations occur once) bound the likelihood
-  H <- bw_mlcv(MASS::geyser, type = "full", backend = "cpu")
+  H <- bw_mlcv(MASS::geyser, shape = "full", backend = "cpu")
   expect_gt(sqrt(H[2, 2]), 0.05)
 })

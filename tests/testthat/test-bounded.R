@@ -261,7 +261,7 @@ test_that("bw_mlcv() with bounds maximises the reflection estimate's leave-one-o
   # 2-D, full H, a box on one column: the criterion at the optimum is the
   # fit's leave-one-out log-likelihood, and the search beats its start
   x2 <- cbind(pmin(rexp(120), 3.9), rnorm(120))
-  H <- bw_mlcv(x2, type = "full", lower = c(0, -Inf), upper = c(4, Inf), backend = "cpu")
+  H <- bw_mlcv(x2, shape = "full", lower = c(0, -Inf), upper = c(4, Inf), backend = "cpu")
   fit2 <- kde_gpu(x2, H = attr(H, "H"), lower = c(0, -Inf), upper = c(4, Inf), backend = "cpu")
   expect_equal(attr(H, "criterion"),
                sum(predict(fit2, log = TRUE, leave_one_out = TRUE)), tolerance = 1e-10)

@@ -127,7 +127,7 @@ test_that("bandwidths per group: selectors, lists, arrays, one matrix; priors by
   # default: each group's plug-in bandwidth
   fit_p <- kde_classifier(iris[, 1:2], iris$Species, backend = "cpu")
   expect_equal(unname(fit_p$fits$virginica$H),
-               unname(bw_plugin(iris[iris$Species == "virginica", 1:2], backend = "cpu")))
+               unname(attr(bw_plugin(iris[iris$Species == "virginica", 1:2], backend = "cpu"), "H")))
   Hs <- list(virginica = diag(0.1, 2), setosa = diag(0.2, 2), versicolor = diag(0.3, 2))
   a <- kde_classifier(iris[, 1:2], iris$Species, H = Hs, backend = "cpu")
   expect_equal(unname(a$fits$setosa$H), diag(0.2, 2))

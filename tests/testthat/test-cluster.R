@@ -144,8 +144,8 @@ test_that("bw_mlcv and bw_lscv over a cluster equal the single-process selectors
   }
   # bounded: each worker leaves its points out of its shard's sums at their images
   xb <- abs(x)
-  here <- bw_mlcv(xb, type = "full", lower = c(0, 0), backend = "cpu", grid = 6)
-  there <- bw_mlcv(xb, type = "full", lower = c(0, 0), backend = "cpu", grid = 6, cluster = cl)
+  here <- bw_mlcv(xb, shape = "full", lower = c(0, 0), backend = "cpu", grid = 6)
+  there <- bw_mlcv(xb, shape = "full", lower = c(0, 0), backend = "cpu", grid = 6, cluster = cl)
   expect_equal(attr(there, "criterion"), attr(here, "criterion"), tolerance = 1e-10)
   expect_equal(unclass(there)[1:2, 1:2], unclass(here)[1:2, 1:2], tolerance = 1e-6)
 })
