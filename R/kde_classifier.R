@@ -322,16 +322,20 @@ predict.kde_classifier <- function(object, newdata, type = c("class", "posterior
 #' it (the other groups' densities, the bandwidths and the priors are the
 #' full fit's).
 #'
-#' @param object A [kde_classifier()] fit.
+#' @param fit A [kde_classifier()] fit.
+#' @param ... `object`, the old name of `fit` (deprecated: it works, with a
+#'   warning, until the next release).
 #' @return One number in \[0, 1\].
 #' @examples
 #' fit <- kde_classifier(iris[, 1:4], iris$Species, backend = "cpu")
 #' loo_error(fit)
 #' @export
-loo_error <- function(object) {
-  check_classifier(object)
-  predicted <- predict(object, type = "class", leave_one_out = TRUE)
-  mean(is.na(predicted) | predicted != object$groups)
+loo_error <- function(fit, ...) {
+  old <- renamed_arguments("loo_error()", c(object = "fit"), "fit", names(match.call()), ...)
+  if (!is.null(old$fit)) fit <- old$fit
+  check_classifier(fit, "fit")
+  predicted <- predict(fit, type = "class", leave_one_out = TRUE)
+  mean(is.na(predicted) | predicted != fit$groups)
 }
 
 #' Print and summarise a kernel discriminant

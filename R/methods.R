@@ -191,10 +191,13 @@ logLik.kde_gpu <- function(object, cluster = NULL, tolerance = getOption("kdegpu
 #'
 #' @param x A 1-D [kde_gpu()] fit.
 #' @param n Number of grid points.
-#' @param from,to Grid limits; by default `cut` bandwidths beyond the data,
-#'   but not beyond the bounds of a bounded fit.
+#' @param lims The grid's limits, `c(from, to)` (as for [kde_grid()]); by
+#'   default `cut` bandwidths beyond the data, but not beyond the bounds of
+#'   a bounded fit. One end may be `NA` to keep its default.
 #' @param cut Bandwidths beyond the data, as in [stats::density()].
-#' @param ... Not used: an argument given here is an error that names it.
+#' @param ... `from` and `to`, the old spelling of `lims` (deprecated: they
+#'   work, with a warning, until the next release); anything else is an
+#'   error.
 #' @return An object of class `"density"`.
 #' @examples
 #' dens <- as.density(kde_gpu(faithful$eruptions, backend = "cpu"))
@@ -203,18 +206,39 @@ logLik.kde_gpu <- function(object, cluster = NULL, tolerance = getOption("kdegpu
 #' @export
 as.density <- function(x, ...) UseMethod("as.density")
 
+# as.density()'s `from` and `to` (in `...`), renamed `lims`: c(from, to)
+# (NA for one not given) with a warning, or NULL when neither is given.
+old_grid_ends <- function(lims, ...) {
+  dots <- list(...)
+  names <- names(dots)
+  if (is.null(names)) names <- rep("", length(dots))
+  old <- names %in% c("from", "to")
+  do.call(check_dots_empty, c(list("as.density()", c("x", "n", "lims", "cut")), dots[!old]))
+  if (!any(old)) return(NULL)
+  warning("as.density(): `from` and `to` are deprecated; use `lims = c(from, to)` ",
+          "(the old names go in the next release).", call. = FALSE)
+  if (!is.null(lims)) stop_arg("lims", "is given together with its old spelling `from`/`to`.")
+  c(check_number(dots$from, "from", null_ok = TRUE) %||% NA,
+    check_number(dots$to, "to", null_ok = TRUE) %||% NA)
+}
+
 #' @rdname as.density
 #' @export
-as.density.kde_gpu <- function(x, n = 512L, from = NULL, to = NULL, cut = 3, ...) {
-  check_dots_empty("as.density()", c("x", "n", "from", "to", "cut"), list(), ...)
+as.density.kde_gpu <- function(x, n = 512L, lims = NULL, cut = 3, ...) {
+  ends <- old_grid_ends(lims, ...)
+  if (!is.null(ends)) lims <- ends
   check_fit(x, "x")
   if (x$d != 1L) {
     stop_arg("x", sprintf("must be a 1-D fit for as.density(), not %d-D.", x$d))
   }
   n <- check_count(n, "n")
   if (n < 1L) stop_arg("n", "must be at least 1: the number of grid points.")
-  from <- check_number(from, "from", null_ok = TRUE)
-  to <- check_number(to, "to", null_ok = TRUE)
+  if (!is.null(lims) && (!is.numeric(lims) || length(lims) != 2L || any(is.infinite(lims)) ||
+                         isTRUE(lims[[1L]] > lims[[2L]]))) {
+    stop_arg("lims", "must be c(from, to): two finite numbers, from <= to (NA keeps a default).")
+  }
+  from <- if (!is.null(lims) && !is.na(lims[[1L]])) lims[[1L]]
+  to <- if (!is.null(lims) && !is.na(lims[[2L]])) lims[[2L]]
   cut <- check_number(cut, "cut", min = 0)
   bw <- sqrt(x$H[1L, 1L])
   # by default within the bounds of a bounded fit

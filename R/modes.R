@@ -18,7 +18,7 @@
 #'   unbounded or zero).
 #' @param start Where to start: a matrix or data frame of points with the
 #'   fit's columns, or `NULL` (the default) for the training points.
-#' @param tol An ascent ends when its step is shorter than this (Euclidean,
+#' @param step_tol An ascent ends when its step is shorter than this (Euclidean,
 #'   in the data's units) and so is the distance still to go, estimated from
 #'   how fast the steps shrink (mean shift converges linearly near a mode,
 #'   slowly where the bandwidth is narrow against the data: stopping at the
@@ -48,10 +48,12 @@
 #' plot(faithful, col = m$label)
 #' points(m$modes, pch = 4, cex = 2, lwd = 3)
 #' @export
-kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter = 400L,
+kde_modes <- function(fit, start = NULL, step_tol = NULL, merge_tol = NULL, max_iter = 400L,
                       min_size = NULL, ...) {
-  check_dots_empty("kde_modes()", c("fit", "start", "tol", "merge_tol", "max_iter", "min_size"),
-                   list(), ...)
+  old <- renamed_arguments("kde_modes()", c(tol = "step_tol"),
+                           c("fit", "start", "step_tol", "merge_tol", "max_iter", "min_size"),
+                           names(match.call()), ...)
+  step_tol <- old$step_tol %||% step_tol
   check_fit(fit, "fit")
   if (!fit$kernel %in% c("gaussian", "epanechnikov", "biweight", "cosine", "optcosine")) {
     stop_arg("fit", sprintf(paste0(
@@ -68,7 +70,7 @@ kde_modes <- function(fit, start = NULL, tol = NULL, merge_tol = NULL, max_iter 
   if (all(spread == 0)) spread <- apply(fit$x, 2L, function(v) diff(range(v)))
   spread <- spread[spread > 0]
   if (!length(spread)) spread <- 1 # every point the same
-  tol <- positive_number_or_default(tol, "tol", 1e-3 * min(spread))
+  tol <- positive_number_or_default(step_tol, "step_tol", 1e-3 * min(spread))
   merge_tol <- positive_number_or_default(merge_tol, "merge_tol", 1e-2 * max(spread))
   max_iter <- check_count(max_iter, "max_iter")
   min_size <- if (is.null(min_size)) as.integer(round(0.01 * nrow(x))) else

@@ -157,8 +157,7 @@ plot_density_1d <- function(fit, prob, n, key, fill, main, xlab, ylab, dots,
   if (!is.null(xlim) && (!is.numeric(xlim) || length(xlim) != 2L || anyNA(xlim))) {
     stop_arg("xlim", "must be two numbers.")
   }
-  dens <- as.density(fit, n = n, from = if (is.null(xlim)) NULL else min(xlim),
-                     to = if (is.null(xlim)) NULL else max(xlim))
+  dens <- as.density(fit, n = n, lims = if (!is.null(xlim)) range(xlim))
   do.call(graphics::plot, c(list(dens, main = main, xlab = xlab, ylab = ylab), dots))
   if (is.null(prob)) return(invisible())
   levels <- contour_levels(fit, prob, coverage)

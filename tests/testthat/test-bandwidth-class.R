@@ -122,14 +122,3 @@ test_that("damaged or mismatched selections are refused, naming the argument", {
   expect_error(kde_gpu(x2, bw = "lscv-round", backend = "cpu"), "`bw` names an unknown rule")
   expect_error(kde_test(x2[1:60, ], x2[61:120, ], H1 = D[1], backend = "cpu"), "`H1`")
 })
-
-test_that("the old argument names work, with a warning naming the new ones", {
-  expect_warning(a <- bw_plugin(x2, type = "diagonal", backend = "cpu"),
-                 "bw_plugin(): `type` is deprecated; use `shape`", fixed = TRUE)
-  expect_identical(a, bw_plugin(x2, shape = "diagonal", backend = "cpu"))
-  expect_warning(b <- bw_lscv(x1, tol = 1e-4, grid = 9, backend = "cpu"),
-                 "`tol` is deprecated; use `reltol`", fixed = TRUE)
-  expect_equal(b, bw_lscv(x1, reltol = 1e-4, grid = 9, backend = "cpu"))
-  expect_error(suppressWarnings(bw_scv(x2, shape = "full", type = "full", backend = "cpu")),
-               "`shape` is given twice, also under its old name `type`")
-})

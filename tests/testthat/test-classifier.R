@@ -186,5 +186,5 @@ test_that("kde_classifier() errors name the argument", {
   expect_error(predict(fit, x, leave_one_out = TRUE), "^`leave_one_out` applies to the training points")
   expect_error(predict(fit, x, type = "density"), "^`type`")
   expect_error(predict(structure(list(), class = "kde_classifier")), "^`object` is not an intact")
-  expect_error(loo_error(fit$fits[[1]]), "^`object` is not an intact kde_classifier")
+  expect_error(loo_error(fit$fits[[1]]), "^`fit` is not an intact kde_classifier")
 })

@@ -471,7 +471,7 @@ test_that("kde_modes() ascents end within tol of their mode where mean shift con
   expect_true(all(m$converged))
   expect_equal(nrow(m$modes), 3L)
   # the same ascents continued with a 1000 times smaller tol
-  far <- kde_modes(fit, start = m$end_points, tol = 1e-3 * m$tol, min_size = 0)
+  far <- kde_modes(fit, start = m$end_points, step_tol = 1e-3 * m$tol, min_size = 0)
   gap <- sqrt(rowSums((m$end_points - far$end_points)^2))
   expect_lt(max(gap), 3 * m$tol)
   expect_identical(far$label, m$label)
@@ -552,8 +552,8 @@ test_that("kde_modes() checks its arguments", {
   expect_error(kde_modes(kde_gpu(x, lower = 0, backend = "cpu"), start = c(-1, 2)),
                "`start` has points outside the fit's `lower`/`upper` bounds")
   fit <- kde_gpu(x, backend = "cpu")
-  expect_error(kde_modes(fit, tol = 0), "`tol` must be one positive number")
-  expect_error(kde_modes(fit, tol = c(1, 2)), "`tol` must be one positive number")
+  expect_error(kde_modes(fit, step_tol = 0), "`step_tol` must be one positive number")
+  expect_error(kde_modes(fit, step_tol = c(1, 2)), "`step_tol` must be one positive number")
   expect_error(kde_modes(fit, merge_tol = -1), "`merge_tol` must be one positive number")
   expect_error(kde_modes(fit, merge_tol = NA_real_), "`merge_tol` must be one positive number")
   expect_error(kde_modes(fit, max_iter = 2.5), "`max_iter` must be one non-negative whole number")

@@ -95,7 +95,7 @@ bad_calls <- list(
   kde_modes = list(
     fit = quote(kde_modes(1)),
     start = quote(kde_modes(f2, start = data.frame(a = 3, b = 70))),
-    tol = quote(kde_modes(f2, tol = -1)),
+    step_tol = quote(kde_modes(f2, step_tol = -1)),
     merge_tol = quote(kde_modes(f2, merge_tol = -1)),
     max_iter = quote(kde_modes(f2, max_iter = 0.5)),
     min_size = quote(kde_modes(f2, min_size = -1)),
@@ -121,7 +121,8 @@ bad_calls <- list(
     ... = quote(kde_classifier(iris[, 1:2], iris$Species, nosuch = 1, backend = "cpu"))
   ),
   loo_error = list(
-    object = quote(loo_error(f2))
+    fit = quote(loo_error(f2)),
+    ... = quote(loo_error(fc, nosuch = 1))
   ),
   predict.kde_classifier = list(
     object = quote(predict(structure(list(), class = "kde_classifier"))),
@@ -148,8 +149,7 @@ bad_calls <- list(
   as.density = list(
     x = quote(as.density(f2)),
     n = quote(as.density(f1, n = 0)),
-    from = quote(as.density(f1, from = "a")),
-    to = quote(as.density(f1, to = NA)),
+    lims = quote(as.density(f1, lims = c(2, 1))),
     cut = quote(as.density(f1, cut = -1)),
     ... = quote(as.density(f1, nosuch = 1))
   ),
