@@ -217,12 +217,24 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
           object$tile_size, query, center, transform, kernel_index(object$kernel), object$log_const,
           leave_one_out, tolerance, cpu_threads(), progress_delay())
   }
-  # The share of the query x training pairs the backend computed (below 1
-  # when the spatial tiles let it skip some), kept in the fit's environment
-  # for print() and summary(); a fit restored from a file may lack it.
-  if (is.environment(object$device)) object$device$pairs_share <- attr(out, "pairs_share")
+  record_pairs_share(object, attr(out, "pairs_share"))
   attr(out, "pairs_share") <- NULL
   out
+}
+
+# The share of the query x training pairs each fit's last evaluation
+# computed (below 1 where the spatial tiles let it skip some), by the
+# fit's id, for print() and summary(): kept here rather than in the fit,
+# so that evaluating a fit leaves the object the user holds as it was.
+# The most recent 256 fits.
+evaluation_record <- new.env(parent = emptyenv())
+
+record_pairs_share <- function(object, share) {
+  if (is.null(share) || !is.character(object$id)) return(invisible())
+  shares <- evaluation_record$shares
+  shares <- c(shares[names(shares) != object$id], stats::setNames(share, object$id))
+  evaluation_record$shares <- utils::tail(shares, 256L)
+  invisible()
 }
 
 # log f (or, leaving one out, log f_{-i} before renormalising) at every
@@ -238,11 +250,11 @@ log_density_at_training_points <- function(object, leave_one_out, tolerance = NU
   out
 }
 
-# The relative tolerance of an evaluation: the user's, else
-# options(kdegpu.tolerance), else the default of the precision the backend
-# computes in (the CPU always computes in double).
+# The relative tolerance of an evaluation: the user's (checked where the
+# user gave it), else options(kdegpu.tolerance), else the default of the
+# precision the backend computes in (the CPU always computes in double).
 resolve_tolerance <- function(tolerance, object) {
-  if (!is.null(tolerance)) return(check_tolerance(tolerance))
+  if (!is.null(tolerance)) return(tolerance)
   tolerance <- getOption("kdegpu.tolerance")
   if (is.null(tolerance)) {
     single <- object$backend == "cuda" && object$precision == "single"

@@ -101,10 +101,10 @@ adaptive_label <- function(object, digits = 4L) {
 }
 
 # The share of the query x training pairs that the fit's last evaluation in
-# this session computed (evaluate_log_density() keeps it); NA before any.
+# this session computed (record_pairs_share() keeps it); NA before any.
 pairs_share <- function(object) {
-  share <- if (is.environment(object$device)) object$device$pairs_share
-  if (is.null(share)) NA_real_ else share
+  share <- if (is.character(object$id)) evaluation_record$shares[object$id]
+  if (length(share) != 1L || is.na(share)) NA_real_ else unname(share)
 }
 
 #' @rdname kde_gpu-methods

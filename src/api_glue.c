@@ -179,14 +179,22 @@ kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
   }
   q.log_const = arg_double_scalar(log_const, "log_const");
   q.leave_one_out = arg_flag(leave_one_out, "leave_one_out");
-  q.tolerance = arg_double_scalar(tolerance, "tolerance");
+  q.tolerance = arg_tolerance(tolerance);
   q.host_threads = threads;
   q.pairs_share = NULL;
-  if (!(q.tolerance >= 0 && q.tolerance < 1))
-    Rf_error("`tolerance` must be in [0, 1), not %g", q.tolerance);
   if (q.leave_one_out && q.n_query != n_train)
     Rf_error("`leave_one_out` needs the queries to be the training points");
   return q;
+}
+
+/* The relative error allowed in each sum, R's message for a bad one. */
+double arg_tolerance(SEXP tolerance)
+{
+  double value = arg_double_scalar(tolerance, "tolerance");
+  if (!(value >= 0 && value < 1))
+    Rf_error("`tolerance` must be one number in [0, 1): the relative error allowed "
+             "(0: the full sum)");
+  return value;
 }
 
 /* The user's options(kdegpu.threads), as R passes it (0: all allowed). */

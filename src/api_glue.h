@@ -19,6 +19,7 @@ const double *arg_matrix(SEXP x, const char *name, int threads,
                          int64_t *nrow, int64_t *ncol);
 const double *arg_double_vector(SEXP x, const char *name, int64_t length);
 double arg_double_scalar(SEXP x, const char *name);
+double arg_tolerance(SEXP tolerance);
 int arg_int_scalar(SEXP x, const char *name);
 int arg_flag(SEXP x, const char *name);
 int arg_kernel(SEXP x);

@@ -228,8 +228,7 @@ SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_w
     Rf_error("`train` must be the %lld x %lld training set of `model`", (long long) n_train,
              (long long) dim);
   int want_second = arg_flag(second, "second");
-  double tol = arg_double_scalar(tolerance, "tolerance");
-  if (!(tol >= 0 && tol < 1)) Rf_error("`tolerance` must be in [0, 1)");
+  double tol = arg_tolerance(tolerance);
   SEXP out = PROTECT(derivative_result(&p, want_second));
   progress_begin(progress_delay);
   if (p.n_query > 0)

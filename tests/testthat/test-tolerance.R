@@ -165,8 +165,11 @@ test_that("print() and summary() report the share of pairs the last evaluation c
   for (be in eval_backends()) {
     fit <- kde_on(be, x, bw = 0.5, kernel = "epanechnikov")
     expect_true(is.na(summary(fit)$pairs_share))
+    if (be$backend == "cpu") before <- serialize(fit, NULL)
     out <- predict(fit, q)
     expect_null(attr(out, "pairs_share"))
+    # the statistic is kept beside the fit: the object itself is unchanged
+    if (be$backend == "cpu") expect_identical(serialize(fit, NULL), before)
     share <- summary(fit)$pairs_share
     # a block of nearby queries meets a few tiles of the 79
     expect_true(share > 0 && share < 0.1, label = be_label(be, "compact kernel: share", share))
