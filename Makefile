@@ -12,6 +12,8 @@
 #                       on any ERROR or WARNING (NOTEs are listed, not fatal)
 #   make lint-c         compiles src/*.c with -Wall -Wextra -Werror, and fails
 #                       on an OpenMP parallel region without num_threads()
+#   make gpu-host-checks  the CUDA derivative kernels and their pruning plan,
+#                       emulated on the host (no GPU; tools/gpu-tests/README.md)
 #   make clean          remove build products
 #
 # Variables:
@@ -56,7 +58,7 @@ RUN_TESTS := \
   if (nzchar(out)) cat(n, "\n", file = out, append = TRUE); \
   quit(status = as.integer(n[2] > 0))
 
-.PHONY: deps install demo test test-cpu-only document check lint-c clean
+.PHONY: deps install demo test test-cpu-only document check lint-c gpu-host-checks clean
 
 deps:
 	@if [ -n "$(SKIP_DEPS)" ]; then echo "make deps: skipped (SKIP_DEPS is set)"; exit 0; fi; \
@@ -143,6 +145,10 @@ lint-c: deps
 	if [ $$status -eq 0 ]; then echo "lint-c: src/*.c clean with -Wall -Wextra; every parallel region has num_threads()"; fi && \
 	exit $$status
 
+gpu-host-checks:
+	bash tools/gpu-tests/run.sh host
+
 clean:
 	sh ./cleanup
-	rm -rf .Rlib $(PKG).Rcheck $(PKG)_*.tar.gz
+	rm -rf .Rlib $(PKG).Rcheck $(PKG)_*.tar.gz tools/gpu-tests/emulate/build \
+	  tools/gpu-tests/harness/build tools/gpu-tests/harness/out

@@ -35,7 +35,7 @@ using namespace kdegpu;
 /* KDEGPU_DEVICE_PLAN=0: a pruned evaluation orders its queries and plans
  * its batches on the host (kde_kd_sort, kde_plan_query_blocks), and the
  * single-precision Gaussian and exponential do not prune, as before the
- * device plan; for A/B measurements (bench/cuda/NOTES.md). Read once. */
+ * device plan; for A/B measurements (src/cuda/DESIGN.md). Read once. */
 static int device_plan_enabled(void)
 {
   static const int enabled = [] {
@@ -398,7 +398,7 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
    * about 0.2 s at 1e6 x 1e6 on an H100 host of 16 cores, and quadratic in
    * the blocks), only for compact kernels (1.8-2x) and double precision
    * (2.1-3.2x at d = 3), so the single-precision Gaussian and exponential
-   * then sweep every unit (bench/cuda/NOTES.md); their results are the full
+   * then sweep every unit (src/cuda/DESIGN.md); their results are the full
    * sum, within any tolerance. */
   const int device_plan = device_plan_enabled() && model->dim <= kPlanMaxDim;
   const int prunes = model->unit_lo != NULL &&

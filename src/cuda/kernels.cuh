@@ -46,7 +46,7 @@
  *                       made on the device): the visit lists below
  *   sample.cu           draws from the estimate (its own kernel)
  *   kde_cuda_common.h   the memory budget; error reporting (KDE_CUDA_TRY)
- *   tuning_hooks.h      what the harness (bench/cuda) sets and reads
+ *   tuning_hooks.h      what the harness (tools/gpu-tests/harness) sets and reads
  *
  * Adaptive fits (per-point scales lambda_j, kde_backend.h's inv_scale2):
  * the storage tiles get a row of 1 / lambda_j^2 after aux (the model's

@@ -232,7 +232,7 @@ extern "C" const char *kde_cuda_model_path(const kde_cuda_model *model)
  * expanded form, aux + q.x - |q|^2 / 2 with aux = log2 w - |x|^2 / 2: its
  * terms reach R^2 / 2, R the farthest point from the centre in storage
  * units, each rounded at the precision's epsilon, and a pair's level sums
- * d + 1 of them. Measured (bench/cuda harness "forms", n = 1e6, single
+ * d + 1 of them. Measured (tools/gpu-tests/harness "forms", n = 1e6, single
  * against double, the largest error of a density over 5e4 queries): 0.38
  * eps R^2 on the tensor cores and 0.53 on the FMA units at d = 3, 1.1-1.3
  * at d = 16, 2.0-3.8 at d = 64; (0.4 + d / 20) eps R^2 bounds them. Beyond

@@ -1,5 +1,5 @@
 /*
- * tuning_hooks.h: what the benchmark harness (bench/cuda/harness.cu) may
+ * tuning_hooks.h: what the benchmark harness (tools/gpu-tests/harness/harness.cu) may
  * set in the CUDA backend and read back from it, so that no harness hook
  * lives in production code: a model made with a tuning, and an evaluation
  * that reports its counters and kernel time. The functions of kde_cuda.h

@@ -334,7 +334,7 @@ test_that("CUDA: adaptive fits match the plain-R estimator (double 1e-10, single
       for (prec in names(tol)) {
         lab <- paste("cuda", prec, k, "d =", d)
         # compact kernels in single precision lose relative accuracy at the
-        # edge of their support (bench/cuda/NOTES.md)
+        # edge of their support (src/cuda/DESIGN.md)
         t <- if (prec == "single" && k %in% ref_compact) 1e-3 else tol[[prec]]
         fit <- kde_gpu(case$x, H = case$H, kernel = k, weights = case$w, backend = "cuda",
                        precision = prec, adaptive = TRUE)

@@ -77,6 +77,7 @@ static double ref_full(int kernel, int64_t n, int64_t d, const double *z, const 
 
 int main()
 {
+  int failures = 0;
   const char *names[] = {"gaussian", "epanechnikov", "rectangular", "triangular", "biweight", "cosine", "optcosine", "exponential"};
   for (int kernel : {0, 7}) for (int d : {1, 2, 3}) for (int second = 0; second < 2; second++) for (double tol : {1e-2, 1e-7}) {
     std::mt19937_64 rng(7 + kernel * 10 + d + second);
@@ -153,7 +154,7 @@ int main()
     size_t smem; auto fn = select_deriv_kernel<double>(kernel, d, second, false, &smem);
     const int fields = deriv_fields(d, second);
     std::vector<double> part((size_t) fields * m), acc((size_t) fields * m);
-    deriv_args<double> a; a.train = train.data(); a.n_points = n; a.split_points = n; a.train_base = 0;
+    deriv_args<double> a{}; a.train = train.data(); a.n_points = n; a.split_points = n; a.train_base = 0;
     a.query = q.data(); a.ldz = m; a.n_query = m; a.center = center.data(); a.dim = d; a.expanded = 0;
     a.part = part.data(); a.ldq = m; a.fields = fields; a.visit = visit.data(); a.visit_offset = offset.data();
     launch_block(dim3((unsigned) blocks, 1), kThreads, [&] { fn(a); });
@@ -171,6 +172,8 @@ int main()
     printf("%-12s d=%d %s tol=%.0e: visited %5.1f%% (ref %5.1f%%, density %5.1f%%), mask mismatches %d, worst |error| / s0 %.2e%s\n", names[kernel], d,
            second ? "hess" : "grad", tol, 100.0 * visited / (blocks * n_units), 100.0 * ref_visited / (blocks * n_units), 100.0 * dens_visited / (blocks * n_units), mismatch, worst,
            (mismatch || worst > tol * (1 + 1e-9) + 1e-12) ? "   <-- FAIL" : "");
+    failures += mismatch || worst > tol * (1 + 1e-9) + 1e-12;
     fflush(stdout);
   }
+  return failures > 0;
 }

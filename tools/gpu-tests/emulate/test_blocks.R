@@ -1,10 +1,10 @@
 # The CUDA blocks of tests/testthat/test-derivatives.R without a GPU: every
-# derivative sum of a "cuda" fit comes from bench/cuda/emulate/sums.cpp (the
+# derivative sum of a "cuda" fit comes from tools/gpu-tests/emulate/sums.cpp (the
 # real device code of the derivative sums, run on the host: storage, order,
 # plan, kernels, shards, splits, merge), the rest of the package from its
 # CPU build. Prints each failed expectation with its numbers.
 #
-#   R_LIBS=/tmp/lib-gpuderiv-cpu Rscript bench/cuda/emulate/test_blocks.R [pattern]
+#   R_LIBS=/tmp/lib-gpuderiv-cpu Rscript tools/gpu-tests/emulate/test_blocks.R [pattern]
 #
 # A fit asked for with backend = "cuda" is the CPU fit marked "cuda" with
 # the asked precision; its densities come from the CPU (the GPU's density
@@ -20,7 +20,7 @@ suppressPackageStartupMessages({
 })
 args <- commandArgs(trailingOnly = TRUE)
 pattern <- if (length(args)) args[[1L]] else "^CUDA:"
-here <- "bench/cuda/emulate"
+here <- "tools/gpu-tests/emulate"
 build <- file.path(here, "build", "sums")
 status <- system2("bash", c(file.path(here, "run.sh"), "sums", "--build-only"))
 if (status != 0L || !file.exists(build)) stop("building the emulator failed")

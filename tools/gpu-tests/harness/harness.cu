@@ -1,5 +1,5 @@
 /*
- * bench/cuda/harness.cu: tests and times the CUDA backend without R.
+ * tools/gpu-tests/harness/harness.cu: tests and times the CUDA backend without R.
  *
  *   harness all      device info, correctness matrix, multi-device, errors,
  *                    interrupt, leak check, float-vs-double accuracy, timings

@@ -1,5 +1,5 @@
 /*
- * bench/cuda/harness_plan.cu: the pruning plan made on the device (issue
+ * tools/gpu-tests/harness/harness_plan.cu: the pruning plan made on the device (issue
  * 15: src/cuda/order.cu, plan.cu) against prune.c's host plan, and timings.
  *
  *   harness plancheck  the device plan of each case against prune.c's on the

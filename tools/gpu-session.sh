@@ -7,7 +7,7 @@
 # gpu.csv (bench) and logs.tar.gz with every log.
 #
 #   KDEGPU_COMMIT=$(git rev-parse --short=12 HEAD) STEPS="tests harness bench" \
-#     bash bench/gpu-session.sh
+#     bash tools/gpu-session.sh
 #
 # Steps: tests (the testthat suite, CUDA backend; TEST_FILTER picks files,
 # e.g. "cuda|sample"), multi (bench/gpu_multi.R on a machine with two GPUs,
@@ -23,8 +23,8 @@
 # shapes (bench/shapes.R: few, sparse and clustered queries, GPS-like data,
 # default against tolerance = 0, to $OUT/shapes.csv), fit (bench/fit.R:
 # kde_gpu() itself at n = 1e6 to 1e8, to $OUT/fit.csv),
-# adaptive (bench/check_adaptive_gpu.R: adaptive fits, cuda vs cpu, and
-# timings), gpuderiv (bench/check_gpuderiv.R: the derivative
+# adaptive (tools/gpu-tests/check_adaptive_gpu.R: adaptive fits, cuda vs cpu, and
+# timings), gpuderiv (tools/gpu-tests/check_gpuderiv.R: the derivative
 # sums' tests, cuda vs cpu, kde_modes and timings), sanitize
 # (compute-sanitizer memcheck on a short R workload).
 set -uo pipefail
@@ -74,11 +74,11 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
         cat(sprintf("%d passed, %d failed, %d skipped\n", sum(res$passed),
             sum(res$failed) + sum(res$error), sum(res$skipped)))' ;;
     harness)
-      step harness env SANITIZE=0 PROFILE=0 MODE=test OUT="$out/harness" bash bench/cuda/run.sh ;;
+      step harness env SANITIZE=0 PROFILE=0 MODE=test OUT="$out/harness" bash tools/gpu-tests/harness/run.sh ;;
     bench)
       step bench env KDEGPU_BENCH_DERIVATIVES=0 Rscript bench/gpu.R "$out/gpu.csv" ;; # see derivatives
     plan)
-      step plan env SANITIZE=0 PROFILE=0 MODE=plan OUT="$out/harness-plan" bash bench/cuda/run.sh ;;
+      step plan env SANITIZE=0 PROFILE=0 MODE=plan OUT="$out/harness-plan" bash tools/gpu-tests/harness/run.sh ;;
     prune)
       step prune Rscript bench/prune.R "$out/prune.csv" ;;
     multi)
@@ -100,9 +100,9 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
     sums)
       step sums Rscript bench/single_large_sums.R ;;
     adaptive)
-      step adaptive Rscript bench/check_adaptive_gpu.R ;;
+      step adaptive Rscript tools/gpu-tests/check_adaptive_gpu.R ;;
     gpuderiv)
-      step gpuderiv Rscript bench/check_gpuderiv.R ;;
+      step gpuderiv Rscript tools/gpu-tests/check_gpuderiv.R ;;
     sanitize)
       step sanitize compute-sanitizer --tool memcheck --leak-check full Rscript -e '
         library(kdegpu); set.seed(1); x <- matrix(rnorm(3e4), ncol = 3)

@@ -1,7 +1,7 @@
 # The GPU derivative sums (branch gpuderiv) on the GPU machine, in one call
-# after R CMD INSTALL . (or STEPS=gpuderiv with bench/gpu-session.sh):
+# after R CMD INSTALL . (or STEPS=gpuderiv with tools/gpu-session.sh):
 #
-#   Rscript bench/check_gpuderiv.R
+#   Rscript tools/gpu-tests/check_gpuderiv.R
 #
 # 1. testthat on tests/testthat/test-derivatives.R and test-evaluation.R,
 #    each failure printed with its message the moment it happens (and each
@@ -28,7 +28,7 @@
 # line counts the failures.
 suppressPackageStartupMessages(library(kdegpu))
 info <- kdegpu_info()
-if (nrow(info$gpus) == 0L) stop("bench/check_gpuderiv.R needs a GPU: ", info$cuda_message)
+if (nrow(info$gpus) == 0L) stop("tools/gpu-tests/check_gpuderiv.R needs a GPU: ", info$cuda_message)
 cat(sprintf("device: %s; CPU threads: %d\n", info$gpus$name[[1L]], info$threads))
 source("bench/timing.R")
 failures <- 0L

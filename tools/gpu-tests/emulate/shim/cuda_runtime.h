@@ -1,4 +1,4 @@
-/* Shim for bench/cuda/emulate (host emulation of the CUDA kernels). */
+/* Shim for tools/gpu-tests/emulate (host emulation of the CUDA kernels). */
 #pragma once
 #include <stdint.h>
 #include <math.h>

@@ -125,7 +125,7 @@ static void gpu_steps(int64_t n, int64_t n_units, const std::vector<double> &z, 
   const int fields = deriv_fields(D, false), splits = 3;
   std::vector<T> part((size_t) splits * fields * m);
   std::vector<double> acc((size_t) fields * m);
-  deriv_args<T> a;
+  deriv_args<T> a{};
   a.train = train.data(); a.n_points = n; a.split_points = (n_units + splits - 1) / splits * 256; a.train_base = 0;
   a.query = q.data(); a.ldz = m; a.n_query = m; a.center = center.data(); a.dim = D; a.expanded = 0;
   a.part = part.data(); a.ldq = m; a.fields = fields; a.visit = visit.data(); a.visit_offset = offset.data();

@@ -1,8 +1,8 @@
 # Adaptive (sample-point) fits on the GPU against the CPU backend, in one
 # call on the GPU machine after R CMD INSTALL . (or STEPS=adaptive with
-# bench/gpu-session.sh):
+# tools/gpu-session.sh):
 #
-#   Rscript bench/check_adaptive_gpu.R
+#   Rscript tools/gpu-tests/check_adaptive_gpu.R
 #
 # 1. The same data fitted with kde_gpu(adaptive = TRUE) on "cpu" and
 #    "cuda" (double and single; several kernels; d = 1, 3, 16; n = 1e4 and
@@ -12,7 +12,7 @@
 #    where the CPU's n x n sum is quick). Thresholds, as the tests use:
 #    double 1e-10; single 1e-5 (Gaussian, exponential), 2e-3 (compact
 #    kernels, which lose relative accuracy at the edge of their support in
-#    float: bench/cuda/NOTES.md). Each line ends in ok or FAIL.
+#    float: src/cuda/DESIGN.md). Each line ends in ok or FAIL.
 # 2. Timings at n = m = 1e6, d = 3, single (and the Gaussian in double):
 #    the adaptive fit (its pilot is one n x n evaluation, in double) and predict(),
 #    adaptive against fixed, pruned (default tolerance) and full
@@ -20,7 +20,7 @@
 # The last line says how many checks failed.
 suppressPackageStartupMessages(library(kdegpu))
 info <- kdegpu_info()
-if (nrow(info$gpus) == 0L) stop("bench/check_adaptive_gpu.R needs a GPU: ", info$cuda_message)
+if (nrow(info$gpus) == 0L) stop("tools/gpu-tests/check_adaptive_gpu.R needs a GPU: ", info$cuda_message)
 cat(sprintf("device: %s; CPU threads: %d\n", info$gpus$name[[1L]], info$threads))
 source("bench/timing.R")
 failures <- 0L

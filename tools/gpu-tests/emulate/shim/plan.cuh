@@ -1,4 +1,4 @@
-/* bench/cuda/emulate shim: the few names of src/cuda/plan.cuh that the derivative kernels use, for the host. */
+/* tools/gpu-tests/emulate shim: the few names of src/cuda/plan.cuh that the derivative kernels use, for the host. */
 #pragma once
 #include <stdint.h>
 namespace kdegpu {

@@ -14,19 +14,18 @@
 #                     precisions, next to kde_modes()' stopping tolerance
 #   sums IN OUT       one problem's sums (derivatives.cu's steps on the host);
 #                     test_blocks.R runs test-derivatives.R's CUDA blocks on it:
-#                       R_LIBS=<CPU build> Rscript bench/cuda/emulate/test_blocks.R
+#                       R_LIBS=<CPU build> Rscript tools/gpu-tests/emulate/test_blocks.R
 # Slow (minutes): it is for the logic, not the speed. `--build-only` after
 # the name compiles without running.
-#   bash bench/cuda/emulate/run.sh [derivatives|derivatives_plan|mean_shift|sums] [args]
+#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|mean_shift|sums] [args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 build="$here/build"
 mkdir -p "$build"
+# the backend's headers, then the shims over the ones that need the device
+cp "$root"/src/cuda/*.cuh "$build"/
 cp "$here"/shim/* "$build"/
-for f in derivatives.cuh derivatives_kernels.cuh tuning.cuh kernel_facts.cuh tile_copy.cuh; do
-  cp "$root/src/cuda/$f" "$build/"
-done
 # the plan's device code, without its host function (CUB, the runtime)
 python3 - "$root/src/cuda/derivatives_plan.cu" "$build/deriv_plan_kernel.inc" <<'PY'
 import sys

@@ -148,7 +148,7 @@ static void run(int kernel, int64_t d, int64_t n, int64_t m, bool second, int st
     int64_t s = std::max<int64_t>(1, std::min(splits_wanted, units));
     s = (units + (units + s - 1) / s - 1) / ((units + s - 1) / s); // deriv_splits' whole units, none empty
     part.assign((size_t) s * fields * ldq, (T) 0);
-    deriv_args<T> a;
+    deriv_args<T> a{};
     a.train = train.data() + sf * kUnit * (d + 1);
     a.n_points = units * kUnit;
     a.split_points = (units + s - 1) / s * kUnit;

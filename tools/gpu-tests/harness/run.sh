@@ -1,22 +1,22 @@
 #!/bin/bash
 # Build and run the CUDA backend harness (no R needed).
 #
-#   bash bench/cuda/run.sh build   compile bench/cuda/build/harness (+ ptxas report)
-#   bash bench/cuda/run.sh         build if missing, then on the GPU machine:
+#   bash tools/gpu-tests/harness/run.sh build   compile tools/gpu-tests/harness/build/harness (+ ptxas report)
+#   bash tools/gpu-tests/harness/run.sh         build if missing, then on the GPU machine:
 #                                  harness all, compute-sanitizer memcheck
 #                                  (quick subset) and racecheck (tiny), ncu on
 #                                  three shapes, SASS summary of the hot
 #                                  kernel; logs (7 files) in $OUT (default
-#                                  bench/cuda/out)
+#                                  tools/gpu-tests/harness/out)
 #   MODE=test|bench|quick ...      run that harness mode instead of "all";
 #   SANITIZE=0, PROFILE=0          skip compute-sanitizer / ncu
 #
 # The harness binary can be built here (nvcc, no GPU needed) and carried to
-# the GPU machine: the run tool's carry=["bench/cuda/build"] (git-ignored via
+# the GPU machine: the run tool's carry=["tools/gpu-tests/harness/build"] (git-ignored via
 # .git/info/exclude).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+root=$(cd "$here/../../.." && pwd)
 out=${OUT:-$here/out}
 mkdir -p "$out" "$here/build"
 NVCC=${NVCC:-nvcc}
