@@ -137,8 +137,8 @@ test_that("bw_mlcv and bw_lscv over a cluster equal the single-process selectors
   data <- cluster_data_set(7)
   x <- data$x[1:200, 1:2]
   for (selector in list(bw_mlcv, bw_lscv)) {
-    here <- selector(x, type = "full", backend = "cpu", grid = 6)
-    there <- selector(x, type = "full", backend = "cpu", grid = 6, cluster = cl)
+    here <- selector(x, shape = "full", backend = "cpu", grid = 6)
+    there <- selector(x, shape = "full", backend = "cpu", grid = 6, cluster = cl)
     expect_equal(attr(there, "criterion"), attr(here, "criterion"), tolerance = 1e-10)
     expect_equal(unclass(there)[1:2, 1:2], unclass(here)[1:2, 1:2], tolerance = 1e-6)
   }
