@@ -46,13 +46,21 @@ cuda_info <- function() .Call(C_kdegpu_cuda_info)
 #' Reports the backends that were built, the GPUs the CUDA backend can use
 #' (with their names and memory) and the OpenMP threads of the CPU backend.
 #'
+#' The capability table says, for every operation and backend, the
+#' precisions it computes in, the kernels and dimensions it serves, whether
+#' it serves adaptive and bounded fits, and what runs instead where it does
+#' not; kdegpu decides where each operation runs from this table.
+#'
 #' @return A list of class `"kdegpu_info"` with elements `backends`
 #'   (the usable backends), `cuda_compiled` (was the CUDA backend built?),
 #'   `cuda_message` (why no GPU is usable, if none is), `gpus` (a data frame
 #'   with one row per usable GPU: `device`, `name`, `memory_gb`, `free_gb`,
 #'   `compute_capability`, `multiprocessors`), `openmp` (was the CPU backend
 #'   built with OpenMP?) and `threads` (threads the CPU backend will use;
-#'   set with `options(kdegpu.threads = n)`).
+#'   set with `options(kdegpu.threads = n)`) and `capabilities` (the
+#'   table above, a data frame: `operation`, `backend`, `precision`,
+#'   `kernels`, `max_dim` (`NA`: any), `adaptive`, `bounded`, `gpus` (every
+#'   device in `options(kdegpu.devices)`, or the first), `otherwise`).
 #' @examples
 #' kdegpu_info()
 #' @export
@@ -74,7 +82,8 @@ kdegpu_info <- function() {
     cuda_message = cuda$message,
     gpus = gpus,
     openmp = cpu$openmp,
-    threads = cpu$threads
+    threads = cpu$threads,
+    capabilities = capability_table()
   ), class = "kdegpu_info")
 }
 
@@ -94,6 +103,10 @@ print.kdegpu_info <- function(x, ...) {
     }
   } else {
     cat(sprintf("  CUDA: %s\n", if (nzchar(x$cuda_message)) x$cuda_message else "no usable GPU"))
+  }
+  if (!is.null(x$capabilities)) {
+    cat("\nWhat runs where (max_dim NA: any dimension):\n")
+    print(x$capabilities, row.names = FALSE, right = FALSE)
   }
   invisible(x)
 }
@@ -175,14 +188,15 @@ release_device_copy <- function(object) {
 
 # Whether a fit's points get a spatial order: not with options(kdegpu.spatial
 # = FALSE) (every evaluation visits every tile: the baseline that
-# bench/prune.R measures against), and not for a CUDA fit beyond the
-# dimensions whose evaluations the GPU plans (kPlanMaxDim in
-# src/cuda/plan.cuh): there the order would buy nothing and cost a second
-# of the fit at n = 1e6, d = 16.
+# bench/prune.R measures against), and not where its backend does not skip
+# tiles (capability_table(): a CUDA fit beyond the dimensions the GPU plans),
+# where the order would buy nothing and cost a second of the fit at
+# n = 1e6, d = 16.
 spatial_order_wanted <- function(backend = "cpu", d = 1L) {
-  !isFALSE(getOption("kdegpu.spatial", TRUE)) && !(backend == "cuda" && d > cuda_plan_max_dim)
+  if (isFALSE(getOption("kdegpu.spatial", TRUE))) return(FALSE)
+  limit <- capability("tile skipping", backend)$max_dim
+  is.na(limit) || d <= limit
 }
-cuda_plan_max_dim <- 8L
 
 # The spatial order of x's rows whitened by bandwidth H (as new_kde_gpu()
 # computes it), for fits at bandwidths of H's shape to share; NULL where

@@ -19,20 +19,23 @@ check_differentiable <- function(object, what) {
       "support. Refit with another kernel (e.g. \"epanechnikov\" or \"gaussian\")."),
       what, object$kernel))
   }
+  limit <- capability("gradient, hessian, modes", "cpu")$max_dim
+  if (object$d > limit) {
+    stop_arg("type", sprintf(paste0(
+      "= \"%s\" serves fits of up to %d dimensions (the derivatives are assembled ",
+      "per query in fixed-size buffers); this fit has %d."), what, limit, object$d))
+  }
 }
-
-# Dimensions the GPU's derivative sums serve (kDerivMaxDim in
-# src/cuda/derivatives.cuh); beyond, a CUDA fit's sums run on the CPU.
-cuda_derivative_max_dim <- 128L
 
 # log_weights: log(object$tile_weights), for callers that sum many times.
 derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL,
                             log_weights = log(object$tile_weights)) {
-  # An adaptive fit's kernels differ per point: only src/derivatives.c
-  # takes their scales (a CUDA fit's sums then run on the CPU too).
+  # Where the GPU does not serve the fit (capability_table(): beyond its
+  # dimensions, or an adaptive fit, whose kernels differ per point and
+  # whose scales only src/derivatives.c takes), its sums run on the CPU.
   adaptive <- !is.null(object$adaptive)
   d <- object$d
-  if (object$backend == "cuda" && d <= cuda_derivative_max_dim && !adaptive) {
+  if (gpu_serves("gradient, hessian, modes", object)) {
     tolerance <- resolve_tolerance(tolerance, object)
     res <- .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object, tolerance),
                  kernel_index(object$kernel), object$z, log_weights, zq, second,

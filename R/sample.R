@@ -74,13 +74,10 @@ sample.kde_gpu <- function(x, size, replace = TRUE, prob = NULL, ...) {
   if (d == 1L) drop(draws) else draws
 }
 
-# Smaller draws cost less in R than the GPU's set-up; KDE_SAMPLE_MAX_DIM in
-# src/kde_cuda.h bounds the dimension of the GPU sampler.
-gpu_sample_min_size <- 10000L
-gpu_sample_max_dim <- 128L
-
+# The GPU draws a CUDA fit's samples where the capability table says it
+# serves the fit, and the draws are enough to pay for its set-up.
 samples_on_gpu <- function(fit, size) {
-  fit$backend == "cuda" && size >= gpu_sample_min_size && fit$d <= gpu_sample_max_dim
+  size >= gpu_sample_min_size && gpu_serves("sample", fit)
 }
 
 # The GPU's generator is keyed by two 32-bit words drawn from R's generator.

@@ -19,6 +19,8 @@
 #include "api_glue.h"
 #include "kde_backend.h"
 #include "cdf.h"
+#include "derivatives.h"
+#include "kde_cuda.h"
 #include "finite.h"
 #include "spatial.h"
 #include "threads.h"
@@ -144,6 +146,28 @@ SEXP kdegpu_threads_for_work(SEXP threads, SEXP work)
   double units = arg_double_scalar(work, "work");
   if (!(units >= 0)) Rf_error("`work` must be a non-negative number");
   return Rf_ScalarInteger(kde_thread_count_for(n_threads, units));
+}
+
+/* The backends' limits that R's dispatch and capability table read,
+ * as a named integer vector (so that no R constant copies a C one). */
+SEXP kdegpu_limits(void)
+{
+  static const struct { const char *name; int value; } limits[] = {
+    {"cuda_derivative_max_dim", KDE_CUDA_DERIVATIVE_MAX_DIM},
+    {"cuda_plan_max_dim", KDE_CUDA_PLAN_MAX_DIM},
+    {"cuda_sample_max_dim", KDE_SAMPLE_MAX_DIM},
+    {"derivative_result_max_dim", KDE_DERIVATIVE_RESULT_MAX_DIM},
+  };
+  const int n = (int) (sizeof limits / sizeof limits[0]);
+  SEXP out = PROTECT(Rf_allocVector(INTSXP, n));
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, n));
+  for (int i = 0; i < n; i++) {
+    INTEGER(out)[i] = limits[i].value;
+    SET_STRING_ELT(names, i, Rf_mkChar(limits[i].name));
+  }
+  Rf_setAttrib(out, R_NamesSymbol, names);
+  UNPROTECT(2);
+  return out;
 }
 
 SEXP kdegpu_cpu_info(SEXP threads)

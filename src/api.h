@@ -21,6 +21,7 @@ SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
 SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
 SEXP kdegpu_spatial_sort(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);
+SEXP kdegpu_limits(void);
 SEXP kdegpu_threads_for_work(SEXP threads, SEXP work);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);

@@ -18,6 +18,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_spatial_order, 2),
   CALLDEF(kdegpu_spatial_sort, 2),
   CALLDEF(kdegpu_cpu_info, 1),
+  CALLDEF(kdegpu_limits, 0),
   CALLDEF(kdegpu_threads_for_work, 2),
   CALLDEF(kdegpu_kernel_constants, 2),
   CALLDEF(kdegpu_lse_rows, 1),

@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kde_cuda.h"
 #include "model.cuh"
 #include "plan.cuh"
 #include "tuning.cuh"
@@ -89,7 +90,7 @@ __host__ __device__ constexpr int deriv_chunk(int max_dim)
 constexpr int kDerivMaxFirstDim = 32;
 constexpr int kDerivMaxSecondDim = 8;
 /* The generic kernel keeps the queries in shared memory: d up to this. */
-constexpr int kDerivMaxDim = 128;
+constexpr int kDerivMaxDim = KDE_CUDA_DERIVATIVE_MAX_DIM;
 
 /* The instantiation of (kernel, dim, second) in precision T and its
  * dynamic shared memory (derivatives_kernels.cuh, instantiated by

@@ -24,7 +24,7 @@ namespace kdegpu {
 
 /* The device plan serves query blocks of up to this many dimensions (the
  * model keeps unit boxes for d <= 4 only; a box lives in shared memory). */
-constexpr int kPlanMaxDim = 8;
+constexpr int kPlanMaxDim = KDE_CUDA_PLAN_MAX_DIM;
 /* Threads of the planning kernels: one block per query block, the units in
  * block-stride. 8 warps: enough to hide the double-precision latency of a
  * box pair without starving the small grids of a short batch. */

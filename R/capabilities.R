@@ -1,0 +1,66 @@
+# What each operation runs on, written once: capability_table() is what
+# kdegpu_info() shows and what the dispatch below reads. The GPU's
+# dimension limits come from the C code (kdegpu_limits), not copies of them.
+
+backend_limits <- function() {
+  if (is.null(backend_state$limits)) backend_state$limits <- .Call(C_kdegpu_limits)
+  backend_state$limits
+}
+
+# Below this many draws, sampling in R costs less than the GPU's set-up.
+gpu_sample_min_size <- 10000L
+
+# One row per operation and backend: the precisions it computes in, the
+# kernels and dimensions it serves, whether it serves adaptive and bounded
+# fits, which of the GPUs in options(kdegpu.devices) it uses, and what runs
+# instead where it does not (`otherwise`). `max_dim` NA: any dimension.
+capability_table <- function() {
+  limits <- backend_limits()
+  row <- function(operation, backend, precision, kernels, max_dim = NA_integer_,
+                  adaptive = TRUE, bounded = TRUE, otherwise = "",
+                  gpus = if (backend == "cuda") "all" else "") {
+    data.frame(operation = operation, backend = backend, precision = precision,
+               kernels = kernels, max_dim = as.integer(max_dim), adaptive = adaptive,
+               bounded = bounded, gpus = gpus, otherwise = otherwise,
+               stringsAsFactors = FALSE)
+  }
+  cdf_kernels <- "all (1-D); gaussian, diagonal H (d > 1)"
+  rbind(
+    row("density", "cuda", "double, single", "all"),
+    row("density", "cpu", "double", "all"),
+    row("leave-one-out (logLik, cross-validation)", "cuda", "double, single", "all"),
+    row("leave-one-out (logLik, cross-validation)", "cpu", "double", "all"),
+    row("tile skipping", "cuda", "double, single", "all",
+        max_dim = limits[["cuda_plan_max_dim"]],
+        otherwise = "every tile (the full sum)"),
+    row("tile skipping", "cpu", "double", "all"),
+    row("gradient, hessian, modes", "cuda", "double, single", "all but rectangular",
+        max_dim = limits[["cuda_derivative_max_dim"]], adaptive = FALSE,
+        otherwise = "cpu"),
+    row("gradient, hessian, modes", "cpu", "double", "all but rectangular",
+        max_dim = limits[["derivative_result_max_dim"]], otherwise = "an error"),
+    row("cdf, quantile", "cuda", "double", cdf_kernels, gpus = "first",
+        otherwise = "an error (no closed form)"),
+    row("cdf, quantile", "cpu", "double", cdf_kernels, otherwise = "an error (no closed form)"),
+    row("moment sums (plug-in bandwidths, kde_test)", "cuda", "double", "gaussian",
+        gpus = "first"),
+    row("moment sums (plug-in bandwidths, kde_test)", "cpu", "double", "gaussian"),
+    row("sample", "cuda", "double", "all", max_dim = limits[["cuda_sample_max_dim"]],
+        gpus = "first", otherwise = sprintf("R (also below %d draws)", gpu_sample_min_size)),
+    row("sample", "cpu", "double", "all")
+  )
+}
+
+# The row of `operation` on `backend`.
+capability <- function(operation, backend) {
+  table <- capability_table()
+  table[table$operation == operation & table$backend == backend, , drop = FALSE]
+}
+
+# Whether a CUDA fit's `operation` runs on its GPU (else: the row's
+# `otherwise`), by the table's dimension and adaptive columns.
+gpu_serves <- function(operation, object) {
+  if (object$backend != "cuda") return(FALSE)
+  row <- capability(operation, "cuda")
+  (is.na(row$max_dim) || object$d <= row$max_dim) && (row$adaptive || is.null(object$adaptive))
+}
