@@ -88,3 +88,57 @@
 #' kdegpu_info()$threads
 #' options(op)
 NULL
+
+# Readers of the options above; each names the option in its error.
+
+cpu_threads <- function() {
+  threads <- getOption("kdegpu.threads")
+  if (is.null(threads)) return(0L) # all the cores OpenMP allows
+  # whole and within integer range: as.integer() would truncate 1.5 and
+  # turn Inf or 1e10 into NA
+  if (!is.numeric(threads) || length(threads) != 1L || is.na(threads) || threads < 1 ||
+      threads > .Machine$integer.max || threads != round(threads)) {
+    stop("`options(kdegpu.threads)` must be one positive whole number (at most ",
+         .Machine$integer.max, "; more than the cores uses the cores) or NULL, not ",
+         format(threads)[1L], ".", call. = FALSE)
+  }
+  as.integer(threads)
+}
+
+
+gpu_memory_budget <- function() {
+  budget <- getOption("kdegpu.gpu_memory")
+  if (is.null(budget)) return(0) # the backend's default: a fraction of free memory
+  if (!is.numeric(budget) || length(budget) != 1L || is.na(budget) || budget <= 0) {
+    stop("`options(kdegpu.gpu_memory)` must be one positive number of bytes or NULL.", call. = FALSE)
+  }
+  as.double(budget)
+}
+
+gpu_devices <- function(available) {
+  devices <- getOption("kdegpu.devices")
+  if (is.null(devices)) return(seq_len(available) - 1L)
+  if (!is.numeric(devices) || anyNA(devices) || any(devices < 0) || any(devices >= available)) {
+    stop(sprintf("`options(kdegpu.devices)` must list device numbers in 0..%d.",
+                 available - 1L), call. = FALSE)
+  }
+  # a device listed twice runs two replicas (the several-device code on one GPU)
+  as.integer(devices)
+}
+
+# The progress bar of evaluations and GPU draws, as the seconds after which
+# it appears (-1: never): options(kdegpu.progress = TRUE / FALSE), by
+# default in interactive sessions, and kdegpu.progress_delay (2 s).
+progress_delay <- function() {
+  show <- getOption("kdegpu.progress", interactive())
+  if (!is.logical(show) || length(show) != 1L || is.na(show)) {
+    stop("`options(kdegpu.progress)` must be TRUE or FALSE.", call. = FALSE)
+  }
+  delay <- getOption("kdegpu.progress_delay", 2)
+  if (!is.numeric(delay) || length(delay) != 1L || is.na(delay) || delay < 0 ||
+      !is.finite(delay)) {
+    stop("`options(kdegpu.progress_delay)` must be one non-negative number of seconds.",
+         call. = FALSE)
+  }
+  if (show) as.double(delay) else -1
+}

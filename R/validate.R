@@ -248,3 +248,12 @@ renamed_arguments <- function(fun, renamed, formals, given = character(), ...) {
 
 # base R's from 4.4.0 on
 `%||%` <- function(x, y) if (is.null(x)) y else x
+
+check_tolerance <- function(tolerance, arg = "tolerance") {
+  if (!is.numeric(tolerance) || length(tolerance) != 1L || is.na(tolerance) ||
+      tolerance < 0 || tolerance >= 1) {
+    stop_arg(arg, "must be one number in [0, 1): the relative error allowed ",
+             "(0: the full sum).")
+  }
+  as.double(tolerance)
+}

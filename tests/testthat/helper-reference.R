@@ -284,3 +284,8 @@ has_gpu <- function() {
 # The backends to run a statistical check on: the CPU, and the GPU where
 # one is usable (draws of 1e4 or more then come from the GPU's generator).
 test_backends <- function() c("cpu", if (has_gpu()) "cuda")
+
+# The kernels with a derivative (every one but the flat rectangular), and
+# those with a cusp at 0 (no derivative at a training point).
+dd_kernels <- setdiff(ref_kernels, "rectangular")
+dd_cusp <- c("triangular", "exponential")

@@ -15,6 +15,16 @@ stop_cluster <- function(cl) {
   for (node in cl) try(close(node$con), silent = TRUE)
 }
 
+# One pair of workers for the tests that leave them as they found them,
+# started by the first that needs one and stopped at the end of the file
+# (each start costs seconds); the tests that count what the workers hold,
+# break one or patch one start their own.
+shared <- new.env()
+shared_cluster <- function() {
+  if (is.null(shared$cl)) shared$cl <- start_cluster()
+  shared$cl
+}
+
 cluster_data_set <- function(seed = 1) {
   set.seed(seed)
   list(x = matrix(rnorm(1500), ncol = 3), q = matrix(rnorm(150, sd = 2), ncol = 3),
@@ -28,8 +38,7 @@ rel_err <- function(a, b) {
 }
 
 test_that("predict over a PSOCK cluster equals the single-process result", {
-  cl <- start_cluster()
-  on.exit(stop_cluster(cl), add = TRUE)
+  cl <- shared_cluster()
   data <- cluster_data_set()
   for (kernel in c("gaussian", "epanechnikov", "exponential")) {
     fit <- kde_gpu(data$x, kernel = kernel, weights = data$w, backend = "cpu")
@@ -43,8 +52,7 @@ test_that("predict over a PSOCK cluster equals the single-process result", {
 })
 
 test_that("leave-one-out and logLik over a cluster equal the single-process ones", {
-  cl <- start_cluster()
-  on.exit(stop_cluster(cl), add = TRUE)
+  cl <- shared_cluster()
   data <- cluster_data_set(2)
   fit <- kde_gpu(data$x, weights = data$w, backend = "cpu")
   expect_lt(rel_err(predict(fit, log = TRUE, leave_one_out = TRUE, cluster = cl),
@@ -58,8 +66,7 @@ test_that("leave-one-out and logLik over a cluster equal the single-process ones
 })
 
 test_that("leave-one-out of bounded fits over a cluster leaves out every image", {
-  cl <- start_cluster()
-  on.exit(stop_cluster(cl), add = TRUE)
+  cl <- shared_cluster()
   data <- cluster_data_set(3)
   x <- abs(data$x)
   # one bound (2 images of column 1), two bounds on column 2, and adaptive
@@ -132,8 +139,7 @@ test_that("predict and bandwidth selection under a future multisession plan", {
 })
 
 test_that("bw_mlcv and bw_lscv over a cluster equal the single-process selectors", {
-  cl <- start_cluster()
-  on.exit(stop_cluster(cl), add = TRUE)
+  cl <- shared_cluster()
   data <- cluster_data_set(7)
   x <- data$x[1:200, 1:2]
   for (selector in list(bw_mlcv, bw_lscv)) {
@@ -160,3 +166,5 @@ test_that("bad cluster arguments are rejected naming the argument", {
   expect_equal(.Call(kdegpu:::C_kdegpu_lse_rows, matrix(c(log(2), -Inf, log(3), -Inf), 2)),
                c(log(5), -Inf))
 })
+
+if (!is.null(shared$cl)) stop_cluster(shared$cl)

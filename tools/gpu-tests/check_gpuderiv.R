@@ -3,7 +3,7 @@
 #
 #   Rscript tools/gpu-tests/check_gpuderiv.R
 #
-# 1. testthat on tests/testthat/test-derivatives.R and test-evaluation.R,
+# 1. testthat on tests/testthat/test-derivatives.R, test-modes.R and test-evaluation.R,
 #    each failure printed with its message the moment it happens (and each
 #    file's counts), so that nothing is lost if a later step stops the run.
 # 2. cuda vs cpu at n = 2e5, d = 3, 2000 queries, for every differentiable
@@ -65,7 +65,7 @@ NowReporter <- R6::R6Class("NowReporter", inherit = testthat::Reporter, public =
                 self$counts[["failed"]], self$counts[["skipped"]]))
   }
 ))
-for (f in c("test-derivatives.R", "test-evaluation.R")) {
+for (f in c("test-derivatives.R", "test-modes.R", "test-evaluation.R")) {
   reporter <- NowReporter$new()
   testthat::test_file(file.path("tests/testthat", f), reporter = reporter, package = "kdegpu",
                       load_package = "installed", stop_on_failure = FALSE)

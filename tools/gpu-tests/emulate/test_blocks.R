@@ -93,7 +93,7 @@ emulated_kde_gpu <- function(x, ..., debias = FALSE, backend = "cpu", precision 
 }
 
 env <- new.env(parent = globalenv())
-for (f in c("helper-reference.R", "helper-backends.R")) {
+for (f in c("helper-reference.R", "helper-backends.R", "helper-derivatives.R")) {
   sys.source(file.path("tests/testthat", f), envir = env)
 }
 env$skip_without_gpu <- function() invisible()

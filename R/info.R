@@ -1,5 +1,6 @@
-# What each operation runs on, written once: capability_table() is what
-# kdegpu_info() shows and what the dispatch below reads. The GPU's
+# What this installation can do (kdegpu_info()) and what each operation
+# runs on, written once: capability_table() is what kdegpu_info() shows and
+# what the dispatch below reads. The GPU's
 # dimension limits come from the C code (kdegpu_limits), not copies of them.
 
 backend_limits <- function() {
@@ -63,4 +64,74 @@ gpu_serves <- function(operation, object) {
   if (object$backend != "cuda") return(FALSE)
   row <- capability(operation, "cuda")
   (is.na(row$max_dim) || object$d <= row$max_dim) && (row$adaptive || is.null(object$adaptive))
+}
+
+#' What this installation of kdegpu can do
+#'
+#' Reports the backends that were built, the GPUs the CUDA backend can use
+#' (with their names and memory) and the OpenMP threads of the CPU backend.
+#'
+#' The capability table says, for every operation and backend, the
+#' precisions it computes in, the kernels and dimensions it serves, whether
+#' it serves adaptive and bounded fits, and what runs instead where it does
+#' not; kdegpu decides where each operation runs from this table.
+#'
+#' @return A list of class `"kdegpu_info"` with elements `backends`
+#'   (the usable backends), `cuda_compiled` (was the CUDA backend built?),
+#'   `cuda_message` (why no GPU is usable, if none is), `gpus` (a data frame
+#'   with one row per usable GPU: `device`, `name`, `memory_gb`, `free_gb`,
+#'   `compute_capability`, `multiprocessors`), `openmp` (was the CPU backend
+#'   built with OpenMP?) and `threads` (threads the CPU backend will use;
+#'   set with `options(kdegpu.threads = n)`) and `capabilities` (the
+#'   table above, a data frame: `operation`, `backend`, `precision`,
+#'   `kernels`, `max_dim` (`NA`: any), `adaptive`, `bounded`, `gpus` (every
+#'   device in `options(kdegpu.devices)`, or the first), `otherwise`).
+#' @examples
+#' kdegpu_info()
+#' @export
+kdegpu_info <- function() {
+  cuda <- cuda_info()
+  cpu <- .Call(C_kdegpu_cpu_info, cpu_threads())
+  gpus <- data.frame(
+    device = seq_along(cuda$name) - 1L,
+    name = cuda$name,
+    memory_gb = cuda$total_memory / 2^30,
+    free_gb = cuda$free_memory / 2^30,
+    compute_capability = cuda$compute_capability,
+    multiprocessors = cuda$multiprocessors,
+    stringsAsFactors = FALSE
+  )
+  structure(list(
+    backends = c("cpu", if (nrow(gpus) > 0L) "cuda"),
+    cuda_compiled = cuda$compiled,
+    cuda_message = cuda$message,
+    gpus = gpus,
+    openmp = cpu$openmp,
+    threads = cpu$threads,
+    capabilities = capability_table()
+  ), class = "kdegpu_info")
+}
+
+#' @export
+print.kdegpu_info <- function(x, ...) {
+  check_dots_empty("print()", "x", list(), ...)
+  cat("kdegpu backends:", paste(x$backends, collapse = ", "), "\n")
+  cat(sprintf("  CPU: %s, %d thread%s\n",
+              if (x$openmp) "OpenMP" else "no OpenMP (single thread)",
+              x$threads, if (x$threads == 1L) "" else "s"))
+  if (nrow(x$gpus) > 0L) {
+    for (i in seq_len(nrow(x$gpus))) {
+      g <- x$gpus[i, ]
+      cat(sprintf("  GPU %d: %s (compute %s, %d SMs), %.1f GiB, %.1f GiB free\n",
+                  g$device, g$name, g$compute_capability, g$multiprocessors,
+                  g$memory_gb, g$free_gb))
+    }
+  } else {
+    cat(sprintf("  CUDA: %s\n", if (nzchar(x$cuda_message)) x$cuda_message else "no usable GPU"))
+  }
+  if (!is.null(x$capabilities)) {
+    cat("\nWhat runs where (max_dim NA: any dimension):\n")
+    print(x$capabilities, row.names = FALSE, right = FALSE)
+  }
+  invisible(x)
 }
