@@ -34,51 +34,37 @@
 #' always computes in double, whatever `precision` says.
 #'
 #' Accuracy: double precision agrees with a plain-R reference to about
-#' 1e-12 relative on log-densities (and with scikit-learn and scipy to 1e-12
-#' or better, `bench/compare_sklearn.R`). In single precision the GPU
-#' computes the Gaussian either in the expanded form
-#' \eqn{|q|^2 + |x|^2 - 2 q \cdot x}{|q|^2 + |x|^2 - 2 q.x} (at d >= 3; on
-#' the tensor cores at d = 3 and d >= 16), whose float rounding grows with
-#' the square of how many bandwidths the points lie from their mean, or in
-#' the difference form \eqn{|q - x|^2}{|q - x|^2}, whose rounding is
-#' relative to each pair's own distance but which is slower (1.5x at d = 3,
-#' 2.8x at d = 16, 4.4x at d = 64 on an H200). The expanded form serves a
-#' call only while its predicted rounding of a density,
-#' \eqn{(0.4 + d/20) \epsilon R^2}{(0.4 + d/20) eps R^2} for the farthest
-#' point R bandwidths from the mean, is within the call's `tolerance`
-#' (see [predict()][predict.kde_gpu]): at the default tolerance (1e-7 in
-#' single, 1e-14 in double) practically every fit takes the difference form,
-#' and a looser tolerance, say `options(kdegpu.tolerance = 1e-4)`, is how
-#' to opt into the faster form (the fit's GPU copy is remade when a call
-#' asks for the other form). `print()` says which form the fit's GPU copy
-#' has. In double precision this keeps the difference form's accuracy
-#' (about 1e-15) on data of any extent. At d <= 4 the difference form
-#' stores each point relative to an anchor of its tile of 256 points and
-#' packs each query as a high and a low part, so that a pair's difference
-#' rounds relative to its distance and its tile's size, not to where the
-#' data sit: on clustered data spanning ~3,200 bandwidths single precision
-#' keeps densities within 3.4e-5 relative (within 1e-6 for most queries;
-#' 1.7e-4 with coordinates global to the fit), at 1-5% of the speed
-#' (H200, `inst/benchmarks/anchors.csv`). The gradient takes the
-#' difference form where the density's expanded form would round too much
-#' (and the expanded one elsewhere, also at d <= 2, where the density is
-#' always in the difference form); Hessians always take the difference
-#' form. Measured on one H200 at n = 10^6 (d = 64: 2 x 10^5), normal
-#' data, single against double over 10^5 queries
-#' (`inst/benchmarks/single-precision.csv`): at Scott's rule with
-#' `tolerance = 1e-4` densities within 6e-5 relative (tensor cores at d =
-#' 3, 16, 64; the expanded form at d = 5); at a 5x narrower bandwidth, with or without the data offset
-#' by 1e4, within 4e-6 at the data (difference form, d = 3, 16, 64), and
-#' log-densities within 3e-6 by the tests' measure (absolute, or relative
-#' where |log f| > 1). Far from all the data a density made of terms
-#' \eqn{e^{-D^2/2}}{exp(-D^2/2)} at D bandwidths keeps about
-#' \eqn{6 \times 10^{-8} D^2}{6e-8 D^2} relative, which is float's limit
-#' on the exponent in either form. Sums of many terms are compensated
-#' (Kahan): at n = 10^8 (d = 3, Scott's rule, one H100) the full sum and
-#' the default evaluation are both within 3.4e-6 of double. Other kernels
-#' always take the difference form. Use `"double"` where that matters. The default
+#' 1e-14 relative or better on log-densities (a few 1e-13 on data spanning
+#' thousands of bandwidths). In single
+#' precision the GPU computes the Gaussian's squared distances either in the
+#' difference form \eqn{|q - x|^2}, whose rounding is relative to each
+#' pair's distance, or in the faster expanded form \eqn{|q|^2 + |x|^2 - 2 q
+#' \cdot x}{|q|^2 + |x|^2 - 2 q.x} (at d >= 3; on the tensor cores at d = 3
+#' and d >= 16), whose rounding grows with the square of how many
+#' bandwidths the points lie from their mean. A call takes the expanded form
+#' only while its predicted rounding of a density, \eqn{(0.4 + d/20)
+#' \epsilon R^2}{(0.4 + d/20) eps R^2} for the farthest point R bandwidths
+#' from the mean, is within the call's `tolerance` (see
+#' [predict()][predict.kde_gpu]): at the default tolerance (1e-7 in single,
+#' 1e-14 in double) practically every fit takes the difference form, and a
+#' looser one, say `options(kdegpu.tolerance = 1e-4)`, opts into the faster
+#' form (the fit's GPU copy is remade when a call asks for the other form;
+#' `print()` says which it has). At d <= 4 the difference form stores each
+#' point relative to an anchor of its tile of 256 points and takes each
+#' query as a high and a low part, so that a difference rounds relative to
+#' the pair's distance and the tile's size, not to where the data sit.
+#' Derivatives take the difference form where the density's expanded form
+#' would round too much; Hessians always do. Far from all the data a density
+#' made of terms \eqn{e^{-D^2/2}}{exp(-D^2/2)} at D bandwidths keeps about
+#' \eqn{6 \times 10^{-8} D^2}{6e-8 D^2} relative in single precision,
+#' float's limit on the exponent. Sums of many terms are compensated
+#' (Kahan). The other kernels always take the difference form. The default
 #' `tolerance` of skipped terms in single precision, 1e-7
-#' ([default_tolerance]), is below this rounding.
+#' ([default_tolerance]), is below this rounding. What each form costs and
+#' how close single comes to double on the shapes users run (clustered and
+#' GPS-like data, offsets, narrow and wide bandwidths, n up to 10^8) is
+#' measured in `vignette("performance", package = "kdegpu")` and the CSV
+#' files of `inst/benchmarks` (each names its card, date and commit).
 #'
 #' [kdegpu_info()] shows what this installation can do; [kdegpu-options]
 #' lists the options that set the CPU threads (`kdegpu.threads`), the GPU
@@ -217,13 +203,7 @@
 #'   other rules and in d > 1.
 #' @param backend `"auto"`, `"cuda"` or `"cpu"` (see Backends and precision).
 #' @param precision `"double"` or `"single"` (GPU only). Single precision is
-#'   several times faster (with `tolerance = 1e-4` the Gaussian runs on the
-#'   tensor cores at d = 3 and from d = 16 up to what the GPU's shared
-#'   memory allows, 288 on an H100, unless the bandwidth is narrow against
-#'   the data's spread); its accuracy, within about 4e-6 relative of double
-#'   on densities in the difference form that the default tolerance keeps
-#'   (6e-5 in the expanded form at `tolerance = 1e-4`), is under Backends
-#'   and precision.
+#'   several times faster; its accuracy is under Backends and precision.
 #' @param adjust A positive factor applied to the selected bandwidth, as in
 #'   [stats::density()]: the fit uses `adjust * bw` (`adjust^2 * H`).
 #' @param lower,upper Bounds of the support (see Bounded support): one
