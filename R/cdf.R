@@ -1,7 +1,7 @@
 # The estimate's cumulative distribution function (predict(type = "cdf"))
 # and its quantiles. Closed-form integrated kernels in
 # inst/include/kdegpu/kernels.h, summed exactly in double: for a CUDA fit
-# on its GPU (src/cuda/cdf.cu), else on the CPU (src/cdf.c).
+# on its GPUs (src/cuda/cdf.cu), else on the CPU (src/cdf.c).
 
 # The CDF at the rows of `query` (a matrix in the fit's coordinates, +-Inf
 # allowed): 1-D for every kernel, the Gaussian with a diagonal H in d > 1.
@@ -22,11 +22,12 @@ evaluate_cdf <- function(object, query) {
   images <- list(vapply(per_coordinate, nrow, 0L),
                  as.double(unlist(lapply(per_coordinate, `[[`, "sign"))),
                  as.double(unlist(lapply(per_coordinate, `[[`, "shift"))))
-  # a CUDA fit sums on its first GPU (the same arithmetic, cdf.h)
-  device <- if (object$backend == "cuda") first_gpu()
+  # a CUDA fit sums on its GPUs, through its device copy (the same
+  # arithmetic as the CPU's, cdf.h)
+  model <- if (object$backend == "cuda") cuda_model(object, tolerance = NA)
   .Call(C_kdegpu_cdf, object$x, object$weights, object$adaptive$lambda, sqrt(diag(object$H)),
         kernel_index(object$kernel), query, as.double(lower), as.double(upper), images,
-        device, gpu_memory_budget(), cpu_threads(), progress_delay())
+        model, cpu_threads(), progress_delay())
 }
 
 #' Quantiles of a 1-D kernel density estimate

@@ -54,10 +54,12 @@ cuda_model <- function(object, tolerance = resolve_tolerance(NULL, object)) {
     identical(cache$config, config)
   # the form the model has, and the one this tolerance asks for
   rounding <- if (valid) attr(cache$handle, "rounding") else NA_real_
-  if (valid && !is.na(rounding)) {
+  if (valid && !is.na(rounding) && !is.na(tolerance)) {
     valid <- identical(cache$expanded, rounding <= tolerance)
   }
   if (!valid) {
+    # NA: any form serves (the CDF, which reads only the model's devices)
+    if (is.na(tolerance)) tolerance <- resolve_tolerance(NULL, object)
     if (!is.null(cache$handle)) .Call(C_kdegpu_cuda_model_release, cache$handle)
     cache$handle <- NULL # a failed creation leaves none behind
     cache$handle <- .Call(

@@ -40,7 +40,7 @@ capability_table <- function() {
         otherwise = "cpu"),
     row("gradient, hessian, modes", "cpu", "double", "all but rectangular",
         max_dim = limits[["derivative_result_max_dim"]], otherwise = "an error"),
-    row("cdf, quantile", "cuda", "double", cdf_kernels, gpus = "first",
+    row("cdf, quantile", "cuda", "double", cdf_kernels,
         otherwise = "an error (no closed form)"),
     row("cdf, quantile", "cpu", "double", cdf_kernels, otherwise = "an error (no closed form)"),
     row("moment sums (plug-in bandwidths, kde_test)", "cuda", "double", "gaussian",

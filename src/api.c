@@ -59,8 +59,7 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
  * the GPU to sum on, with `memory_budget` bytes (<= 0: the default). */
 SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
                 SEXP kernel, SEXP query, SEXP lower, SEXP upper,
-                SEXP images, SEXP device, SEXP memory_budget, SEXP threads,
-                SEXP progress_delay)
+                SEXP images, SEXP model, SEXP threads, SEXP progress_delay)
 {
   int n_threads = arg_threads(threads);
   kde_cdf_problem p;
@@ -117,22 +116,23 @@ SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
   for (int64_t i = 0; i < query_rows * query_dim; i++)
     if (ISNAN(q[i])) Rf_error("`query` must not contain NA or NaN");
 
-  int gpu = -1;
-  double budget = 0;
-  if (!Rf_isNull(device)) {
-    gpu = arg_int_scalar(device, "device");
-    if (gpu < 0) Rf_error("`device` must be a non-negative device index");
-    budget = arg_double_scalar(memory_budget, "memory_budget");
+  kde_status status;
+  kde_status_clear(&status);
+  struct kde_cuda_model *handle = NULL;
+  if (!Rf_isNull(model)) {
+    int64_t model_n = 0, model_dim = 0;
+    if (!cuda_allowed(&status)) raise_status(&status);
+    handle = arg_cuda_model(model, &model_n, &model_dim);
+    if (model_n != p.n_train || model_dim != p.dim)
+      Rf_error("`model` must be the CUDA model of `train`");
   }
 
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) query_rows));
-  kde_status status;
-  kde_status_clear(&status);
   progress_begin(progress_delay);
-  if (gpu < 0)
+  if (handle == NULL)
     kde_cpu_cdf(&p, q, query_rows, n_threads, poll_between_chunks, REAL(out), &status);
-  else if (cuda_allowed(&status))
-    kde_cuda_cdf(&p, q, query_rows, gpu, budget, poll_between_chunks, REAL(out), &status);
+  else
+    kde_cuda_cdf(handle, &p, q, query_rows, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);
   raise_status(&status);
   return out;

@@ -16,8 +16,7 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
                             SEXP progress_delay);
 SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
                 SEXP kernel, SEXP query, SEXP lower, SEXP upper,
-                SEXP images, SEXP device, SEXP memory_budget, SEXP threads,
-                SEXP progress_delay);
+                SEXP images, SEXP model, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
 SEXP kdegpu_spatial_sort(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);

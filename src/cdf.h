@@ -44,12 +44,13 @@ void kde_cpu_cdf(const kde_cdf_problem *problem, const double *query,
                  int64_t n_query, int threads, kde_interrupt_probe interrupted,
                  double *out, kde_status *status);
 
-/* CUDA (cuda/cdf.cu; kde_cuda_stub.c without nvcc): the same sums on
- * `device`, using at most `memory_budget` bytes of it (<= 0: the default
- * fraction of free memory). */
-void kde_cuda_cdf(const kde_cdf_problem *problem, const double *query,
-                  int64_t n_query, int device, double memory_budget,
-                  kde_interrupt_probe interrupted, double *out, kde_status *status);
+/* CUDA (cuda/cdf.cu; kde_cuda_stub.c without nvcc): the same sums on the
+ * devices of `model` (the fit's, made from the same training points),
+ * within each device's memory budget; the same bits on any of them. */
+struct kde_cuda_model;
+void kde_cuda_cdf(struct kde_cuda_model *model, const kde_cdf_problem *problem,
+                  const double *query, int64_t n_query, kde_interrupt_probe interrupted,
+                  double *out, kde_status *status);
 
 #ifdef __cplusplus
 }

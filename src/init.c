@@ -14,7 +14,7 @@
 
 static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_log_density_cpu, 13),
-  CALLDEF(kdegpu_cdf, 13),
+  CALLDEF(kdegpu_cdf, 12),
   CALLDEF(kdegpu_spatial_order, 2),
   CALLDEF(kdegpu_spatial_sort, 2),
   CALLDEF(kdegpu_cpu_info, 1),

@@ -86,15 +86,14 @@ void kde_cuda_sample(const kde_sample_request *request, int device,
   kde_stub_unavailable(status);
 }
 
-void kde_cuda_cdf(const kde_cdf_problem *problem, const double *query,
-                  int64_t n_query, int device, double memory_budget,
-                  kde_interrupt_probe interrupted, double *out, kde_status *status)
+void kde_cuda_cdf(struct kde_cuda_model *model, const kde_cdf_problem *problem,
+                  const double *query, int64_t n_query, kde_interrupt_probe interrupted,
+                  double *out, kde_status *status)
 {
+  (void) model;
   (void) problem;
   (void) query;
   (void) n_query;
-  (void) device;
-  (void) memory_budget;
   (void) interrupted;
   (void) out;
   kde_stub_unavailable(status);

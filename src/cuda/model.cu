@@ -192,6 +192,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
       if (rep->units != NULL) (void) cudaFree(rep->units);
       if (rep->anchor != NULL) (void) cudaFree(rep->anchor);
       if (rep->deriv_train != NULL) (void) cudaFree(rep->deriv_train);
+      if (rep->cdf_points != NULL) (void) cudaFree(rep->cdf_points);
       scratch_release(rep);
     }
   }

@@ -48,6 +48,10 @@ typedef struct {
    * says: it serves later calls of that form. */
   void *deriv_train;
   int deriv_expanded;
+  /* The CDF's points (cdf.cu): coordinates, weights and an adaptive fit's
+   * factors in double, made by the first CDF call when they take at most a
+   * quarter of the budget, and kept; their bytes have left `budget`. */
+  double *cdf_points;
   /* Scratch of evaluations: raw query batch, packed queries, partial
    * states of the splits, accumulated states (max, sum, |q|^2 / 2), a
    * training shard when streaming, and a batch's pruning plan (the units

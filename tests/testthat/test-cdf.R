@@ -105,7 +105,7 @@ test_that("a fit on any backend gives the same CDF (computed on the CPU)", {
 test_that("a CUDA fit's CDF, summed on the GPU, equals the CPU's sums", {
   skip_without_gpu()
   set.seed(11)
-  # 6000 points: the GPU splits every query's sum over 23 ranges of points
+  # 6000 points: the GPU splits every query's sum over 24 ranges of points
   x <- c(rexp(5000), 8 + rnorm(1000))
   w <- runif(6000)
   same <- function(args, q, label, tol = 1e-12) {
@@ -138,13 +138,22 @@ test_that("a CUDA fit's CDF, summed on the GPU, equals the CPU's sums", {
                tolerance = 1e-12)
 })
 
-test_that("a GPU memory budget too small for the CDF's sums is a clear error", {
+test_that("a CUDA fit's CDF is the same bits under any budget and on two copies", {
   skip_without_gpu()
-  fit <- kde_gpu(rnorm(1e4), backend = "cuda")
-  old <- options(kdegpu.gpu_memory = 5e4)
-  on.exit(options(old))
-  expect_error(predict(fit, 0, type = "cdf"),
-               "GPU memory budget \\(50000 bytes\\) cannot hold the training set .* for the CDF")
+  set.seed(12)
+  x <- c(rexp(5000), 8 + rnorm(5000))
+  q <- seq(-1, 12, length.out = 1001)
+  fit <- kde_gpu(x, bw = 0.3, backend = "cuda")
+  ref <- predict(fit, q, type = "cdf")
+  # 2e5 bytes: the points (160 kB) stream in shards of whole splits, the
+  # queries in batches of a few hundred
+  small <- with_kde_options(list(kdegpu.gpu_memory = 2e5), predict(fit, q, type = "cdf"))
+  expect_identical(small, ref)
+  two <- with_kde_options(list(kdegpu.devices = c(0L, 0L)), predict(fit, q, type = "cdf"))
+  expect_identical(two, ref)
+  both <- with_kde_options(list(kdegpu.devices = c(0L, 0L), kdegpu.gpu_memory = 2e5),
+                           predict(fit, q[1:3], type = "cdf"))
+  expect_identical(both, ref[1:3])
 })
 
 test_that("quantile() inverts the CDF for every kernel", {
