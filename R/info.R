@@ -47,7 +47,7 @@ capability_table <- function() {
         gpus = "first"),
     row("moment sums (plug-in bandwidths, kde_test)", "cpu", "double", "gaussian"),
     row("sample", "cuda", "double", "all", max_dim = limits[["cuda_sample_max_dim"]],
-        gpus = "first", otherwise = sprintf("R (also below %d draws)", gpu_sample_min_size)),
+        otherwise = sprintf("R (also below %d draws)", gpu_sample_min_size)),
     row("sample", "cpu", "double", "all")
   )
 }

@@ -82,14 +82,12 @@ samples_on_gpu <- function(fit, size) {
 
 # The GPU's generator is keyed by two 32-bit words drawn from R's generator.
 gpu_draws <- function(fit, size) {
-  available <- gpus_for_cuda_fit()
+  model <- cuda_model(fit, tolerance = NA) # any form: only its devices serve
   key <- floor(stats::runif(2L) * 2^32)
   cumulative <- cumsum(fit$weights)
   cumulative <- cumulative / cumulative[length(cumulative)]
-  .Call(C_kdegpu_sample_cuda, fit$x, cumulative, fit$adaptive$lambda, fit$chol_H,
-        kernel_index(fit$kernel),
-        as.double(size), key, gpu_devices(available)[[1L]], gpu_memory_budget(),
-        cpu_threads(), progress_delay())
+  .Call(C_kdegpu_sample_cuda, model, fit$x, cumulative, fit$adaptive$lambda, fit$chol_H,
+        kernel_index(fit$kernel), as.double(size), key, cpu_threads(), progress_delay())
 }
 
 # size x d draws from the kernel with identity covariance: direction times

@@ -39,9 +39,9 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
                              SEXP leave_one_out, SEXP tolerance, SEXP threads,
                              SEXP progress_delay);
-SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP scale, SEXP chol_h,
-                        SEXP kernel, SEXP size, SEXP seed, SEXP device,
-                        SEXP memory_budget, SEXP threads, SEXP progress_delay);
+SEXP kdegpu_sample_cuda(SEXP model, SEXP train, SEXP cumulative, SEXP scale, SEXP chol_h,
+                        SEXP kernel, SEXP size, SEXP seed, SEXP threads,
+                        SEXP progress_delay);
 SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
                         SEXP pairs, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,

@@ -205,9 +205,9 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
 /* Draws from a CUDA fit (see kde_cuda_sample); returns a size x d matrix.
  * `scale`: NULL, or an adaptive fit's lambda_j (point j's noise is scaled
  * by it). */
-SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP scale, SEXP chol_h,
-                        SEXP kernel, SEXP size, SEXP seed, SEXP device,
-                        SEXP memory_budget, SEXP threads, SEXP progress_delay)
+SEXP kdegpu_sample_cuda(SEXP model, SEXP train, SEXP cumulative, SEXP scale, SEXP chol_h,
+                        SEXP kernel, SEXP size, SEXP seed, SEXP threads,
+                        SEXP progress_delay)
 {
   kde_sample_request request;
   int64_t rows, cols;
@@ -249,15 +249,17 @@ SEXP kdegpu_sample_cuda(SEXP train, SEXP cumulative, SEXP scale, SEXP chol_h,
       Rf_error("`seed` must be two whole numbers in [0, 2^32)");
     request.seed[i] = (uint32_t) seed_words[i];
   }
-  int gpu = arg_int_scalar(device, "device");
-  double budget = arg_double_scalar(memory_budget, "memory_budget");
-
-  SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) request.size, (int) request.dim));
   kde_status status;
   kde_status_clear(&status);
+  if (!cuda_allowed(&status)) raise_status(&status);
+  int64_t model_n = 0, model_dim = 0;
+  kde_cuda_model *handle = arg_cuda_model(model, &model_n, &model_dim);
+  if (model_n != request.n_train || model_dim != request.dim)
+    Rf_error("`model` must be the CUDA model of `train`");
+
+  SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) request.size, (int) request.dim));
   progress_begin(progress_delay);
-  if (cuda_allowed(&status))
-    kde_cuda_sample(&request, gpu, budget, poll_between_chunks, REAL(out), &status);
+  kde_cuda_sample(handle, &request, poll_between_chunks, REAL(out), &status);
   UNPROTECT(1);
   raise_status(&status);
   return out;

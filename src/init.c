@@ -31,7 +31,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_cuda_model_valid, 1),
   CALLDEF(kdegpu_cuda_model_release, 1),
   CALLDEF(kdegpu_log_density_cuda, 9),
-  CALLDEF(kdegpu_sample_cuda, 11),
+  CALLDEF(kdegpu_sample_cuda, 10),
   CALLDEF(kdegpu_moments_cpu, 7),
   CALLDEF(kdegpu_moments_cuda, 9),
   CALLDEF(kdegpu_moment_index, 2),

@@ -123,11 +123,11 @@ typedef struct {
 #define KDE_CUDA_DERIVATIVE_MAX_DIM 128
 #define KDE_CUDA_PLAN_MAX_DIM 8
 
-/* Writes size x dim draws (column-major) to `out` on `device`, using at
- * most `memory_budget` bytes of it (<= 0: the default fraction of free). */
-void kde_cuda_sample(const kde_sample_request *request, int device,
-                     double memory_budget, kde_interrupt_probe interrupted,
-                     double *out, kde_status *status);
+/* Writes size x dim draws (column-major) to `out`, on the devices of
+ * `model` (the fit's, made from the same training points) within each
+ * one's memory budget; draw i is the same on any of them. */
+void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request *request,
+                     kde_interrupt_probe interrupted, double *out, kde_status *status);
 
 #ifdef __cplusplus
 }

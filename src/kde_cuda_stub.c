@@ -74,13 +74,11 @@ void kde_cuda_log_density(kde_cuda_model *model, const kde_query_set *query,
   kde_stub_unavailable(status);
 }
 
-void kde_cuda_sample(const kde_sample_request *request, int device,
-                     double memory_budget, kde_interrupt_probe interrupted,
-                     double *out, kde_status *status)
+void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request *request,
+                     kde_interrupt_probe interrupted, double *out, kde_status *status)
 {
+  (void) model;
   (void) request;
-  (void) device;
-  (void) memory_budget;
   (void) interrupted;
   (void) out;
   kde_stub_unavailable(status);

@@ -186,15 +186,16 @@ extern "C" void kde_cuda_cdf(kde_cuda_model *model, const kde_cdf_problem *p,
     if (v->n < 0) v->n = 0;
     KDE_CUDA_TRY(cudaSetDevice(rep->device));
     if (model->resident) avail -= (double) model->n_points * (double) kdegpu::point_bytes(model);
-    /* the points stay while they take at most a quarter of the budget */
-    if (rep->cdf_points == NULL && all_points <= 0.25 * rep->budget) {
-      KDE_CUDA_TRY(cudaMalloc((void **) &rep->cdf_points, (size_t) all_points));
-      if (upload_points(p, 0, n, rep->cdf_points, rep->stream, status) != 0) goto cleanup;
-      KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
-      rep->budget -= all_points;
-      avail -= all_points;
+    {
+      /* in upload_points' layout */
+      const kdegpu::host_array parts[3] = {{p->train, n * d}, {p->weight, n}, {p->scale, n}};
+      const double *held = rep->cdf_points;
+      const int kept = kdegpu::keep_arrays(rep, &rep->cdf_points, parts, p->scale != NULL ? 3 : 2,
+                                   status);
+      if (kept < 0) goto cleanup;
+      if (kept && held == NULL) avail -= all_points;
+      v->resident = rep->cdf_points;
     }
-    v->resident = rep->cdf_points;
     KDE_CUDA_TRY(cudaMalloc((void **) &v->small, small_bytes));
     KDE_CUDA_TRY(cudaMemcpy(v->small, host_small, small_bytes, cudaMemcpyHostToDevice));
     avail -= (double) small_bytes;

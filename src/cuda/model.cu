@@ -107,6 +107,32 @@ cleanup:
   return -1;
 }
 
+int keep_arrays(kde_replica *rep, double **slot, const host_array *parts, int n_parts,
+                kde_status *status)
+{
+  size_t bytes = 0;
+  double *dst = NULL;
+  if (*slot != NULL) return 1;
+  for (int k = 0; k < n_parts; k++) bytes += (size_t) parts[k].count * sizeof(double);
+  if ((double) bytes > 0.25 * rep->budget) return 0;
+  KDE_CUDA_TRY(cudaMalloc((void **) &dst, bytes > 0 ? bytes : 1));
+  {
+    double *at = dst;
+    for (int k = 0; k < n_parts; k++) {
+      if (parts[k].count > 0)
+        KDE_CUDA_TRY(cudaMemcpy(at, parts[k].data, (size_t) parts[k].count * sizeof(double),
+                                cudaMemcpyHostToDevice));
+      at += parts[k].count;
+    }
+  }
+  *slot = dst;
+  rep->budget -= (double) bytes;
+  return 1;
+cleanup:
+  if (dst != NULL) (void) cudaFree(dst);
+  return -1;
+}
+
 /* The evaluation scratch of a replica (its device is current). */
 size_t scratch_bytes(const kde_replica *rep)
 {
@@ -193,6 +219,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
       if (rep->anchor != NULL) (void) cudaFree(rep->anchor);
       if (rep->deriv_train != NULL) (void) cudaFree(rep->deriv_train);
       if (rep->cdf_points != NULL) (void) cudaFree(rep->cdf_points);
+      if (rep->sample_points != NULL) (void) cudaFree(rep->sample_points);
       scratch_release(rep);
     }
   }

@@ -48,10 +48,10 @@ typedef struct {
    * says: it serves later calls of that form. */
   void *deriv_train;
   int deriv_expanded;
-  /* The CDF's points (cdf.cu): coordinates, weights and an adaptive fit's
-   * factors in double, made by the first CDF call when they take at most a
-   * quarter of the budget, and kept; their bytes have left `budget`. */
-  double *cdf_points;
+  /* The engines' own copies of the training points in double (keep_arrays):
+   * the CDF's (cdf.cu: coordinates, weights, an adaptive fit's factors) and
+   * the sampler's (sample.cu: coordinates, cumulative weights, factors). */
+  double *cdf_points, *sample_points;
   /* Scratch of evaluations: raw query batch, packed queries, partial
    * states of the splits, accumulated states (max, sum, |q|^2 / 2), a
    * training shard when streaming, and a batch's pruning plan (the units
@@ -122,6 +122,19 @@ inline size_t point_bytes(const kde_cuda_model *model)
 void buffer_release(kde_buffer *buffer);
 int buffer_reserve(kde_buffer *buffer, size_t bytes, kde_status *status);
 size_t scratch_bytes(const kde_replica *rep);
+
+/* Host arrays that an engine outside the density's storage (the CDF, the
+ * sampler) keeps on a replica, one after another at *slot: made on the
+ * first call while their bytes are at most a quarter of the replica's
+ * budget, which they then leave; freed with the model. 1: *slot holds
+ * them; 0: too large to keep (the caller uploads or streams them per
+ * call); -1: a CUDA error in `status`. The replica's device is current. */
+struct host_array {
+  const double *data;
+  int64_t count;
+};
+int keep_arrays(kde_replica *rep, double **slot, const host_array *parts, int n_parts,
+                kde_status *status);
 void scratch_release(kde_replica *rep);
 
 /* The queries' whitening on a replica's device, uploaded when it differs

@@ -24,10 +24,12 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kdegpu/kernels.h"
 #include "kde_cuda.h"
 #include "kde_cuda_common.h"
+#include "model.cuh"
 
 namespace {
 
@@ -194,24 +196,28 @@ __global__ void __launch_bounds__(kSampleThreads) kde_sample_kernel(const kde_sa
   }
 }
 
-} // namespace
 
-extern "C" void kde_cuda_sample(const kde_sample_request *request, int device,
-                                double memory_budget,
+/* One device's share of the draws: [first, first + n), in batches. */
+struct sample_device {
+  kde_replica *rep;
+  int64_t first, n, done, batch;
+  double *points; /* the replica's kept copy, or `own` */
+  double *own, *chol, *out;
+};
+
+} // namespace (the device shares)
+
+extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request *request,
                                 kde_interrupt_probe interrupted, double *out,
                                 kde_status *status)
 {
   const int64_t n = request->n_train, d = request->dim;
-  const size_t train_bytes = (size_t) (n * d) * sizeof(double);
-  const size_t cumulative_bytes = (size_t) n * sizeof(double);
   const size_t chol_bytes = (size_t) (d * d) * sizeof(double);
-  const size_t scale_bytes = request->scale != NULL ? (size_t) n * sizeof(double) : 0;
-  double *d_train = NULL, *d_cumulative = NULL, *d_chol = NULL, *d_out = NULL;
-  double *d_scale = NULL;
-  int prev = -1;
-  size_t free_b = 0, total_b = 0;
-  double budget, left;
-  int64_t batch;
+  const int has_scale = request->scale != NULL;
+  const size_t points_bytes = (size_t) (n * (d + 1 + has_scale)) * sizeof(double);
+  sample_device *dev = NULL;
+  int prev = -1, n_dev = 0;
+  int64_t per_device = 0;
   kde_sample_args args;
 
   kde_status_clear(status);
@@ -222,72 +228,130 @@ extern "C" void kde_cuda_sample(const kde_sample_request *request, int device,
                    " and a known kernel", KDE_SAMPLE_MAX_DIM);
     return;
   }
+  if (model == NULL || model->n_train != n || model->n_devices < 1) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "internal: the sampler's training set is not the CUDA model's");
+    return;
+  }
   if (request->size == 0) return;
+  n_dev = model->n_devices;
+  dev = (sample_device *) calloc((size_t) n_dev, sizeof(sample_device));
+  if (dev == NULL) {
+    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for sampling");
+    return;
+  }
   KDE_CUDA_TRY(cudaGetDevice(&prev));
-  KDE_CUDA_TRY(cudaSetDevice(device));
-  KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-  budget = budget_bytes(memory_budget, free_b);
-  left = budget - (double) (train_bytes + cumulative_bytes + chol_bytes + scale_bytes);
-  batch = (int64_t) (left / ((double) d * sizeof(double)));
-  if (batch > kMaxSampleBatch) batch = kMaxSampleBatch;
-  if (batch > request->size) batch = request->size;
-  if (batch < kSampleThreads && batch < request->size) {
-    kde_status_set(status, KDE_ERR_ALLOC,
-                   "the GPU memory budget (%.0f bytes) cannot hold the training"
-                   " set (%.0f bytes) for sampling; raise"
-                   " options(kdegpu.gpu_memory = ...)",
-                   budget, (double) (train_bytes + cumulative_bytes));
-    goto cleanup;
+  per_device = (request->size + n_dev - 1) / n_dev;
+  for (int r = 0; r < n_dev; r++) {
+    sample_device *v = &dev[r];
+    kde_replica *rep = &model->rep[r];
+    const kdegpu::host_array parts[3] = {
+        {request->train, n * d}, {request->cumulative, n}, {request->scale, n}};
+    double avail = rep->budget;
+    int kept;
+    v->rep = rep;
+    v->first = (int64_t) r * per_device;
+    v->n = request->size - v->first < per_device ? request->size - v->first : per_device;
+    if (v->n < 0) v->n = 0;
+    KDE_CUDA_TRY(cudaSetDevice(rep->device));
+    if (model->resident) avail -= (double) model->n_points * (double) kdegpu::point_bytes(model);
+    /* the points, whole: each draw picks any of them */
+    const double *held = rep->sample_points;
+    kept = kdegpu::keep_arrays(rep, &rep->sample_points, parts, has_scale ? 3 : 2, status);
+    if (kept < 0) goto cleanup;
+    if (kept) {
+      if (held == NULL) avail -= (double) points_bytes;
+      v->points = rep->sample_points;
+    } else if ((double) points_bytes <= 0.5 * avail) {
+      double *at;
+      KDE_CUDA_TRY(cudaMalloc((void **) &v->own, points_bytes));
+      at = v->own;
+      for (int k = 0; k < (has_scale ? 3 : 2); k++) {
+        KDE_CUDA_TRY(cudaMemcpy(at, parts[k].data, (size_t) parts[k].count * sizeof(double),
+                                cudaMemcpyHostToDevice));
+        at += parts[k].count;
+      }
+      v->points = v->own;
+      avail -= (double) points_bytes;
+    } else {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "the GPU memory budget (%.0f bytes) cannot hold the training"
+                     " set (%.0f bytes) for sampling; raise"
+                     " options(kdegpu.gpu_memory = ...)", rep->budget, (double) points_bytes);
+      goto cleanup;
+    }
+    KDE_CUDA_TRY(cudaMalloc((void **) &v->chol, chol_bytes));
+    KDE_CUDA_TRY(cudaMemcpy(v->chol, request->chol_h, chol_bytes, cudaMemcpyHostToDevice));
+    avail -= (double) chol_bytes;
+    v->batch = (int64_t) (avail / ((double) d * sizeof(double)));
+    if (v->batch > kMaxSampleBatch) v->batch = kMaxSampleBatch;
+    if (v->batch > v->n) v->batch = v->n;
+    if (v->n > 0 && v->batch < kSampleThreads && v->batch < v->n) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "the GPU memory budget (%.0f bytes) leaves no room for a batch of"
+                     " draws; raise options(kdegpu.gpu_memory = ...)", rep->budget);
+      goto cleanup;
+    }
+    if (v->n > 0)
+      KDE_CUDA_TRY(cudaMalloc((void **) &v->out, (size_t) (v->batch * d) * sizeof(double)));
   }
 
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_train, train_bytes));
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_cumulative, cumulative_bytes));
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_chol, chol_bytes));
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_out, (size_t) (batch * d) * sizeof(double)));
-  KDE_CUDA_TRY(cudaMemcpy(d_train, request->train, train_bytes, cudaMemcpyHostToDevice));
-  KDE_CUDA_TRY(cudaMemcpy(d_cumulative, request->cumulative, cumulative_bytes,
-                          cudaMemcpyHostToDevice));
-  KDE_CUDA_TRY(cudaMemcpy(d_chol, request->chol_h, chol_bytes, cudaMemcpyHostToDevice));
-  if (request->scale != NULL) {
-    KDE_CUDA_TRY(cudaMalloc((void **) &d_scale, scale_bytes));
-    KDE_CUDA_TRY(cudaMemcpy(d_scale, request->scale, scale_bytes, cudaMemcpyHostToDevice));
-  }
-
-  args.train = d_train;
-  args.cumulative = d_cumulative;
-  args.scale_point = d_scale;
-  args.chol_h = d_chol;
   args.n = n;
   args.dim = (int) d;
   args.kernel = request->kernel;
   args.scale = kde_scale(request->kernel, (int) d);
   args.seed[0] = request->seed[0];
   args.seed[1] = request->seed[1];
-  args.out = d_out;
-  for (int64_t first = 0; first < request->size; first += batch) {
-    args.first = first;
-    args.rows = request->size - first < batch ? request->size - first : batch;
-    kde_sample_kernel<<<(unsigned) ((args.rows + kSampleThreads - 1) / kSampleThreads),
-                        kSampleThreads>>>(args);
-    KDE_CUDA_LAUNCHED("sampling kernel");
-    /* synchronous: the columns of this batch into the size x d result */
-    KDE_CUDA_TRY(cudaMemcpy2D(out + first, (size_t) request->size * sizeof(double),
-                              d_out, (size_t) args.rows * sizeof(double),
-                              (size_t) args.rows * sizeof(double), (size_t) d,
-                              cudaMemcpyDeviceToHost));
-    if (interrupted != NULL && first + batch < request->size &&
-        interrupted((double) (first + batch) / (double) request->size)) {
+  /* rounds: one batch of every device that has draws left; draw i is the
+   * same on any device (Philox keyed by the seed, counted by i) */
+  for (int64_t done = 0; done < request->size;) {
+    for (int r = 0; r < n_dev; r++) {
+      sample_device *v = &dev[r];
+      const int64_t rows = v->n - v->done < v->batch ? v->n - v->done : v->batch;
+      if (rows <= 0) continue;
+      KDE_CUDA_TRY(cudaSetDevice(v->rep->device));
+      args.train = v->points;
+      args.cumulative = v->points + n * d;
+      args.scale_point = has_scale ? v->points + n * (d + 1) : NULL;
+      args.chol_h = v->chol;
+      args.out = v->out;
+      args.first = v->first + v->done;
+      args.rows = rows;
+      kde_sample_kernel<<<(unsigned) ((rows + kSampleThreads - 1) / kSampleThreads),
+                          kSampleThreads, 0, v->rep->stream>>>(args);
+      KDE_CUDA_LAUNCHED("sampling kernel");
+      /* the columns of this batch into the size x d result */
+      KDE_CUDA_TRY(cudaMemcpy2DAsync(out + args.first, (size_t) request->size * sizeof(double),
+                                     v->out, (size_t) rows * sizeof(double),
+                                     (size_t) rows * sizeof(double), (size_t) d,
+                                     cudaMemcpyDeviceToHost, v->rep->stream));
+    }
+    for (int r = 0; r < n_dev; r++) {
+      sample_device *v = &dev[r];
+      const int64_t rows = v->n - v->done < v->batch ? v->n - v->done : v->batch;
+      if (rows <= 0) continue;
+      KDE_CUDA_TRY(cudaSetDevice(v->rep->device));
+      KDE_CUDA_TRY(cudaStreamSynchronize(v->rep->stream));
+      v->done += rows;
+      done += rows;
+    }
+    if (interrupted != NULL && done < request->size &&
+        interrupted((double) done / (double) request->size)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       goto cleanup;
     }
   }
 
 cleanup:
-  if (d_train != NULL) (void) cudaFree(d_train);
-  if (d_cumulative != NULL) (void) cudaFree(d_cumulative);
-  if (d_chol != NULL) (void) cudaFree(d_chol);
-  if (d_out != NULL) (void) cudaFree(d_out);
-  if (d_scale != NULL) (void) cudaFree(d_scale);
+  for (int r = 0; r < n_dev; r++) {
+    sample_device *v = &dev[r];
+    if (v->rep == NULL || cudaSetDevice(v->rep->device) != cudaSuccess) continue;
+    (void) cudaStreamSynchronize(v->rep->stream);
+    if (v->own != NULL) (void) cudaFree(v->own);
+    if (v->chol != NULL) (void) cudaFree(v->chol);
+    if (v->out != NULL) (void) cudaFree(v->out);
+  }
+  free(dev);
   (void) cudaGetLastError();
   if (prev >= 0) (void) cudaSetDevice(prev);
 }

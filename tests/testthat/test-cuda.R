@@ -170,6 +170,10 @@ test_that("CUDA: GPU draws are reproducible under set.seed, whatever the batch s
     set.seed(1)
     small <- with_kde_options(list(kdegpu.gpu_memory = 2^16), sample(fit, 3e4))
     expect_identical(small, a)
+    # two copies of the fit share the draws: the same draws
+    set.seed(1)
+    two <- with_kde_options(list(kdegpu.devices = c(0L, 0L)), sample(fit, 3e4))
+    expect_identical(two, a)
     # Small sizes stay with R's sampler.
     set.seed(2)
     expect_length(ref_as_matrix(sample(fit, 100)), 100 * d)
@@ -182,8 +186,10 @@ test_that("CUDA: errors in GPU sampling are R errors", {
   expect_error(with_kde_options(list(kdegpu.gpu_memory = 1000), sample(fit, 2e4)),
                "budget")
   entry <- kdegpu:::C_kdegpu_sample_cuda
+  pair <- kde_gpu(c(0, 0), bw = 1, backend = "cuda")
+  model <- kdegpu:::cuda_model(pair)
   ok <- function(cumulative = cumsum(rep(0.5, 2)), seed = c(1, 2), size = 1e4) {
-    .Call(entry, matrix(0, 2, 1), cumulative, NULL, matrix(1, 1, 1), 0L, size, seed, 0L, 0,
+    .Call(entry, model, matrix(0, 2, 1), cumulative, NULL, matrix(1, 1, 1), 0L, size, seed,
           1L, -1)
   }
   expect_equal(dim(ok()), c(1e4, 1L))
@@ -193,6 +199,9 @@ test_that("CUDA: errors in GPU sampling are R errors", {
   expect_error(ok(seed = 1), "`seed`")
   expect_error(ok(size = -1), "`size`")
   expect_error(ok(size = 0.5), "`size`")
+  expect_error(.Call(entry, model, matrix(0, 3, 1), c(0.25, 0.5, 1), NULL,
+                     matrix(1, 1, 1), 0L, 1e4, c(1, 2), 1L, -1),
+               "`model` must be the CUDA model of `train`")
 })
 
 test_that("CUDA: several GPUs give one GPU's answer (queries claimed, training split)", {
