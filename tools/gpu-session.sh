@@ -109,9 +109,10 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
         for (p in c("double", "single")) { f <- kde_gpu(x, backend = "cuda", precision = p)
           invisible(predict(f, x)); invisible(logLik(f)); invisible(sample(f, 2e4)) }
         f1 <- kde_gpu(x[, 1], backend = "cuda"); g <- kde_gpu(x, bw = c(0.3, 0.4, 0.5), backend = "cuda")
-        options(kdegpu.devices = c(0, 0), kdegpu.gpu_memory = 2e5)
+        options(kdegpu.devices = c(0, 0)); invisible(sample(f1, 3e4))
+        options(kdegpu.gpu_memory = 2e5)
         invisible(predict(f1, seq(-3, 3, length.out = 500), type = "cdf"))
-        invisible(predict(g, x[1:300, ], type = "cdf")); invisible(sample(f1, 3e4))
+        invisible(predict(g, x[1:300, ], type = "cdf"))
         invisible(predict(f1, x[1:50, 1], type = "gradient"))
         cat("sanitize workload done\n")' ;;
   esac
