@@ -24,6 +24,10 @@
 #include "kde_cuda_common.h"
 #include "model.cuh"
 
+using kdegpu::device_share;
+using kdegpu::host_array;
+using kdegpu::point_bytes;
+
 namespace {
 
 constexpr int kThreads = 128;
@@ -118,13 +122,11 @@ kde_cdf_problem device_problem(const kde_cdf_problem *p, double *small, const do
   return dp;
 }
 
-/* One device's work: its queries [first, first + n) in batches. */
+/* One device's buffers for its share of the queries (device_share). */
 struct cdf_device {
-  kde_replica *rep;
-  int64_t first, n, done;
-  int64_t batch, shard_splits;
-  double *small, *points, *query, *partial, *out; /* device; points: a
-                                                     shard unless resident */
+  int64_t shard_splits;                           /* splits per shard */
+  double *small, *points, *query, *partial, *out; /* on the device; points:
+                                                     a shard unless resident */
   const double *resident;                         /* the replica's copy */
 };
 
@@ -136,8 +138,9 @@ extern "C" void kde_cuda_cdf(kde_cuda_model *model, const kde_cdf_problem *p,
                              kde_status *status)
 {
   cdf_device *dev = NULL;
+  device_share *share = NULL;
   int prev = -1, n_dev = 0;
-  int64_t n_images = 0, splits = 1, split_len = 0, per_device = 0;
+  int64_t n_images = 0, splits = 1, split_len = 0;
   size_t small_bytes = 0;
   double *host_small = NULL;
   const int64_t n = p->n_train, d = p->dim;
@@ -159,11 +162,10 @@ extern "C" void kde_cuda_cdf(kde_cuda_model *model, const kde_cdf_problem *p,
   small_bytes = (size_t) (3 * d + 2 * n_images) * sizeof(double) + (size_t) d * sizeof(int64_t);
   host_small = (double *) malloc(small_bytes);
   dev = (cdf_device *) calloc((size_t) model->n_devices, sizeof(cdf_device));
-  if (host_small == NULL || dev == NULL) {
-    free(host_small);
-    free(dev);
+  share = (device_share *) calloc((size_t) model->n_devices, sizeof(device_share));
+  if (host_small == NULL || dev == NULL || share == NULL) {
     kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the CDF");
-    return;
+    goto cleanup;
   }
   memcpy(host_small, p->bandwidth, (size_t) d * sizeof(double));
   memcpy(host_small + d, p->lower, (size_t) d * sizeof(double));
@@ -174,23 +176,20 @@ extern "C" void kde_cuda_cdf(kde_cuda_model *model, const kde_cdf_problem *p,
 
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   n_dev = (int) model->n_devices;
-  per_device = (n_query + n_dev - 1) / n_dev;
+  split_rows(model, n_query, share);
   for (int r = 0; r < n_dev; r++) {
     cdf_device *v = &dev[r];
-    kde_replica *rep = &model->rep[r];
+    device_share *sh = &share[r];
+    kde_replica *rep = sh->rep;
     double avail = rep->budget, per_row;
     const double all_points = (double) points_bytes(p, n);
-    v->rep = rep;
-    v->first = (int64_t) r * per_device;
-    v->n = n_query - v->first < per_device ? n_query - v->first : per_device;
-    if (v->n < 0) v->n = 0;
     KDE_CUDA_TRY(cudaSetDevice(rep->device));
-    if (model->resident) avail -= (double) model->n_points * (double) kdegpu::point_bytes(model);
+    if (model->resident) avail -= (double) model->n_points * (double) point_bytes(model);
     {
       /* in upload_points' layout */
-      const kdegpu::host_array parts[3] = {{p->train, n * d}, {p->weight, n}, {p->scale, n}};
+      const host_array parts[3] = {{p->train, n * d}, {p->weight, n}, {p->scale, n}};
       const double *held = rep->cdf_points;
-      const int kept = kdegpu::keep_arrays(rep, &rep->cdf_points, parts, p->scale != NULL ? 3 : 2,
+      const int kept = keep_arrays(rep, &rep->cdf_points, parts, p->scale != NULL ? 3 : 2,
                                    status);
       if (kept < 0) goto cleanup;
       if (kept && held == NULL) avail -= all_points;
@@ -218,36 +217,37 @@ extern "C" void kde_cuda_cdf(kde_cuda_model *model, const kde_cdf_problem *p,
     /* batch rows: by time (terms), then memory (coordinates, partial
      * sums of every split, the result) */
     per_row = (double) (d + splits + 1) * sizeof(double);
-    v->batch = (int64_t) (kTermsPerBatch / ((double) n * (double) n_images));
-    if (v->batch < 1) v->batch = 1;
-    if ((double) v->batch * per_row > avail) v->batch = (int64_t) (avail / per_row);
-    if (v->batch > v->n) v->batch = v->n;
-    if (v->n > 0 && v->batch < 1) {
+    sh->batch = (int64_t) (kTermsPerBatch / ((double) n * (double) n_images));
+    if (sh->batch < 1) sh->batch = 1;
+    if ((double) sh->batch * per_row > avail) sh->batch = (int64_t) (avail / per_row);
+    if (sh->batch > sh->n) sh->batch = sh->n;
+    if (sh->n > 0 && sh->batch < 1) {
       kde_status_set(status, KDE_ERR_ALLOC,
                      "the GPU memory budget (%.0f bytes) leaves no room for a batch of"
                      " the CDF; raise options(kdegpu.gpu_memory = ...)", rep->budget);
       goto cleanup;
     }
-    if (v->n > 0) {
-      KDE_CUDA_TRY(cudaMalloc((void **) &v->query, (size_t) (v->batch * d) * sizeof(double)));
+    if (sh->n > 0) {
+      KDE_CUDA_TRY(cudaMalloc((void **) &v->query, (size_t) (sh->batch * d) * sizeof(double)));
       KDE_CUDA_TRY(cudaMalloc((void **) &v->partial,
-                              (size_t) (v->batch * splits) * sizeof(double)));
-      KDE_CUDA_TRY(cudaMalloc((void **) &v->out, (size_t) v->batch * sizeof(double)));
+                              (size_t) (sh->batch * splits) * sizeof(double)));
+      KDE_CUDA_TRY(cudaMalloc((void **) &v->out, (size_t) sh->batch * sizeof(double)));
     }
   }
 
   /* rounds: one batch of every device that has queries left */
   for (int64_t done = 0; done < n_query;) {
+    int64_t finished;
     for (int r = 0; r < n_dev; r++) {
       cdf_device *v = &dev[r];
-      const int64_t rows = v->n - v->done < v->batch ? v->n - v->done : v->batch;
+      const int64_t rows = next_rows(share[r]), at = share[r].first + share[r].done;
+      cudaStream_t stream = share[r].rep->stream;
       if (rows <= 0) continue;
-      const int64_t at = v->first + v->done;
-      KDE_CUDA_TRY(cudaSetDevice(v->rep->device));
+      KDE_CUDA_TRY(cudaSetDevice(share[r].rep->device));
       KDE_CUDA_TRY(cudaMemcpy2DAsync(v->query, (size_t) rows * sizeof(double), query + at,
                                      (size_t) n_query * sizeof(double),
                                      (size_t) rows * sizeof(double), (size_t) d,
-                                     cudaMemcpyHostToDevice, v->rep->stream));
+                                     cudaMemcpyHostToDevice, stream));
       for (int64_t s0 = 0; s0 < splits; s0 += v->shard_splits) {
         const int64_t ns = splits - s0 < v->shard_splits ? splits - s0 : v->shard_splits;
         const int64_t p0 = s0 * split_len;
@@ -261,30 +261,23 @@ extern "C" void kde_cuda_cdf(kde_cuda_model *model, const kde_cdf_problem *p,
           dp.scale = p->scale != NULL ? v->resident + n * (d + 1) + p0 : NULL;
           dp.n_train = count;
         } else {
-          if (upload_points(p, p0, count, v->points, v->rep->stream, status) != 0)
-            goto cleanup;
+          if (upload_points(p, p0, count, v->points, stream, status) != 0) goto cleanup;
           dp = device_problem(p, v->small, v->points, count, n_images);
         }
         const dim3 grid((unsigned) ((rows + kThreads - 1) / kThreads), (unsigned) ns);
-        cdf_split_sums<<<grid, kThreads, 0, v->rep->stream>>>(dp, v->query, rows, s0, split_len,
-                                                               scale, v->partial);
+        cdf_split_sums<<<grid, kThreads, 0, stream>>>(dp, v->query, rows, s0, split_len, scale,
+                                                       v->partial);
         KDE_CUDA_LAUNCHED("CDF kernel");
       }
-      cdf_add_splits<<<(unsigned) ((rows + kThreads - 1) / kThreads), kThreads, 0,
-                       v->rep->stream>>>(v->partial, rows, splits, v->out);
+      cdf_add_splits<<<(unsigned) ((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+          v->partial, rows, splits, v->out);
       KDE_CUDA_LAUNCHED("CDF split sum");
       KDE_CUDA_TRY(cudaMemcpyAsync(out + at, v->out, (size_t) rows * sizeof(double),
-                                   cudaMemcpyDeviceToHost, v->rep->stream));
+                                   cudaMemcpyDeviceToHost, stream));
     }
-    for (int r = 0; r < n_dev; r++) {
-      cdf_device *v = &dev[r];
-      const int64_t rows = v->n - v->done < v->batch ? v->n - v->done : v->batch;
-      if (rows <= 0) continue;
-      KDE_CUDA_TRY(cudaSetDevice(v->rep->device));
-      KDE_CUDA_TRY(cudaStreamSynchronize(v->rep->stream));
-      v->done += rows;
-      done += rows;
-    }
+    finished = finish_round(share, n_dev, status);
+    if (finished < 0) goto cleanup;
+    done += finished;
     if (interrupted != NULL && done < n_query &&
         interrupted((double) done / (double) n_query)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
@@ -295,9 +288,8 @@ extern "C" void kde_cuda_cdf(kde_cuda_model *model, const kde_cdf_problem *p,
 cleanup:
   for (int r = 0; r < n_dev; r++) {
     cdf_device *v = &dev[r];
-    if (v->rep == NULL) continue;
-    if (cudaSetDevice(v->rep->device) != cudaSuccess) continue;
-    (void) cudaStreamSynchronize(v->rep->stream);
+    if (share[r].rep == NULL || cudaSetDevice(share[r].rep->device) != cudaSuccess) continue;
+    (void) cudaStreamSynchronize(share[r].rep->stream);
     if (v->small != NULL) (void) cudaFree(v->small);
     if (v->points != NULL) (void) cudaFree(v->points);
     if (v->query != NULL) (void) cudaFree(v->query);
@@ -306,6 +298,7 @@ cleanup:
   }
   free(host_small);
   free(dev);
+  free(share);
   (void) cudaGetLastError();
   if (prev >= 0) (void) cudaSetDevice(prev);
 }

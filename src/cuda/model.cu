@@ -133,6 +133,36 @@ cleanup:
   return -1;
 }
 
+void split_rows(kde_cuda_model *model, int64_t total, device_share *shares)
+{
+  const int64_t each = (total + model->n_devices - 1) / model->n_devices;
+  for (int r = 0; r < model->n_devices; r++) {
+    device_share *s = &shares[r];
+    s->rep = &model->rep[r];
+    s->first = (int64_t) r * each < total ? (int64_t) r * each : total;
+    s->n = total - s->first < each ? total - s->first : each;
+    s->done = 0;
+    s->batch = 0;
+  }
+}
+
+int64_t finish_round(device_share *shares, int n_shares, kde_status *status)
+{
+  int64_t finished = 0;
+  for (int r = 0; r < n_shares; r++) {
+    device_share *s = &shares[r];
+    const int64_t rows = next_rows(*s);
+    if (rows <= 0) continue;
+    KDE_CUDA_TRY(cudaSetDevice(s->rep->device));
+    KDE_CUDA_TRY(cudaStreamSynchronize(s->rep->stream));
+    s->done += rows;
+    finished += rows;
+  }
+  return finished;
+cleanup:
+  return -1;
+}
+
 /* The evaluation scratch of a replica (its device is current). */
 size_t scratch_bytes(const kde_replica *rep)
 {

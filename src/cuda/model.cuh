@@ -135,6 +135,25 @@ struct host_array {
 };
 int keep_arrays(kde_replica *rep, double **slot, const host_array *parts, int n_parts,
                 kde_status *status);
+
+/* One device's share of an engine's rows (the CDF's queries, the
+ * sampler's draws): rows [first, first + n), `done` of them finished,
+ * `batch` at a time. Shares are contiguous, one per replica, so that a
+ * row's result does not depend on which device computes it. */
+struct device_share {
+  kde_replica *rep;
+  int64_t first, n, done, batch;
+};
+/* `total` rows in one share per replica of `model` (shares: n_devices). */
+void split_rows(kde_cuda_model *model, int64_t total, device_share *shares);
+/* The rows of a share's next batch (0 when it is finished). */
+inline int64_t next_rows(const device_share &s)
+{
+  return s.n - s.done < s.batch ? s.n - s.done : s.batch;
+}
+/* Waits for the batch each share has in flight on its replica's stream and
+ * counts it done; the rows finished, or -1 (a CUDA error in `status`). */
+int64_t finish_round(device_share *shares, int n_shares, kde_status *status);
 void scratch_release(kde_replica *rep);
 
 /* The queries' whitening on a replica's device, uploaded when it differs

@@ -31,6 +31,10 @@
 #include "kde_cuda_common.h"
 #include "model.cuh"
 
+using kdegpu::device_share;
+using kdegpu::host_array;
+using kdegpu::point_bytes;
+
 namespace {
 
 constexpr int kSampleThreads = 128;
@@ -197,15 +201,13 @@ __global__ void __launch_bounds__(kSampleThreads) kde_sample_kernel(const kde_sa
 }
 
 
-/* One device's share of the draws: [first, first + n), in batches. */
+/* One device's buffers for its share of the draws (device_share). */
 struct sample_device {
-  kde_replica *rep;
-  int64_t first, n, done, batch;
   double *points; /* the replica's kept copy, or `own` */
   double *own, *chol, *out;
 };
 
-} // namespace (the device shares)
+} // namespace
 
 extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request *request,
                                 kde_interrupt_probe interrupted, double *out,
@@ -215,9 +217,11 @@ extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request 
   const size_t chol_bytes = (size_t) (d * d) * sizeof(double);
   const int has_scale = request->scale != NULL;
   const size_t points_bytes = (size_t) (n * (d + 1 + has_scale)) * sizeof(double);
+  const host_array parts[3] = {{request->train, n * d}, {request->cumulative, n},
+                               {request->scale, n}};
   sample_device *dev = NULL;
+  device_share *share = NULL;
   int prev = -1, n_dev = 0;
-  int64_t per_device = 0;
   kde_sample_args args;
 
   kde_status_clear(status);
@@ -234,30 +238,26 @@ extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request 
     return;
   }
   if (request->size == 0) return;
-  n_dev = model->n_devices;
-  dev = (sample_device *) calloc((size_t) n_dev, sizeof(sample_device));
-  if (dev == NULL) {
+  dev = (sample_device *) calloc((size_t) model->n_devices, sizeof(sample_device));
+  share = (device_share *) calloc((size_t) model->n_devices, sizeof(device_share));
+  if (dev == NULL || share == NULL) {
     kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for sampling");
-    return;
+    goto cleanup;
   }
   KDE_CUDA_TRY(cudaGetDevice(&prev));
-  per_device = (request->size + n_dev - 1) / n_dev;
+  n_dev = model->n_devices;
+  split_rows(model, request->size, share);
   for (int r = 0; r < n_dev; r++) {
     sample_device *v = &dev[r];
-    kde_replica *rep = &model->rep[r];
-    const kdegpu::host_array parts[3] = {
-        {request->train, n * d}, {request->cumulative, n}, {request->scale, n}};
+    device_share *sh = &share[r];
+    kde_replica *rep = sh->rep;
     double avail = rep->budget;
     int kept;
-    v->rep = rep;
-    v->first = (int64_t) r * per_device;
-    v->n = request->size - v->first < per_device ? request->size - v->first : per_device;
-    if (v->n < 0) v->n = 0;
     KDE_CUDA_TRY(cudaSetDevice(rep->device));
-    if (model->resident) avail -= (double) model->n_points * (double) kdegpu::point_bytes(model);
+    if (model->resident) avail -= (double) model->n_points * (double) point_bytes(model);
     /* the points, whole: each draw picks any of them */
     const double *held = rep->sample_points;
-    kept = kdegpu::keep_arrays(rep, &rep->sample_points, parts, has_scale ? 3 : 2, status);
+    kept = keep_arrays(rep, &rep->sample_points, parts, has_scale ? 3 : 2, status);
     if (kept < 0) goto cleanup;
     if (kept) {
       if (held == NULL) avail -= (double) points_bytes;
@@ -283,17 +283,17 @@ extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request 
     KDE_CUDA_TRY(cudaMalloc((void **) &v->chol, chol_bytes));
     KDE_CUDA_TRY(cudaMemcpy(v->chol, request->chol_h, chol_bytes, cudaMemcpyHostToDevice));
     avail -= (double) chol_bytes;
-    v->batch = (int64_t) (avail / ((double) d * sizeof(double)));
-    if (v->batch > kMaxSampleBatch) v->batch = kMaxSampleBatch;
-    if (v->batch > v->n) v->batch = v->n;
-    if (v->n > 0 && v->batch < kSampleThreads && v->batch < v->n) {
+    sh->batch = (int64_t) (avail / ((double) d * sizeof(double)));
+    if (sh->batch > kMaxSampleBatch) sh->batch = kMaxSampleBatch;
+    if (sh->batch > sh->n) sh->batch = sh->n;
+    if (sh->n > 0 && sh->batch < kSampleThreads && sh->batch < sh->n) {
       kde_status_set(status, KDE_ERR_ALLOC,
                      "the GPU memory budget (%.0f bytes) leaves no room for a batch of"
                      " draws; raise options(kdegpu.gpu_memory = ...)", rep->budget);
       goto cleanup;
     }
-    if (v->n > 0)
-      KDE_CUDA_TRY(cudaMalloc((void **) &v->out, (size_t) (v->batch * d) * sizeof(double)));
+    if (sh->n > 0)
+      KDE_CUDA_TRY(cudaMalloc((void **) &v->out, (size_t) (sh->batch * d) * sizeof(double)));
   }
 
   args.n = n;
@@ -305,36 +305,31 @@ extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request 
   /* rounds: one batch of every device that has draws left; draw i is the
    * same on any device (Philox keyed by the seed, counted by i) */
   for (int64_t done = 0; done < request->size;) {
+    int64_t finished;
     for (int r = 0; r < n_dev; r++) {
       sample_device *v = &dev[r];
-      const int64_t rows = v->n - v->done < v->batch ? v->n - v->done : v->batch;
+      const int64_t rows = next_rows(share[r]);
       if (rows <= 0) continue;
-      KDE_CUDA_TRY(cudaSetDevice(v->rep->device));
+      KDE_CUDA_TRY(cudaSetDevice(share[r].rep->device));
       args.train = v->points;
       args.cumulative = v->points + n * d;
       args.scale_point = has_scale ? v->points + n * (d + 1) : NULL;
       args.chol_h = v->chol;
       args.out = v->out;
-      args.first = v->first + v->done;
+      args.first = share[r].first + share[r].done;
       args.rows = rows;
       kde_sample_kernel<<<(unsigned) ((rows + kSampleThreads - 1) / kSampleThreads),
-                          kSampleThreads, 0, v->rep->stream>>>(args);
+                          kSampleThreads, 0, share[r].rep->stream>>>(args);
       KDE_CUDA_LAUNCHED("sampling kernel");
       /* the columns of this batch into the size x d result */
       KDE_CUDA_TRY(cudaMemcpy2DAsync(out + args.first, (size_t) request->size * sizeof(double),
                                      v->out, (size_t) rows * sizeof(double),
                                      (size_t) rows * sizeof(double), (size_t) d,
-                                     cudaMemcpyDeviceToHost, v->rep->stream));
+                                     cudaMemcpyDeviceToHost, share[r].rep->stream));
     }
-    for (int r = 0; r < n_dev; r++) {
-      sample_device *v = &dev[r];
-      const int64_t rows = v->n - v->done < v->batch ? v->n - v->done : v->batch;
-      if (rows <= 0) continue;
-      KDE_CUDA_TRY(cudaSetDevice(v->rep->device));
-      KDE_CUDA_TRY(cudaStreamSynchronize(v->rep->stream));
-      v->done += rows;
-      done += rows;
-    }
+    finished = finish_round(share, n_dev, status);
+    if (finished < 0) goto cleanup;
+    done += finished;
     if (interrupted != NULL && done < request->size &&
         interrupted((double) done / (double) request->size)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
@@ -345,13 +340,14 @@ extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request 
 cleanup:
   for (int r = 0; r < n_dev; r++) {
     sample_device *v = &dev[r];
-    if (v->rep == NULL || cudaSetDevice(v->rep->device) != cudaSuccess) continue;
-    (void) cudaStreamSynchronize(v->rep->stream);
+    if (share[r].rep == NULL || cudaSetDevice(share[r].rep->device) != cudaSuccess) continue;
+    (void) cudaStreamSynchronize(share[r].rep->stream);
     if (v->own != NULL) (void) cudaFree(v->own);
     if (v->chol != NULL) (void) cudaFree(v->chol);
     if (v->out != NULL) (void) cudaFree(v->out);
   }
   free(dev);
+  free(share);
   (void) cudaGetLastError();
   if (prev >= 0) (void) cudaSetDevice(prev);
 }
