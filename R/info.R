@@ -16,6 +16,13 @@ gpu_sample_min_size <- 10000L
 # fits, which of the GPUs in options(kdegpu.devices) it uses, and what runs
 # instead where it does not (`otherwise`). `max_dim` NA: any dimension.
 capability_table <- function() {
+  # built once per session: the dispatch reads it on every call, and a
+  # data frame's rbind() costs milliseconds
+  if (is.null(backend_state$capabilities)) backend_state$capabilities <- build_capability_table()
+  backend_state$capabilities
+}
+
+build_capability_table <- function() {
   limits <- backend_limits()
   row <- function(operation, backend, precision, kernels, max_dim = NA_integer_,
                   adaptive = TRUE, bounded = TRUE, otherwise = "",
@@ -52,10 +59,16 @@ capability_table <- function() {
   )
 }
 
-# The row of `operation` on `backend`.
+# The row of `operation` on `backend`, as a list (from an index of the
+# table's rows, made once: the dispatch asks on every call).
 capability <- function(operation, backend) {
-  table <- capability_table()
-  table[table$operation == operation & table$backend == backend, , drop = FALSE]
+  if (is.null(backend_state$capability_rows)) {
+    table <- capability_table()
+    rows <- lapply(seq_len(nrow(table)), function(i) as.list(table[i, , drop = FALSE]))
+    names(rows) <- paste(table$operation, table$backend, sep = "|")
+    backend_state$capability_rows <- rows
+  }
+  backend_state$capability_rows[[paste(operation, backend, sep = "|")]]
 }
 
 # Whether a CUDA fit's `operation` runs on its GPU (else: the row's
