@@ -75,6 +75,27 @@ cuda_model <- function(object, tolerance = resolve_tolerance(NULL, object)) {
   cache$handle
 }
 
+# A CPU fit's model (src/cpu_model.c): its training set checked, its log
+# weights and its tiles' boxes made once, not per evaluation; again after
+# saveRDS()/readRDS() (the external pointer comes back NULL), and for a fit
+# made from another's parts that shares its environment (an adaptive fit
+# from its pilot, a margin): the model remembers what it was made from, and
+# identical() on the same objects costs nothing.
+cpu_model <- function(object) {
+  cache <- object$device
+  made_from <- list(object$z, object$tile_weights, object$tile_scale, object$tile_size,
+                    object$kernel)
+  if (is.null(cache$cpu_handle) || !.Call(C_kdegpu_cpu_model_valid, cache$cpu_handle) ||
+      !identical(cache$cpu_made_from, made_from)) {
+    cache$cpu_handle <- NULL # a failed creation leaves none behind
+    cache$cpu_handle <- .Call(C_kdegpu_cpu_model_create, object$z, object$tile_weights,
+                              object$tile_scale, kernel_index(object$kernel),
+                              object$tile_size, cpu_threads())
+    cache$cpu_made_from <- made_from
+  }
+  cache$cpu_handle
+}
+
 # Frees a fit's device copy now rather than when the fit is collected: for
 # the many short-lived fits of a bandwidth search.
 release_device_copy <- function(object) {

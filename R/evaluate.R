@@ -42,9 +42,8 @@ evaluate_log_density <- function(object, query, leave_one_out = FALSE,
     .Call(C_kdegpu_log_density_cuda, cuda_model(object, tolerance), query, center, transform,
           object$log_const, leave_one_out, tolerance, cpu_threads(), progress_delay())
   } else {
-    .Call(C_kdegpu_log_density_cpu, object$z, object$tile_weights, object$tile_scale,
-          object$tile_size, query, center, transform, kernel_index(object$kernel), object$log_const,
-          leave_one_out, tolerance, cpu_threads(), progress_delay())
+    .Call(C_kdegpu_log_density_cpu_model, cpu_model(object), query, center, transform,
+          object$log_const, leave_one_out, tolerance, cpu_threads(), progress_delay())
   }
   record_pairs_share(object, attr(out, "pairs_share"))
   attr(out, "pairs_share") <- NULL

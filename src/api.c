@@ -48,7 +48,7 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
   progress_begin(progress_delay);
   double share = NAN;
   q.pairs_share = &share;
-  kde_cpu_log_density(&t, &q, n_threads, poll_between_chunks, REAL(out),
+  kde_cpu_log_density(&t, NULL, &q, n_threads, poll_between_chunks, REAL(out),
                       &status);
   return finish_evaluation(out, share, &status);
 }

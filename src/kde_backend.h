@@ -89,8 +89,23 @@ typedef struct {
   double *pairs_share;
 } kde_query_set;
 
-/* CPU backend (kde_cpu.c). Writes n_query log-densities to `out`. */
-void kde_cpu_log_density(const kde_training_set *train,
+/* What the CPU backend's skipping reads of a spatially ordered training
+ * set (kde_cpu_tiles_make): per tile its box (n_tiles x dim, tile-major),
+ * its log weights (prune.h), and an adaptive fit's range of 1 / lambda^2. */
+typedef struct {
+  int64_t n_tiles;
+  double *lo, *hi, *log_weight, *log_rest;
+  double *scale_lo, *scale_hi; /* NULL unless adaptive */
+} kde_cpu_tiles;
+
+/* 0, or -1 (out of memory, nothing left allocated). */
+int kde_cpu_tiles_make(const kde_training_set *train, int threads, kde_cpu_tiles *tiles);
+void kde_cpu_tiles_free(kde_cpu_tiles *tiles);
+
+/* CPU backend (kde_cpu.c). Writes n_query log-densities to `out`. `tiles`:
+ * the training set's, made once per fit (cpu_model.c), or NULL to make
+ * them for this evaluation (a spatially ordered set only). */
+void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *tiles,
                          const kde_query_set *query, int threads,
                          kde_interrupt_probe interrupted, double *out,
                          kde_status *status);

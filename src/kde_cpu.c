@@ -201,13 +201,53 @@ static int64_t choose_chunk(int64_t dim)
   return chunk - chunk % 8;
 }
 
+void kde_cpu_tiles_free(kde_cpu_tiles *tiles)
+{
+  free(tiles->lo);
+  free(tiles->hi);
+  free(tiles->log_weight);
+  free(tiles->log_rest);
+  free(tiles->scale_lo);
+  free(tiles->scale_hi);
+  memset(tiles, 0, sizeof *tiles);
+}
+
+int kde_cpu_tiles_make(const kde_training_set *train, int threads, kde_cpu_tiles *tiles)
+{
+  const int64_t tile = train->tile_size, dim = train->dim;
+  memset(tiles, 0, sizeof *tiles);
+  if (tile < 1) return -1;
+  tiles->n_tiles = (train->n_train + tile - 1) / tile;
+  const size_t n_tiles = (size_t) tiles->n_tiles;
+  tiles->lo = (double *) malloc(n_tiles * (size_t) dim * sizeof(double));
+  tiles->hi = (double *) malloc(n_tiles * (size_t) dim * sizeof(double));
+  tiles->log_weight = (double *) malloc(n_tiles * sizeof(double));
+  tiles->log_rest = (double *) malloc(n_tiles * sizeof(double));
+  if (train->inv_scale2 != NULL) {
+    tiles->scale_lo = (double *) malloc(n_tiles * sizeof(double));
+    tiles->scale_hi = (double *) malloc(n_tiles * sizeof(double));
+  }
+  if (tiles->lo == NULL || tiles->hi == NULL || tiles->log_weight == NULL ||
+      tiles->log_rest == NULL ||
+      (train->inv_scale2 != NULL && (tiles->scale_lo == NULL || tiles->scale_hi == NULL))) {
+    kde_cpu_tiles_free(tiles);
+    return -1;
+  }
+  kde_tile_boxes(train->train, train->n_train, dim, tile, threads, tiles->lo, tiles->hi);
+  kde_tile_log_weights(train->weight, train->n_train, tile, tiles->log_weight,
+                       tiles->log_rest);
+  if (train->inv_scale2 != NULL)
+    kde_tile_boxes(train->inv_scale2, train->n_train, 1, tile, 1, tiles->scale_lo,
+                   tiles->scale_hi);
+  return 0;
+}
+
 /* What the evaluation allocates, freed together on every path. */
 typedef struct {
   double *whitened;      /* the queries, whitened (when the backend does it) */
   int64_t *query_order;  /* queries in spatial order (or 0..m-1) */
   double *sorted;        /* the queries' copy that kde_kd_sort ordered */
-  double *tile_lo, *tile_hi, *tile_log_weight, *tile_log_rest;
-  double *tile_scale_lo, *tile_scale_hi; /* adaptive fits */
+  kde_cpu_tiles tiles;   /* made here when the caller has none */
   double *scratch;       /* per thread */
   int64_t *visit;        /* per thread: tiles to visit */
 } cpu_buffers;
@@ -217,17 +257,12 @@ static void free_buffers(cpu_buffers *b)
   free(b->whitened);
   free(b->query_order);
   free(b->sorted);
-  free(b->tile_lo);
-  free(b->tile_hi);
-  free(b->tile_log_weight);
-  free(b->tile_log_rest);
-  free(b->tile_scale_lo);
-  free(b->tile_scale_hi);
+  kde_cpu_tiles_free(&b->tiles);
   free(b->scratch);
   free(b->visit);
 }
 
-void kde_cpu_log_density(const kde_training_set *train,
+void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *tiles,
                          const kde_query_set *query, int threads,
                          kde_interrupt_probe interrupted, double *out,
                          kde_status *status)
@@ -290,29 +325,28 @@ void kde_cpu_log_density(const kde_training_set *train,
 
   kde_prune_plan plan = {0};
   if (spatial) {
-    CPU_ALLOC(buf.tile_lo, n_tiles * dim);
-    CPU_ALLOC(buf.tile_hi, n_tiles * dim);
-    CPU_ALLOC(buf.tile_log_weight, n_tiles);
-    CPU_ALLOC(buf.tile_log_rest, n_tiles);
-    kde_tile_boxes(train->train, train->n_train, dim, tile, n_threads,
-                   buf.tile_lo, buf.tile_hi);
-    kde_tile_log_weights(train->weight, train->n_train, tile, buf.tile_log_weight,
-                         buf.tile_log_rest);
+    if (tiles == NULL) {
+      if (kde_cpu_tiles_make(train, n_threads, &buf.tiles) != 0) {
+        kde_status_set(status, KDE_ERR_ALLOC,
+                       "could not allocate CPU memory for the evaluation");
+        goto cleanup;
+      }
+      tiles = &buf.tiles;
+    }
+    if (tiles->n_tiles != n_tiles) {
+      kde_status_set(status, KDE_ERR_ARGUMENT,
+                     "internal: the tiles are not the training set's");
+      goto cleanup;
+    }
     plan.kernel = train->kernel;
     plan.dim = dim;
     plan.n_tiles = n_tiles;
-    plan.lo = buf.tile_lo;
-    plan.hi = buf.tile_hi;
-    plan.log_weight = buf.tile_log_weight;
-    plan.log_weight_rest = buf.tile_log_rest;
-    if (train->inv_scale2 != NULL) {
-      CPU_ALLOC(buf.tile_scale_lo, n_tiles);
-      CPU_ALLOC(buf.tile_scale_hi, n_tiles);
-      kde_tile_boxes(train->inv_scale2, train->n_train, 1, tile, 1, buf.tile_scale_lo,
-                     buf.tile_scale_hi);
-      plan.inv_scale2_lo = buf.tile_scale_lo;
-      plan.inv_scale2_hi = buf.tile_scale_hi;
-    }
+    plan.lo = tiles->lo;
+    plan.hi = tiles->hi;
+    plan.log_weight = tiles->log_weight;
+    plan.log_weight_rest = tiles->log_rest;
+    plan.inv_scale2_lo = tiles->scale_lo;
+    plan.inv_scale2_hi = tiles->scale_hi;
     plan.tolerance = query->tolerance;
     plan.leave_one_out = query->leave_one_out;
   }
