@@ -55,8 +55,8 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
 
 /* The CDF (cdf.h) of a product-kernel estimate, bounded coordinates folded
  * in; R checked the kernel and H. `images` is list(count, sign, shift);
- * `scale` NULL or an adaptive fit's lambda_j; `device` NULL (the CPU) or
- * the GPU to sum on, with `memory_budget` bytes (<= 0: the default). */
+ * `scale` NULL or an adaptive fit's lambda_j; `model` NULL (the CPU) or
+ * the CUDA model of a fit of `train`, whose devices sum. */
 SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
                 SEXP kernel, SEXP query, SEXP lower, SEXP upper,
                 SEXP images, SEXP model, SEXP threads, SEXP progress_delay)
