@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include "kde_backend.h"
+#include "kde_limits.h"
 #include "derivatives.h"
 
 #ifdef __cplusplus
@@ -114,14 +115,6 @@ typedef struct {
   uint32_t seed[2];
 } kde_sample_request;
 
-/* The CUDA backend's dimension limits, read by R (kdegpu_limits) for its
- * dispatch and its capability table: the sampler's; the derivative
- * kernels' (the generic one keeps a query in shared memory); the device
- * plan's (beyond it an evaluation visits every unit, so a fit skips its
- * spatial order). */
-#define KDE_SAMPLE_MAX_DIM 128
-#define KDE_CUDA_DERIVATIVE_MAX_DIM 128
-#define KDE_CUDA_PLAN_MAX_DIM 8
 
 /* Writes size x dim draws (column-major) to `out`, on the devices of
  * `model` (the fit's, made from the same training points) within each

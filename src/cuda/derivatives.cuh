@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kde_cuda.h"
+#include "kde_limits.h"
 #include "model.cuh"
 #include "plan.cuh"
 #include "tuning.cuh"

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kde_cuda.h"
+#include "kde_limits.h"
 #include "model.cuh"
 #include "prune.h"
 

@@ -1,0 +1,14 @@
+/* The CUDA backend's dimension limits, read by R (kdegpu_limits) for its
+ * dispatch and its capability table, and by the kernels: the sampler's;
+ * the derivative kernels' (the generic one keeps a query in shared
+ * memory); the device plan's (beyond it an evaluation visits every unit,
+ * so a fit skips its spatial order). Defines only, for C, CUDA and the
+ * host emulator alike. */
+#ifndef KDEGPU_KDE_LIMITS_H
+#define KDEGPU_KDE_LIMITS_H
+
+#define KDE_SAMPLE_MAX_DIM 128
+#define KDE_CUDA_DERIVATIVE_MAX_DIM 128
+#define KDE_CUDA_PLAN_MAX_DIM 8
+
+#endif /* KDEGPU_KDE_LIMITS_H */
