@@ -18,18 +18,28 @@ resolve_bandwidth <- function(x, weights, bw = NULL, H = NULL) {
     stop_arg("bw", "must be a positive number, a vector of ", d,
              " positive numbers, or a rule name (", paste(bandwidth_rules, collapse = ", "), ").")
   }
-  if (anyNA(bw) || any(!is.finite(bw)) || any(bw <= 0)) {
-    stop_arg("bw", "must be positive and finite.")
-  }
   bw <- as.vector(bw)
-  check_bandwidth_scale(as.double(bw)^2, "bw", bw)
-  if (length(bw) == 1L) {
-    return(list(H = diag(bw^2, d), type = "scalar", method = "given"))
-  }
-  if (length(bw) != d) {
+  if (length(bw) != 1L && length(bw) != d) {
+    check_standard_deviations(bw, "bw")
     stop_arg("bw", sprintf("must have length 1 or %d (one per column), not %d.", d, length(bw)))
   }
-  list(H = diag(as.double(bw)^2, d), type = "diagonal", method = "given")
+  bandwidth_from_sd(bw, d, "bw", if (length(bw) == 1L) "scalar" else "diagonal", "given")
+}
+
+# Kernel standard deviations that kdegpu can compute with: positive,
+# finite, and within the scale of bandwidth_limits.
+check_standard_deviations <- function(bw, arg) {
+  if (anyNA(bw) || any(!is.finite(bw)) || any(bw <= 0)) {
+    stop_arg(arg, "must be positive and finite.")
+  }
+  check_bandwidth_scale(as.double(bw)^2, arg, bw)
+}
+
+# Standard deviations (one, or one per column) as list(H, type, method):
+# a number or vector given as `bw`, or a selection of that shape.
+bandwidth_from_sd <- function(bw, d, arg, type, method) {
+  check_standard_deviations(bw, arg)
+  list(H = diag(as.double(bw)^2, d), type = type, method = method)
 }
 
 # kde_gpu(bw = "<selector>"): the selector (parse_selector()'s list) run on

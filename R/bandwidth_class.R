@@ -126,22 +126,17 @@ bandwidth_from_selection <- function(b, d, arg) {
   value <- bare_bandwidth(b)
   if (shape == "full") {
     out <- bandwidth_from_H(value, d, arg)
-  } else {
-    if (!is.numeric(value) || !is.null(dim(value)) ||
-        length(value) != (if (shape == "scalar") 1L else d)) {
-      stop_arg(arg, sprintf(paste0(
-        "is a %s bandwidth selection of %d value%s, which does not fit data with %d ",
-        "column%s; select it on these data."), shape, length(value),
-        if (length(value) == 1L) "" else "s", d, if (d == 1L) "" else "s"))
-    }
-    if (anyNA(value) || any(!is.finite(value)) || any(value <= 0)) {
-      stop_arg(arg, "must hold positive, finite standard deviations.")
-    }
-    check_bandwidth_scale(value^2, arg, value)
-    out <- list(H = diag(as.double(value)^2, d), type = shape)
+    out$method <- method
+    return(out)
   }
-  out$method <- method
-  out
+  if (!is.numeric(value) || !is.null(dim(value)) ||
+      length(value) != (if (shape == "scalar") 1L else d)) {
+    stop_arg(arg, sprintf(paste0(
+      "is a %s bandwidth selection of %d value%s, which does not fit data with %d ",
+      "column%s; select it on these data."), shape, length(value),
+      if (length(value) == 1L) "" else "s", d, if (d == 1L) "" else "s"))
+  }
+  bandwidth_from_sd(value, d, arg, shape, method)
 }
 
 # The bandwidth alone: its numbers, dim and names, without the class and

@@ -24,8 +24,8 @@ choose_backend <- function(backend) {
   "cpu"
 }
 
-# The device that single-GPU work (moment sums, the CDF) runs on: the
-# first of gpu_devices().
+# The device that single-GPU work (the moment sums, which have no fit and
+# so no device model) runs on: the first of gpu_devices().
 first_gpu <- function() gpu_devices(gpus_for_cuda_fit())[[1L]]
 
 # The number of usable GPUs, or an error saying why a CUDA fit cannot run.
