@@ -24,10 +24,6 @@ choose_backend <- function(backend) {
   "cpu"
 }
 
-# The device that single-GPU work (the moment sums, which have no fit and
-# so no device model) runs on: the first of gpu_devices().
-first_gpu <- function() gpu_devices(gpus_for_cuda_fit())[[1L]]
-
 # The number of usable GPUs, or an error saying why a CUDA fit cannot run.
 gpus_for_cuda_fit <- function() {
   available <- .Call(C_kdegpu_cuda_device_count)

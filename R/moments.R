@@ -11,7 +11,8 @@
 # lexicographic order). pairs: "all"; "leave_one_out" (queries are the
 # training points, j == i left out); "above" (queries are the training
 # points, only j > i: half a symmetric sum over i != j). backend: "cpu" or
-# "cuda" (the first GPU of options(kdegpu.devices)).
+# "cuda" (every GPU of options(kdegpu.devices), a share of the queries
+# each; the same results however many).
 gaussian_moments <- function(train, weights, query = train, degree = 0L,
                              pairs = c("all", "leave_one_out", "above"),
                              backend = "cpu") {
@@ -20,9 +21,9 @@ gaussian_moments <- function(train, weights, query = train, degree = 0L,
   degree <- as.integer(degree)
   pairs <- match(match.arg(pairs), c("all", "leave_one_out", "above")) - 1L
   if (backend == "cuda") {
-    device <- first_gpu()
+    devices <- gpu_devices(gpus_for_cuda_fit())
     return(.Call(C_kdegpu_moments_cuda, train, as.double(weights), query, degree,
-                 pairs, device, gpu_memory_budget(), cpu_threads(),
+                 pairs, devices, gpu_memory_budget(), cpu_threads(),
                  progress_delay()))
   }
   .Call(C_kdegpu_moments_cpu, train, as.double(weights), query, degree, pairs,

@@ -51,7 +51,7 @@ SEXP kdegpu_sample_cuda(SEXP model, SEXP train, SEXP cumulative, SEXP scale, SEX
 SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
                         SEXP pairs, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
-                         SEXP pairs, SEXP device, SEXP memory_budget,
+                         SEXP pairs, SEXP devices, SEXP memory_budget,
                          SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moment_index(SEXP dim, SEXP degree);
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,

@@ -106,7 +106,7 @@ SEXP kdegpu_moments_cpu(SEXP train, SEXP weight, SEXP query, SEXP degree,
 }
 
 SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
-                         SEXP pairs, SEXP device, SEXP memory_budget,
+                         SEXP pairs, SEXP devices, SEXP memory_budget,
                          SEXP threads, SEXP progress_delay)
 {
   int64_t count;
@@ -114,15 +114,19 @@ SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
   kde_moment_problem pr = arg_moment_problem(train, weight, query, degree,
                                              pairs, n_threads, &count);
   if (pr.n_query > INT_MAX) Rf_error("`query` has too many rows");
-  int gpu = arg_int_scalar(device, "device");
-  if (gpu < 0) Rf_error("`device` must be a non-negative device index");
+  if (TYPEOF(devices) != INTSXP || XLENGTH(devices) < 1 || XLENGTH(devices) > INT_MAX)
+    Rf_error("`devices` must be a non-empty integer vector");
+  for (R_xlen_t i = 0; i < XLENGTH(devices); i++)
+    if (INTEGER(devices)[i] == NA_INTEGER || INTEGER(devices)[i] < 0)
+      Rf_error("`devices` must hold non-negative device indices");
   double budget = arg_double_scalar(memory_budget, "memory_budget");
   SEXP out = PROTECT(moment_result(pr.n_query, count));
   kde_status status;
   kde_status_clear(&status);
   progress_begin(progress_delay);
   if (cuda_allowed(&status) && pr.n_query > 0)
-    kde_cuda_moments(&pr, gpu, budget, poll_between_chunks,
+    kde_cuda_moments(&pr, INTEGER(devices), (int) XLENGTH(devices), budget,
+                     poll_between_chunks,
                      REAL(VECTOR_ELT(out, 0)), REAL(VECTOR_ELT(out, 1)), &status);
   UNPROTECT(1);
   raise_status(&status);

@@ -97,12 +97,13 @@ void kde_cuda_cdf(struct kde_cuda_model *model, const kde_cdf_problem *problem,
   kde_stub_unavailable(status);
 }
 
-void kde_cuda_moments(const kde_moment_problem *problem, int device,
-                      double memory_budget, kde_interrupt_probe interrupted,
+void kde_cuda_moments(const kde_moment_problem *problem, const int *devices,
+                      int n_devices, double memory_budget, kde_interrupt_probe interrupted,
                       double *log_scale, double *sums, kde_status *status)
 {
   (void) problem;
-  (void) device;
+  (void) devices;
+  (void) n_devices;
   (void) memory_budget;
   (void) interrupted;
   (void) log_scale;

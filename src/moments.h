@@ -83,10 +83,11 @@ void kde_cpu_moments(const kde_moment_problem *problem, int threads,
                      double *sums, kde_status *status);
 
 /* CUDA (moments.cu; kde_cuda_stub.c without nvcc): the same results on
- * `device`, using at most `memory_budget` bytes of it (<= 0: the default
- * fraction of free memory). */
-void kde_cuda_moments(const kde_moment_problem *problem, int device,
-                      double memory_budget, kde_interrupt_probe interrupted,
+ * `devices` (n_devices of them, each taking a share of the queries; the
+ * same bits however many), using at most `memory_budget` bytes of each
+ * (<= 0: the default fraction of free memory). */
+void kde_cuda_moments(const kde_moment_problem *problem, const int *devices,
+                      int n_devices, double memory_budget, kde_interrupt_probe interrupted,
                       double *log_scale, double *sums, kde_status *status);
 
 #ifdef __cplusplus

@@ -10,7 +10,9 @@
 #     bash tools/gpu-session.sh
 #
 # Steps: tests (the testthat suite, CUDA backend; TEST_FILTER picks files,
-# e.g. "cuda|sample"), multi (bench/gpu_multi.R on a machine with two GPUs,
+# e.g. "cuda|sample"), constrained (the same under a 16 MiB GPU budget on
+# two replicas of GPU 0, KDEGPU_TEST_* in tests/testthat/helper-backends.R),
+# multi (bench/gpu_multi.R on a machine with two GPUs,
 # to $OUT/gpu-multi.csv), harness (the CUDA
 # harness's correctness mode), plan (its device-plan mode against prune.c),
 # bench (bench/gpu.R, written to $OUT/gpu.csv), prune (bench/prune.R, to
@@ -65,14 +67,18 @@ if [ -n "${REINSTALL:-}" ] || ! Rscript -e 'library(kdegpu)' >/dev/null 2>&1; th
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/gpu.txt" 2>&1
 
+run_tests='filter <- Sys.getenv("TEST_FILTER"); if (!nzchar(filter)) filter <- NULL
+  res <- as.data.frame(testthat::test_local(".", load_package = "installed", filter = filter,
+  reporter = testthat::SummaryReporter$new(show_praise = FALSE), stop_on_failure = FALSE));
+  cat(sprintf("%d passed, %d failed, %d skipped\n", sum(res$passed),
+      sum(res$failed) + sum(res$error), sum(res$skipped)))'
 for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
   case "$s" in
     tests)
-      step tests Rscript -e 'filter <- Sys.getenv("TEST_FILTER"); if (!nzchar(filter)) filter <- NULL
-        res <- as.data.frame(testthat::test_local(".", load_package = "installed", filter = filter,
-        reporter = testthat::SummaryReporter$new(show_praise = FALSE), stop_on_failure = FALSE));
-        cat(sprintf("%d passed, %d failed, %d skipped\n", sum(res$passed),
-            sum(res$failed) + sum(res$error), sum(res$skipped)))' ;;
+      step tests Rscript -e "$run_tests" ;;
+    constrained) # the suite again under a 16 MiB budget on two replicas of GPU 0
+      step constrained env KDEGPU_TEST_GPU_MEMORY=16777216 KDEGPU_TEST_DEVICES=0,0 \
+        Rscript -e "$run_tests" ;;
     harness)
       step harness env SANITIZE=0 PROFILE=0 MODE=test OUT="$out/harness" bash tools/gpu-tests/harness/run.sh ;;
     bench)

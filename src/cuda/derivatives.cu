@@ -1,10 +1,15 @@
 /*
  * derivatives.cu: the kernel-derivative sums of a CUDA fit (the contract:
- * ../derivatives.h; the kernels: derivatives.cuh) on its first device:
- * where the training points come from, the queries' spatial order and each
- * batch's pruning plan (order.cu, derivatives_plan.cu), batches and
- * training shards under the memory budget, the merge of the splits' states
- * in double, and the results back in the caller's order.
+ * ../derivatives.h; the kernels: derivatives.cuh) on every device of its
+ * model: where the training points come from, the queries' spatial order
+ * and each batch's pruning plan (order.cu, derivatives_plan.cu), batches
+ * and training shards under each device's memory budget, the merge of the
+ * splits' states in double, and the results back in the caller's order.
+ *
+ * Devices: each takes the next batch of queries when it has none in
+ * flight. Batches, shards and splits have one size on every device (the
+ * smallest device's), so a query's sums are the same bits whichever
+ * device computes them, and the same as on one device of that size.
  *
  * Adaptive fits never come here (R refuses their derivatives, and
  * kde_cuda_derivative_sums checks): their plain layout has a row of
@@ -33,6 +38,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <thread>
 
 #include "kdegpu/kernels.h"
 #include "derivatives.h"
@@ -66,81 +73,106 @@ double deriv_pair_cost(int64_t d, bool second, bool is_double)
 }
 
 /* Everything one call holds; deriv_free releases it. */
+/* One device's part of a call: its training points, buffers and the batch
+ * it has in flight. */
+template <typename T> struct deriv_device {
+  kde_replica *rep;
+  const T *dev_train; /* the whole training set on this device, or NULL (shards) */
+  const T *anchor;    /* the model's units' anchors when its copy serves (model.cuh) */
+  T *own_dev, *shard;
+  int64_t shard_units, ldq_max, split_cap; /* what its memory allows (deriv_size) */
+  bool direct;        /* reads the ordered queries where they are (on its replica) */
+  double *d_query, *d_acc, *staging;
+  T *d_part;
+  int64_t first, rows; /* the batch in flight; rows 0: none */
+};
+
+/* Everything one call holds; deriv_free releases it. */
 template <typename T> struct deriv_run {
   kde_cuda_model *model;
-  kde_replica *rep;
   const kde_derivative_problem *p;
   bool second;
   int fields;
   deriv_kernel_fn<T> fn;
   size_t smem;
-  int64_t concurrency;       /* resident blocks, all SMs */
   int64_t n_units;
-  /* training points: all on the device, or streamed from the host */
-  const T *dev_train, *host_train;
+  /* the training points in the plain layout on the host (the model's, or
+   * own_host packed here) for devices that do not hold them */
+  const T *host_train;
   int expanded;
-  const T *anchor; /* the model's units' anchors when its copy serves (model.cuh) */
-  T *own_host, *own_dev, *shard;
+  T *own_host;
   double *weight;
-  int64_t shard_units;
   /* queries: ordered (pruning) or as given */
   int prune;
   ordered_queries oq;
   double plan_tolerance;
-  /* batches */
-  int64_t ldq_max, split_cap;
-  double *d_query, *d_acc, *staging;
-  T *d_part;
+  /* One value of each for every device (the smallest of theirs), so that a
+   * batch's splits, shards and rows, and so its sums' order, do not depend
+   * on which device runs it. */
+  int64_t concurrency, shard_units, ldq_max, split_cap;
+  int n_dev;
+  deriv_device<T> *dev;
 };
 
 template <typename T> void deriv_free(deriv_run<T> *r, int failed)
 {
-  kde_replica *rep = r->rep;
-  if (rep != NULL && cudaSetDevice(rep->device) == cudaSuccess) {
+  for (int k = 0; r->dev != NULL && k < r->n_dev; k++) {
+    deriv_device<T> *dv = &r->dev[k];
+    kde_replica *rep = dv->rep;
+    if (rep == NULL || cudaSetDevice(rep->device) != cudaSuccess) continue;
     /* on an error path work may still be queued on what is freed below */
     (void) cudaStreamSynchronize(rep->stream);
-    if (r->own_dev != NULL) (void) cudaFree(r->own_dev);
-    if (r->shard != NULL) (void) cudaFree(r->shard);
-    if (r->d_part != NULL) (void) cudaFree(r->d_part);
-    if (r->d_acc != NULL) (void) cudaFree(r->d_acc);
-    if (r->d_query != NULL) (void) cudaFree(r->d_query);
+    if (dv->own_dev != NULL) (void) cudaFree(dv->own_dev);
+    if (dv->shard != NULL) (void) cudaFree(dv->shard);
+    if (dv->d_part != NULL) (void) cudaFree(dv->d_part);
+    if (dv->d_acc != NULL) (void) cudaFree(dv->d_acc);
+    if (dv->d_query != NULL) (void) cudaFree(dv->d_query);
     if (failed || scratch_bytes(rep) > kKeepScratchBytes) scratch_release(rep);
+    free(dv->staging);
     (void) cudaGetLastError();
   }
   if (r->model != NULL) ordered_queries_free(r->model, &r->oq);
+  free(r->dev);
   free(r->own_host);
   free(r->weight);
-  free(r->staging);
 }
 
-/* The training points' source (see the top of the file). */
+/* The training points' source (see the top of the file): each device's
+ * own copy where the model or an earlier call left one, else the plain
+ * copy packed here once for all of them. */
 template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_status *status)
 {
   const kde_cuda_model *model = r->model;
   const kde_derivative_problem *p = r->p;
   kde_training_set ts;
   kde_cuda_model shell;
+  bool missing = false;
   if (model->layout == KDE_LAYOUT_PLAIN) {
     r->expanded = model->expanded;
-    r->anchor = (const T *) r->rep->anchor;
-    if (model->resident) r->dev_train = (const T *) r->rep->train;
-    else r->host_train = (const T *) model->host_train;
+    for (int k = 0; k < r->n_dev; k++) {
+      r->dev[k].anchor = (const T *) r->dev[k].rep->anchor;
+      if (model->resident) r->dev[k].dev_train = (const T *) r->dev[k].rep->train;
+    }
+    if (!model->resident) r->host_train = (const T *) model->host_train;
     return 0;
   }
   /* aux as the kernel wants it: the Gaussian's gradient up to
    * kDerivMaxFirstDim takes the expanded form where the density's rounding
    * allows it; Hessians, other kernels and the generic kernel beyond take
    * the difference form (derivatives_kernels.cuh) */
-  const int want_expanded = p->kernel == KDE_GAUSSIAN && !r->second && model->rounding_ok &&
-                            p->dim <= kDerivMaxFirstDim;
-  if (r->rep->deriv_train != NULL && r->rep->deriv_expanded == want_expanded) {
+  r->expanded = p->kernel == KDE_GAUSSIAN && !r->second && model->rounding_ok &&
+                p->dim <= kDerivMaxFirstDim;
+  for (int k = 0; k < r->n_dev; k++) {
     /* kept from an earlier call of the same form (another form would make
      * the kernels convert aux in T: the result would depend on which call
      * came first) */
-    r->dev_train = (const T *) r->rep->deriv_train;
-    r->expanded = want_expanded;
-    return 0;
+    kde_replica *rep = r->dev[k].rep;
+    if (rep->deriv_train != NULL && rep->deriv_expanded == r->expanded)
+      r->dev[k].dev_train = (const T *) rep->deriv_train;
+    else
+      missing = true;
   }
+  if (!missing) return 0;
   memset(&ts, 0, sizeof ts);
   ts.kernel = p->kernel;
   ts.n_train = p->n_train;
@@ -156,11 +188,10 @@ template <typename T> int deriv_training(deriv_run<T> *r, int threads, kde_statu
   shell = *model;
   shell.adaptive = 0; /* never one here (kde_cuda_derivative_sums refuses them) */
   shell.layout = KDE_LAYOUT_PLAIN;
-  shell.expanded = want_expanded;
+  shell.expanded = r->expanded;
   shell.tile_elems = (p->dim + 1) * kTileWidth;
   pack_train<T>(&ts, &shell, (const T *) NULL, r->own_host);
   r->host_train = r->own_host;
-  r->expanded = shell.expanded;
   return 0;
 cleanup:
   return -1;
@@ -194,12 +225,13 @@ template <typename T> double batch_rows_min(const deriv_run<T> *r, double per_ro
   return (double) kThreads * (2.0 * per_row + (double) r->fields * sizeof(T));
 }
 
-/* Memory: the training points (unless the fit's own copy serves), then
- * query batches and the splits' partial states, within the budget. */
-template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
+/* One device's memory: the training points (unless its model copy serves),
+ * then what it allows of query batches (ldq_max) and the splits' partial
+ * states (split_cap), within its budget. */
+template <typename T> int deriv_size(deriv_run<T> *r, deriv_device<T> *dv, kde_status *status)
 {
   const kde_cuda_model *model = r->model;
-  kde_replica *rep = r->rep;
+  kde_replica *rep = dv->rep;
   const int64_t d = r->p->dim, m = r->p->n_query;
   const size_t point = (size_t) (d + 1) * sizeof(T);
   const double train_bytes = (double) model->n_points * (double) point;
@@ -208,10 +240,11 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
   double avail = rep->budget, per_row, room;
   int64_t rows;
   if (model->resident) avail -= (double) model->n_points * (double) point_bytes(model);
-  if (r->oq.on_device != NULL) avail -= r->oq.reserved;
+  dv->direct = r->oq.on_device != NULL && r->oq.reserved_on == rep;
+  if (dv->direct) avail -= r->oq.reserved;
   /* per row of a batch: states, the uploaded rows, a plan's share */
   per_row = (double) r->fields * (sizeof(double) + sizeof(T)) +
-            (r->oq.on_device != NULL ? 0.0 : (double) d * sizeof(double));
+            (dv->direct ? 0.0 : (double) d * sizeof(double));
   if (r->prune)
     per_row += (0.9 * units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
                 (double) (2 * d + 1) * sizeof(double)) / kBlockQueries;
@@ -221,59 +254,52 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
    * could leave too little for a batch of Hessians at d = 4.) */
   room = 0.5 * avail;
   if (room > avail - batch_rows_min(r, per_row)) room = avail - batch_rows_min(r, per_row);
-  r->shard_units = r->n_units;
-  if (r->dev_train == NULL && train_bytes <= room) {
+  dv->shard_units = r->n_units;
+  if (dv->dev_train == NULL && train_bytes <= room) {
     /* on the device for this call; a tensor-core model's plain copy (the
      * first, when it takes at most a quarter of the budget) stays for later
      * calls, its bytes out of the budget of every later call on the model */
     const bool keep = model->layout != KDE_LAYOUT_PLAIN && rep->deriv_train == NULL &&
                       train_bytes <= 0.25 * rep->budget;
-    KDE_CUDA_TRY(cudaMalloc((void **) &r->own_dev, (size_t) train_bytes));
-    KDE_CUDA_TRY(cudaMemcpyAsync(r->own_dev, r->host_train, (size_t) train_bytes,
+    KDE_CUDA_TRY(cudaMalloc((void **) &dv->own_dev, (size_t) train_bytes));
+    KDE_CUDA_TRY(cudaMemcpyAsync(dv->own_dev, r->host_train, (size_t) train_bytes,
                                  cudaMemcpyHostToDevice, rep->stream));
     KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
-    r->dev_train = r->own_dev;
+    dv->dev_train = dv->own_dev;
     if (keep) { /* the model's now (model.cu frees it) */
-      rep->deriv_train = r->own_dev;
+      rep->deriv_train = dv->own_dev;
       rep->deriv_expanded = r->expanded;
       rep->budget -= train_bytes;
-      r->own_dev = NULL;
+      dv->own_dev = NULL;
     }
-    r->host_train = NULL;
-    free(r->own_host);
-    r->own_host = NULL;
     avail -= train_bytes;
-  } else if (r->dev_train == NULL) {
-    r->shard_units = room > 0 ? (int64_t) (room / ((double) kUnit * (double) point)) : 0;
-    if (r->shard_units > r->n_units) r->shard_units = r->n_units;
-    if (r->shard_units < 1) {
+  } else if (dv->dev_train == NULL) {
+    dv->shard_units = room > 0 ? (int64_t) (room / ((double) kUnit * (double) point)) : 0;
+    if (dv->shard_units > r->n_units) dv->shard_units = r->n_units;
+    if (dv->shard_units < 1) {
       kde_status_set(status, KDE_ERR_ALLOC,
                      "the GPU memory budget (%.0f bytes) is too small for the derivative"
                      " sums; raise options(kdegpu.gpu_memory = ...)", rep->budget);
       return -1;
     }
-    KDE_CUDA_TRY(cudaMalloc((void **) &r->shard, (size_t) r->shard_units * kUnit * point));
-    avail -= (double) r->shard_units * kUnit * (double) point;
+    KDE_CUDA_TRY(cudaMalloc((void **) &dv->shard, (size_t) dv->shard_units * kUnit * point));
+    avail -= (double) dv->shard_units * kUnit * (double) point;
   }
   /* half the rest for rows */
-  r->ldq_max = (int64_t) (0.5 * avail / per_row) / kThreads * kThreads;
-  if (r->ldq_max > need) r->ldq_max = need;
-  if (r->ldq_max > kMaxBatchRows) r->ldq_max = kMaxBatchRows;
+  dv->ldq_max = (int64_t) (0.5 * avail / per_row) / kThreads * kThreads;
+  if (dv->ldq_max > need) dv->ldq_max = need;
+  if (dv->ldq_max > kMaxBatchRows) dv->ldq_max = kMaxBatchRows;
   rows = (int64_t) (kStagingBytes / ((double) r->fields * sizeof(double))) / kThreads * kThreads;
   if (rows < kThreads) rows = kThreads;
-  if (r->ldq_max > rows) r->ldq_max = rows;
+  if (dv->ldq_max > rows) dv->ldq_max = rows;
   /* bounded work per batch, but a few full waves of blocks at least */
   rows = (int64_t) (kDerivWorkPerBatch /
                     deriv_pair_cost(d, r->second, sizeof(T) == sizeof(double)) /
                     ((double) r->n_units * kUnit));
   if (rows < 4 * r->concurrency * kThreads) rows = 4 * r->concurrency * kThreads;
   rows = rows / kThreads * kThreads;
-  if (r->ldq_max > rows) r->ldq_max = rows;
-  if (r->ldq_max >= kThreads) { /* batches of equal size */
-    const int64_t n_batches = ceil_div(need, r->ldq_max);
-    r->ldq_max = ceil_div(ceil_div(need, n_batches), kThreads) * kThreads;
-  }
-  if (r->ldq_max < kThreads) {
+  if (dv->ldq_max > rows) dv->ldq_max = rows;
+  if (dv->ldq_max < kThreads) {
     kde_status_set(status, KDE_ERR_ALLOC,
                    "the GPU memory budget (%.0f bytes) leaves no room for a batch of %d"
                    " queries of the derivative sums; raise options(kdegpu.gpu_memory = ...)",
@@ -283,20 +309,57 @@ template <typename T> int deriv_size(deriv_run<T> *r, kde_status *status)
   {
     /* as many splits as deriv_splits may ask for a full batch, within
      * the other half */
-    const double cap = 0.5 * avail / ((double) r->ldq_max * r->fields * sizeof(T));
-    int64_t most = ceil_div(4 * r->concurrency, r->ldq_max / kThreads);
+    const double cap = 0.5 * avail / ((double) dv->ldq_max * r->fields * sizeof(T));
+    int64_t most = ceil_div(4 * r->concurrency, dv->ldq_max / kThreads);
     if (most > r->n_units / kMinUnitsPerSplit) most = r->n_units / kMinUnitsPerSplit;
     if (most > 65535) most = 65535;
-    r->split_cap = cap < (double) most ? (int64_t) cap : most;
-    if (r->split_cap < 1) r->split_cap = 1;
+    dv->split_cap = cap < (double) most ? (int64_t) cap : most;
+    if (dv->split_cap < 1) dv->split_cap = 1;
   }
-  KDE_CUDA_TRY(cudaMalloc((void **) &r->d_part,
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* A device's buffers for batches of the call's common size. */
+template <typename T>
+int deriv_buffers(const deriv_run<T> *r, deriv_device<T> *dv, kde_status *status)
+{
+  const int64_t d = r->p->dim;
+  KDE_CUDA_TRY(cudaMalloc((void **) &dv->d_part,
                           (size_t) (r->split_cap * r->fields * r->ldq_max) * sizeof(T)));
-  KDE_CUDA_TRY(cudaMalloc((void **) &r->d_acc,
+  KDE_CUDA_TRY(cudaMalloc((void **) &dv->d_acc,
                           (size_t) (r->fields * r->ldq_max) * sizeof(double)));
-  if (r->oq.on_device == NULL)
-    KDE_CUDA_TRY(cudaMalloc((void **) &r->d_query, (size_t) (d * r->ldq_max) * sizeof(double)));
-  KDE_HOST_ALLOC(r->staging, r->fields * r->ldq_max, "the derivative sums of a batch");
+  if (!dv->direct)
+    KDE_CUDA_TRY(cudaMalloc((void **) &dv->d_query, (size_t) (d * r->ldq_max) * sizeof(double)));
+  KDE_HOST_ALLOC(dv->staging, r->fields * r->ldq_max, "the derivative sums of a batch");
+  return 0;
+cleanup:
+  return -1;
+}
+
+/* Every device's memory, then the call's common limits: the smallest
+ * device's shards, rows and splits. */
+template <typename T> int deriv_plan_devices(deriv_run<T> *r, kde_status *status)
+{
+  const int64_t need = ceil_div(r->p->n_query, kThreads) * kThreads;
+  r->shard_units = r->ldq_max = r->split_cap = INT64_MAX;
+  for (int k = 0; k < r->n_dev; k++) {
+    deriv_device<T> *dv = &r->dev[k];
+    KDE_CUDA_TRY(cudaSetDevice(dv->rep->device));
+    if (deriv_size(r, dv, status) != 0) return -1;
+    if (dv->shard_units < r->shard_units) r->shard_units = dv->shard_units;
+    if (dv->ldq_max < r->ldq_max) r->ldq_max = dv->ldq_max;
+    if (dv->split_cap < r->split_cap) r->split_cap = dv->split_cap;
+  }
+  { /* batches of equal size */
+    const int64_t n_batches = ceil_div(need, r->ldq_max);
+    r->ldq_max = ceil_div(ceil_div(need, n_batches), kThreads) * kThreads;
+  }
+  for (int k = 0; k < r->n_dev; k++) {
+    KDE_CUDA_TRY(cudaSetDevice(r->dev[k].rep->device));
+    if (deriv_buffers(r, &r->dev[k], status) != 0) return -1;
+  }
   return 0;
 cleanup:
   return -1;
@@ -316,23 +379,25 @@ int64_t deriv_splits(int64_t blocks_q, int64_t units, int64_t concurrency, int64
   return ceil_div(units, ceil_div(units, s)); /* whole units, none empty */
 }
 
-/* Rows [first, first + rows) of the (ordered) queries: plan, every shard,
- * merge; their states end in r->staging ([fields][rows]). */
+/* Queues rows [first, first + rows) of the (ordered) queries on a device:
+ * plan, every shard, merge; their states end in its d_acc. */
 template <typename T>
-int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, kde_status *status)
+int deriv_enqueue(deriv_run<T> *r, deriv_device<T> *dv, int64_t first, int64_t rows,
+                  kde_status *status)
 {
-  kde_replica *rep = r->rep;
+  kde_replica *rep = dv->rep;
   const int64_t d = r->p->dim, m = r->p->n_query;
   const int64_t ldq = ceil_div(rows, kThreads) * kThreads, blocks_q = ldq / kThreads;
   const size_t point = (size_t) (d + 1) * sizeof(T);
-  const double *qz = r->oq.on_device != NULL ? r->oq.on_device + first : r->d_query;
-  const int64_t ldz = r->oq.on_device != NULL ? m : r->ldq_max;
+  const double *qz = dv->direct ? r->oq.on_device + first : dv->d_query;
+  const int64_t ldz = dv->direct ? m : r->ldq_max;
   int visiting = 0;
-  if (r->oq.on_device == NULL)
-    KDE_CUDA_TRY(cudaMemcpy2DAsync(r->d_query, (size_t) r->ldq_max * sizeof(double),
+  KDE_CUDA_TRY(cudaSetDevice(rep->device));
+  if (!dv->direct) /* from the host, or from the device that ordered them */
+    KDE_CUDA_TRY(cudaMemcpy2DAsync(dv->d_query, (size_t) r->ldq_max * sizeof(double),
                                    r->oq.z + first, (size_t) m * sizeof(double),
                                    (size_t) rows * sizeof(double), (size_t) d,
-                                   cudaMemcpyHostToDevice, rep->stream));
+                                   cudaMemcpyDefault, rep->stream));
   if (r->prune) {
     batch_plan bp;
     if (buffer_reserve(&rep->plan_box, (size_t) (2 * d * blocks_q) * sizeof(double), status) !=
@@ -349,10 +414,11 @@ int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, kde_status *status
     const int64_t splits = deriv_splits(blocks_q, units, r->concurrency, r->split_cap);
     const int64_t offset = shard_first * kUnit * (d + 1);
     deriv_args<T> a;
-    if (r->dev_train == NULL)
-      KDE_CUDA_TRY(cudaMemcpyAsync(r->shard, r->host_train + offset, (size_t) units * kUnit * point,
-                                   cudaMemcpyHostToDevice, rep->stream));
-    a.train = r->dev_train != NULL ? r->dev_train + offset : r->shard;
+    if (dv->dev_train == NULL)
+      KDE_CUDA_TRY(cudaMemcpyAsync(dv->shard, r->host_train + offset,
+                                   (size_t) units * kUnit * point, cudaMemcpyHostToDevice,
+                                   rep->stream));
+    a.train = dv->dev_train != NULL ? dv->dev_train + offset : dv->shard;
     a.n_points = units * kUnit;
     a.split_points = ceil_div(units, splits) * kUnit;
     a.train_base = shard_first * kUnit;
@@ -362,8 +428,8 @@ int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, kde_status *status
     a.center = rep->model_center;
     a.dim = (int) d;
     a.expanded = r->expanded;
-    a.anchor = r->anchor;
-    a.part = r->d_part;
+    a.anchor = dv->anchor;
+    a.part = dv->d_part;
     a.ldq = ldq;
     a.fields = r->fields;
     a.visit = visiting ? (const int32_t *) rep->visit.ptr : NULL;
@@ -371,49 +437,59 @@ int deriv_batch(deriv_run<T> *r, int64_t first, int64_t rows, kde_status *status
     r->fn<<<dim3((unsigned) blocks_q, (unsigned) splits), kThreads, r->smem, rep->stream>>>(a);
     KDE_CUDA_LAUNCHED("derivative-sum kernel");
     kde_deriv_merge_kernel<T><<<(unsigned) ceil_div(rows, kMergeThreads), kMergeThreads, 0,
-                                rep->stream>>>(r->d_part, (int) splits, r->fields, ldq, rows,
-                                               r->d_acc, r->ldq_max, shard_first == 0);
+                                rep->stream>>>(dv->d_part, (int) splits, r->fields, ldq, rows,
+                                               dv->d_acc, r->ldq_max, shard_first == 0);
     KDE_CUDA_LAUNCHED("derivative-sum merge kernel");
   }
-  KDE_CUDA_TRY(cudaMemcpy2DAsync(r->staging, (size_t) rows * sizeof(double), r->d_acc,
-                                 (size_t) r->ldq_max * sizeof(double),
-                                 (size_t) rows * sizeof(double), (size_t) r->fields,
-                                 cudaMemcpyDeviceToHost, rep->stream));
-  KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  dv->first = first;
+  dv->rows = rows;
   return 0;
 cleanup:
   return -1;
 }
 
-/* A batch's states (r->staging) into the results, in the caller's order:
- * M from log2 to natural units, second's triangle to both halves. */
+/* A device's finished batch: its states back (staging, [fields][rows]) and
+ * into the results, in the caller's order: M from log2 to natural units,
+ * second's triangle to both halves. */
 template <typename T>
-void deriv_scatter(const deriv_run<T> *r, int64_t first, int64_t rows, int threads,
-                   double *log_scale, double *s0, double *k1sum, double *first_out,
-                   double *second_out)
+int deriv_collect(const deriv_run<T> *r, deriv_device<T> *dv, int threads, double *log_scale,
+                  double *s0, double *k1sum, double *first_out, double *second_out,
+                  kde_status *status)
 {
-  const int64_t d = r->p->dim, m = r->p->n_query;
+  const int64_t d = r->p->dim, m = r->p->n_query, first = dv->first, rows = dv->rows;
   const int64_t *order = r->prune ? r->oq.order : NULL;
-  double *st = r->staging;
-  /* one field of the batch to its rows of the caller's column `dst` */
-  auto put = [&](int field, double *dst) {
-    const double *src = st + (int64_t) field * rows;
-    if (order != NULL) kde_scatter_rows(src, order + first, rows, threads, dst);
-    else memcpy(dst + first, src, (size_t) rows * sizeof(double));
-  };
-  double *top = st + kFieldMax * rows; /* log2 of the scale: to natural logs */
-  for (int64_t i = 0; i < rows; i++) top[i] = top[i] > -INFINITY ? top[i] * kLn2 : -INFINITY;
-  put(kFieldMax, log_scale);
-  put(kFieldS0, s0);
-  put(kFieldK1, k1sum);
-  for (int64_t c = 0; c < d; c++) put(kFieldFirst + (int) c, first_out + c * m);
-  if (second_out != NULL)
-    for (int64_t b = 0; b < d; b++)
-      for (int64_t c = 0; c <= b; c++) {
-        const int field = kFieldFirst + (int) (d + b * (b + 1) / 2 + c);
-        put(field, second_out + (c + b * d) * m);
-        if (c != b) put(field, second_out + (b + c * d) * m);
-      }
+  double *st = dv->staging;
+  KDE_CUDA_TRY(cudaSetDevice(dv->rep->device));
+  KDE_CUDA_TRY(cudaMemcpy2DAsync(st, (size_t) rows * sizeof(double), dv->d_acc,
+                                 (size_t) r->ldq_max * sizeof(double),
+                                 (size_t) rows * sizeof(double), (size_t) r->fields,
+                                 cudaMemcpyDeviceToHost, dv->rep->stream));
+  KDE_CUDA_TRY(cudaStreamSynchronize(dv->rep->stream));
+  dv->rows = 0;
+  {
+    /* one field of the batch to its rows of the caller's column `dst` */
+    auto put = [&](int field, double *dst) {
+      const double *src = st + (int64_t) field * rows;
+      if (order != NULL) kde_scatter_rows(src, order + first, rows, threads, dst);
+      else memcpy(dst + first, src, (size_t) rows * sizeof(double));
+    };
+    double *top = st + kFieldMax * rows; /* log2 of the scale: to natural logs */
+    for (int64_t i = 0; i < rows; i++) top[i] = top[i] > -INFINITY ? top[i] * kLn2 : -INFINITY;
+    put(kFieldMax, log_scale);
+    put(kFieldS0, s0);
+    put(kFieldK1, k1sum);
+    for (int64_t c = 0; c < d; c++) put(kFieldFirst + (int) c, first_out + c * m);
+    if (second_out != NULL)
+      for (int64_t b = 0; b < d; b++)
+        for (int64_t c = 0; c <= b; c++) {
+          const int field = kFieldFirst + (int) (d + b * (b + 1) / 2 + c);
+          put(field, second_out + (c + b * d) * m);
+          if (c != b) put(field, second_out + (b + c * d) * m);
+        }
+  }
+  return 0;
+cleanup:
+  return -1;
 }
 
 template <typename T>
@@ -423,7 +499,8 @@ void derivative_sums_impl(kde_cuda_model *model, const kde_derivative_problem *p
                           double *second, kde_status *status)
 {
   deriv_run<T> r;
-  int prev = -1, failed = 1, blocks_per_sm = 0;
+  int prev = -1, failed = 1;
+  int64_t next = 0, done = 0;
   memset(&r, 0, sizeof r);
   r.model = model;
   r.p = p;
@@ -439,33 +516,68 @@ void derivative_sums_impl(kde_cuda_model *model, const kde_derivative_problem *p
     return;
   }
   KDE_CUDA_TRY(cudaGetDevice(&prev));
-  r.rep = &model->rep[0];
-  KDE_CUDA_TRY(cudaSetDevice(r.rep->device));
-  if (r.smem > r.rep->smem_optin) {
-    kde_status_set(status, KDE_ERR_ARGUMENT,
-                   "the GPU derivative sums at d = %lld need %.0f bytes of shared memory,"
-                   " more than this GPU has (%.0f)", (long long) p->dim, (double) r.smem,
-                   (double) r.rep->smem_optin);
-    goto cleanup;
+  r.n_dev = model->n_devices;
+  KDE_HOST_ALLOC(r.dev, r.n_dev, "the devices' parts");
+  memset(r.dev, 0, (size_t) r.n_dev * sizeof *r.dev);
+  r.concurrency = INT64_MAX;
+  for (int k = 0; k < r.n_dev; k++) {
+    kde_replica *rep = &model->rep[k];
+    int blocks_per_sm = 0;
+    r.dev[k].rep = rep;
+    KDE_CUDA_TRY(cudaSetDevice(rep->device));
+    if (r.smem > rep->smem_optin) {
+      kde_status_set(status, KDE_ERR_ARGUMENT,
+                     "the GPU derivative sums at d = %lld need %.0f bytes of shared memory,"
+                     " more than GPU %d has (%.0f)", (long long) p->dim, (double) r.smem,
+                     rep->device, (double) rep->smem_optin);
+      goto cleanup;
+    }
+    if (r.smem > 48 * 1024)
+      KDE_CUDA_TRY(cudaFuncSetAttribute(r.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int) r.smem));
+    KDE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, r.fn, kThreads,
+                                                               r.smem));
+    const int64_t c = (int64_t) (blocks_per_sm > 0 ? blocks_per_sm : 1) * rep->multiprocessors;
+    if (c < r.concurrency) r.concurrency = c;
   }
-  if (r.smem > 48 * 1024)
-    KDE_CUDA_TRY(cudaFuncSetAttribute(r.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int) r.smem));
-  KDE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, r.fn, kThreads,
-                                                             r.smem));
-  r.concurrency = (int64_t) (blocks_per_sm > 0 ? blocks_per_sm : 1) * r.rep->multiprocessors;
   if (deriv_training(&r, threads, status) != 0 ||
-      deriv_order(&r, tolerance, threads, status) != 0 || deriv_size(&r, status) != 0)
+      deriv_order(&r, tolerance, threads, status) != 0 || deriv_plan_devices(&r, status) != 0)
     goto cleanup;
-  for (int64_t at = 0; at < p->n_query; at += r.ldq_max) {
-    const int64_t rows = p->n_query - at < r.ldq_max ? p->n_query - at : r.ldq_max;
-    if (deriv_batch(&r, at, rows, status) != 0) goto cleanup;
-    deriv_scatter(&r, at, rows, threads, log_scale, s0, k1sum, first, second);
-    if (at + rows < p->n_query && interrupted != NULL &&
-        interrupted((double) (at + rows) / (double) p->n_query)) {
+  /* Each device with nothing in flight takes the next batch; a finished
+   * batch comes back while the others run. The interrupt probe runs here,
+   * between batches, on this thread. */
+  for (;;) {
+    int in_flight = 0, finished = 0;
+    for (int k = 0; k < r.n_dev; k++) {
+      deriv_device<T> *dv = &r.dev[k];
+      if (dv->rows == 0 && next < p->n_query) {
+        const int64_t rows = p->n_query - next < r.ldq_max ? p->n_query - next : r.ldq_max;
+        if (deriv_enqueue(&r, dv, next, rows, status) != 0) goto cleanup;
+        next += rows;
+      }
+      if (dv->rows > 0) in_flight++;
+    }
+    if (in_flight == 0) break;
+    for (int k = 0; k < r.n_dev; k++) {
+      deriv_device<T> *dv = &r.dev[k];
+      if (dv->rows == 0) continue;
+      if (in_flight > 1) { /* else wait for the one in flight */
+        KDE_CUDA_TRY(cudaSetDevice(dv->rep->device));
+        const cudaError_t state = cudaStreamQuery(dv->rep->stream);
+        if (state == cudaErrorNotReady) continue;
+        KDE_CUDA_TRY(state);
+      }
+      done += dv->rows;
+      if (deriv_collect(&r, dv, threads, log_scale, s0, k1sum, first, second, status) != 0)
+        goto cleanup;
+      finished++;
+    }
+    if (finished > 0 && done < p->n_query && interrupted != NULL &&
+        interrupted((double) done / (double) p->n_query)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       goto cleanup;
     }
+    if (finished == 0) std::this_thread::yield();
   }
   failed = 0;
 cleanup:

@@ -1,5 +1,6 @@
 /*
- * moments.cu: Gaussian moment sums on one GPU (the contract: moments.h).
+ * moments.cu: Gaussian moment sums on one or several GPUs (the contract:
+ * moments.h).
  *
  * One thread per query; the block's threads stream the training points
  * through shared memory in tiles, as the density kernels do. Per pair: the
@@ -18,8 +19,10 @@
  * output array in global memory (coalesced over queries) and adds a tile's
  * worth at a time; correct for any d, slower.
  *
- * Queries run in batches sized by the memory budget and by time (the
- * interrupt poll comes between batches).
+ * Each device listed takes a contiguous share of the queries (equal shares
+ * of the pairs) and runs it in batches sized by its memory budget and by
+ * time (the interrupt poll comes between rounds of batches). These sums
+ * have no fit, so no device model: each call uploads the training set.
  */
 #include <cuda_runtime.h>
 
@@ -289,31 +292,65 @@ moment_kernel select_moment_kernel(int dim, int degree)
   }
 }
 
+/* One device's share of the queries, [first, first + n), and its buffers. */
+struct moment_device {
+  int device;
+  cudaStream_t stream;
+  int64_t first, n, done, batch, rows; /* rows: the batch in flight */
+  double *train, *log_weight, *query, *scale, *sums;
+  int8_t *factors;
+};
+
+void moment_device_free(moment_device *md)
+{
+  if (md->stream == NULL || cudaSetDevice(md->device) != cudaSuccess) return;
+  (void) cudaStreamSynchronize(md->stream);
+  if (md->train != NULL) (void) cudaFree(md->train);
+  if (md->log_weight != NULL) (void) cudaFree(md->log_weight);
+  if (md->query != NULL) (void) cudaFree(md->query);
+  if (md->scale != NULL) (void) cudaFree(md->scale);
+  if (md->sums != NULL) (void) cudaFree(md->sums);
+  if (md->factors != NULL) (void) cudaFree(md->factors);
+  (void) cudaStreamDestroy(md->stream);
+  (void) cudaGetLastError();
+}
+
+/* Where device k of n_dev starts: equal shares of the pairs (under
+ * KDE_PAIRS_ABOVE row i has n - 1 - i of them, so the shares of rows
+ * shrink). */
+int64_t share_start(int k, int n_dev, int64_t m, int pairs)
+{
+  if (k >= n_dev) return m;
+  if (pairs != KDE_PAIRS_ABOVE) return m * k / n_dev;
+  const int64_t at = (int64_t) ((double) m * (1.0 - sqrt(1.0 - (double) k / n_dev)));
+  return at < m ? at : m;
+}
+
 } // namespace
 
-extern "C" void kde_cuda_moments(const kde_moment_problem *pr, int device,
-                                 double memory_budget,
+extern "C" void kde_cuda_moments(const kde_moment_problem *pr, const int *devices,
+                                 int n_devices, double memory_budget,
                                  kde_interrupt_probe interrupted,
                                  double *log_scale, double *sums,
                                  kde_status *status)
 {
   const int64_t n = pr->n_train, m = pr->n_query, d = pr->dim;
   const int64_t count = kde_moment_count(d, pr->degree, INT32_MAX);
+  const int64_t factor_bytes = count * (pr->degree > 0 ? pr->degree : 1);
   int *exponents = NULL;
   int8_t *factors = NULL;
-  double *d_train = NULL, *d_lw = NULL, *d_query = NULL, *d_scale = NULL, *d_sums = NULL;
-  int8_t *d_factors = NULL;
+  moment_device *devs = NULL;
   int prev = -1;
-  size_t free_b = 0, total_b = 0, shared_bytes = 0;
-  double budget, fixed, per_row;
-  int64_t batch, by_time;
+  size_t shared_bytes = 0;
+  int64_t done = 0;
   moment_args args;
   moment_kernel kernel = NULL;
 
   kde_status_clear(status);
   if (n < 1 || d < 1 || m < 0 || count < 0 || pr->degree < 0 ||
       pr->degree > KDE_MOMENT_MAX_DEGREE || pr->pairs < KDE_PAIRS_ALL ||
-      pr->pairs > KDE_PAIRS_ABOVE || (pr->pairs != KDE_PAIRS_ALL && m != n)) {
+      pr->pairs > KDE_PAIRS_ABOVE || (pr->pairs != KDE_PAIRS_ALL && m != n) ||
+      devices == NULL || n_devices < 1) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "internal: invalid problem passed to the CUDA moment sums");
     return;
@@ -322,7 +359,7 @@ extern "C" void kde_cuda_moments(const kde_moment_problem *pr, int device,
   kernel = d <= kMaxSmallDim ? select_moment_kernel((int) d, pr->degree) : NULL;
   /* the generic kernel's list of each monomial's coordinates */
   KDE_HOST_ALLOC(exponents, count * d, "the moment index");
-  KDE_HOST_ALLOC(factors, count * (pr->degree > 0 ? pr->degree : 1), "the moment index");
+  KDE_HOST_ALLOC(factors, factor_bytes, "the moment index");
   kde_moment_index(d, pr->degree, count, exponents, NULL, NULL);
   for (int64_t i = 0; i < count; i++) {
     int f = 0;
@@ -340,89 +377,120 @@ extern "C" void kde_cuda_moments(const kde_moment_problem *pr, int device,
   shared_bytes = kernel == NULL ? (size_t) (d + 1) * kGenericTile * sizeof(double) : 0;
 
   KDE_CUDA_TRY(cudaGetDevice(&prev));
-  KDE_CUDA_TRY(cudaSetDevice(device));
-  KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-  if (kernel == NULL && shared_bytes > 48 * 1024)
-    KDE_CUDA_TRY(cudaFuncSetAttribute(moments_generic,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int) shared_bytes));
-  budget = budget_bytes(memory_budget, free_b);
-  fixed = (double) (n * (d + 1)) * sizeof(double) + (double) (count * pr->degree);
-  per_row = (double) (d + 1 + count) * sizeof(double);
-  batch = (int64_t) ((budget - fixed) / per_row);
-  by_time = (int64_t) (kPairsPerBatch / (double) n);
-  if (by_time < kMinBatchRows) by_time = kMinBatchRows;
-  if (batch > by_time) batch = by_time;
-  if (batch > m) batch = m;
-  if (batch < kThreads && batch < m) {
-    kde_status_set(status, KDE_ERR_ALLOC,
-                   "the GPU memory budget (%.0f bytes) cannot hold the training"
-                   " set (%.0f bytes) for the moment sums; raise"
-                   " options(kdegpu.gpu_memory = ...)", budget, fixed);
-    goto cleanup;
+  KDE_HOST_ALLOC(devs, n_devices, "the devices' shares");
+  memset(devs, 0, (size_t) n_devices * sizeof *devs);
+  /* Each device: the training set, and batches of its share of the queries
+   * under its budget. A query's sums do not depend on its batch or device
+   * (its thread sums every pair in the same order), so shares and batches
+   * are free. */
+  for (int k = 0; k < n_devices; k++) {
+    moment_device *md = &devs[k];
+    size_t free_b = 0, total_b = 0;
+    md->device = devices[k];
+    md->first = share_start(k, n_devices, m, pr->pairs);
+    md->n = share_start(k + 1, n_devices, m, pr->pairs) - md->first;
+    if (md->n == 0) continue;
+    KDE_CUDA_TRY(cudaSetDevice(md->device));
+    KDE_CUDA_TRY(cudaStreamCreateWithFlags(&md->stream, cudaStreamNonBlocking));
+    KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    if (kernel == NULL && shared_bytes > 48 * 1024)
+      KDE_CUDA_TRY(cudaFuncSetAttribute(moments_generic,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int) shared_bytes));
+    const double budget = budget_bytes(memory_budget, free_b);
+    const double fixed = (double) (n * (d + 1)) * sizeof(double) + (double) factor_bytes;
+    const double per_row = (double) (d + 1 + count) * sizeof(double);
+    int64_t by_time = (int64_t) (kPairsPerBatch / (double) n);
+    md->batch = (int64_t) ((budget - fixed) / per_row);
+    if (by_time < kMinBatchRows) by_time = kMinBatchRows;
+    if (md->batch > by_time) md->batch = by_time;
+    if (md->batch > md->n) md->batch = md->n;
+    if (md->batch < kThreads && md->batch < md->n) {
+      kde_status_set(status, KDE_ERR_ALLOC,
+                     "the GPU memory budget (%.0f bytes) cannot hold the training"
+                     " set (%.0f bytes) for the moment sums; raise"
+                     " options(kdegpu.gpu_memory = ...)", budget, fixed);
+      goto cleanup;
+    }
+    KDE_CUDA_TRY(cudaMalloc((void **) &md->train, (size_t) (n * d) * sizeof(double)));
+    KDE_CUDA_TRY(cudaMalloc((void **) &md->log_weight, (size_t) n * sizeof(double)));
+    KDE_CUDA_TRY(cudaMalloc((void **) &md->query, (size_t) (md->batch * d) * sizeof(double)));
+    KDE_CUDA_TRY(cudaMalloc((void **) &md->scale, (size_t) md->batch * sizeof(double)));
+    KDE_CUDA_TRY(cudaMalloc((void **) &md->sums, (size_t) (md->batch * count) * sizeof(double)));
+    KDE_CUDA_TRY(cudaMalloc((void **) &md->factors, (size_t) factor_bytes));
+    KDE_CUDA_TRY(cudaMemcpyAsync(md->train, pr->train, (size_t) (n * d) * sizeof(double),
+                                 cudaMemcpyHostToDevice, md->stream));
+    KDE_CUDA_TRY(cudaMemcpyAsync(md->log_weight, pr->log_weight, (size_t) n * sizeof(double),
+                                 cudaMemcpyHostToDevice, md->stream));
+    KDE_CUDA_TRY(cudaMemcpyAsync(md->factors, factors, (size_t) factor_bytes,
+                                 cudaMemcpyHostToDevice, md->stream));
   }
 
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_train, (size_t) (n * d) * sizeof(double)));
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_lw, (size_t) n * sizeof(double)));
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_query, (size_t) (batch * d) * sizeof(double)));
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_scale, (size_t) batch * sizeof(double)));
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_sums, (size_t) (batch * count) * sizeof(double)));
-  KDE_CUDA_TRY(cudaMalloc((void **) &d_factors, (size_t) (count * (pr->degree > 0 ? pr->degree : 1))));
-  KDE_CUDA_TRY(cudaMemcpy(d_train, pr->train, (size_t) (n * d) * sizeof(double),
-                          cudaMemcpyHostToDevice));
-  KDE_CUDA_TRY(cudaMemcpy(d_lw, pr->log_weight, (size_t) n * sizeof(double),
-                          cudaMemcpyHostToDevice));
-  KDE_CUDA_TRY(cudaMemcpy(d_factors, factors, (size_t) (count * (pr->degree > 0 ? pr->degree : 1)),
-                          cudaMemcpyHostToDevice));
-
-  args.train = d_train;
-  args.log_weight = d_lw;
-  args.query = d_query;
-  args.factors = d_factors;
+  args.log_weight = NULL;
   args.n = n;
   args.dim = (int) d;
   args.degree = pr->degree;
   args.count = (int) count;
   args.pairs = pr->pairs;
-  args.log_scale = d_scale;
-  args.sums = d_sums;
-  for (int64_t first = 0; first < m; first += batch) {
-    const int64_t rows = m - first < batch ? m - first : batch;
-    const unsigned blocks = (unsigned) ((rows + kThreads - 1) / kThreads);
-    args.rows = rows;
-    args.first = first;
-    KDE_CUDA_TRY(cudaMemcpy2D(d_query, (size_t) rows * sizeof(double), pr->query + first,
-                              (size_t) m * sizeof(double), (size_t) rows * sizeof(double),
-                              (size_t) d, cudaMemcpyHostToDevice));
-    if (kernel != NULL) {
-      kernel<<<blocks, kThreads>>>(args);
-      KDE_CUDA_LAUNCHED("moment-sum kernel");
-    } else {
-      KDE_CUDA_TRY(cudaMemset(d_sums, 0, (size_t) (rows * count) * sizeof(double)));
-      moments_generic<<<blocks, kThreads, shared_bytes>>>(args);
-      KDE_CUDA_LAUNCHED("generic moment-sum kernel");
+  /* Rounds: every device with queries left queues a batch, then each
+   * batch comes back in turn (the others run meanwhile). */
+  while (done < m) {
+    for (int k = 0; k < n_devices; k++) {
+      moment_device *md = &devs[k];
+      md->rows = md->n - md->done < md->batch ? md->n - md->done : md->batch;
+      if (md->rows == 0) continue;
+      const int64_t first = md->first + md->done;
+      KDE_CUDA_TRY(cudaSetDevice(md->device));
+      args.train = md->train;
+      args.log_weight = md->log_weight;
+      args.factors = md->factors;
+      args.query = md->query;
+      args.rows = md->rows;
+      args.first = first;
+      args.log_scale = md->scale;
+      args.sums = md->sums;
+      KDE_CUDA_TRY(cudaMemcpy2DAsync(md->query, (size_t) md->rows * sizeof(double),
+                                     pr->query + first, (size_t) m * sizeof(double),
+                                     (size_t) md->rows * sizeof(double), (size_t) d,
+                                     cudaMemcpyHostToDevice, md->stream));
+      const unsigned blocks = (unsigned) ((md->rows + kThreads - 1) / kThreads);
+      if (kernel != NULL) {
+        kernel<<<blocks, kThreads, 0, md->stream>>>(args);
+        KDE_CUDA_LAUNCHED("moment-sum kernel");
+      } else {
+        KDE_CUDA_TRY(cudaMemsetAsync(md->sums, 0, (size_t) (md->rows * count) * sizeof(double),
+                                     md->stream));
+        moments_generic<<<blocks, kThreads, shared_bytes, md->stream>>>(args);
+        KDE_CUDA_LAUNCHED("generic moment-sum kernel");
+      }
     }
-    KDE_CUDA_TRY(cudaMemcpy(log_scale + first, d_scale, (size_t) rows * sizeof(double),
-                            cudaMemcpyDeviceToHost));
-    KDE_CUDA_TRY(cudaMemcpy2D(sums + first, (size_t) m * sizeof(double), d_sums,
-                              (size_t) rows * sizeof(double), (size_t) rows * sizeof(double),
-                              (size_t) count, cudaMemcpyDeviceToHost));
-    if (interrupted != NULL && first + rows < m &&
-        interrupted((double) (first + rows) / (double) m)) {
+    for (int k = 0; k < n_devices; k++) {
+      moment_device *md = &devs[k];
+      if (md->rows == 0) continue;
+      const int64_t first = md->first + md->done;
+      KDE_CUDA_TRY(cudaSetDevice(md->device));
+      KDE_CUDA_TRY(cudaMemcpyAsync(log_scale + first, md->scale,
+                                   (size_t) md->rows * sizeof(double), cudaMemcpyDeviceToHost,
+                                   md->stream));
+      KDE_CUDA_TRY(cudaMemcpy2DAsync(sums + first, (size_t) m * sizeof(double), md->sums,
+                                     (size_t) md->rows * sizeof(double),
+                                     (size_t) md->rows * sizeof(double), (size_t) count,
+                                     cudaMemcpyDeviceToHost, md->stream));
+      KDE_CUDA_TRY(cudaStreamSynchronize(md->stream));
+      md->done += md->rows;
+      done += md->rows;
+    }
+    if (interrupted != NULL && done < m && interrupted((double) done / (double) m)) {
       kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
       goto cleanup;
     }
   }
 
 cleanup:
+  for (int k = 0; devs != NULL && k < n_devices; k++) moment_device_free(&devs[k]);
+  free(devs);
   free(exponents);
   free(factors);
-  if (d_train != NULL) (void) cudaFree(d_train);
-  if (d_lw != NULL) (void) cudaFree(d_lw);
-  if (d_query != NULL) (void) cudaFree(d_query);
-  if (d_scale != NULL) (void) cudaFree(d_scale);
-  if (d_sums != NULL) (void) cudaFree(d_sums);
-  if (d_factors != NULL) (void) cudaFree(d_factors);
   (void) cudaGetLastError();
   if (prev >= 0) (void) cudaSetDevice(prev);
 }

@@ -24,3 +24,14 @@ be_label <- function(be, ...) paste(be$name, ...)
 skip_without_gpu <- function() {
   skip_if_not(has_gpu(), "no usable GPU")
 }
+
+# The whole suite under a small GPU memory budget or on several replicas
+# (tools/gpu-session.sh's step "constrained"): KDEGPU_TEST_GPU_MEMORY (bytes)
+# and KDEGPU_TEST_DEVICES (e.g. "0,0") set the options for every test; a
+# test that sets them itself overrides them.
+local({
+  budget <- Sys.getenv("KDEGPU_TEST_GPU_MEMORY")
+  if (nzchar(budget)) options(kdegpu.gpu_memory = as.numeric(budget))
+  devices <- Sys.getenv("KDEGPU_TEST_DEVICES")
+  if (nzchar(devices)) options(kdegpu.devices = as.integer(strsplit(devices, ",")[[1L]]))
+})

@@ -60,6 +60,36 @@ test_that("moment sums equal direct loops (d = 1..3, degree <= 4, weights, pairs
   }
 })
 
+test_that("CUDA: moment sums on several GPUs are one GPU's bits", {
+  skip_without_gpu()
+  n_gpus <- nrow(kdegpu_info()$gpus)
+  # with one GPU, two replicas on it run the same several-device code
+  all_gpus <- if (n_gpus >= 2) seq_len(n_gpus) - 1L else c(0L, 0L)
+  set.seed(13)
+  moments <- function(devices, budget, ...) {
+    with_kde_options(list(kdegpu.devices = devices, kdegpu.gpu_memory = budget),
+                     kdegpu:::gaussian_moments(...))
+  }
+  for (d in c(2L, 5L)) { # the small kernel, the generic one
+    train <- matrix(rnorm(3000 * d), ncol = d)
+    query <- matrix(rnorm(2000 * d), ncol = d)
+    for (pairs in c("all", "above")) {
+      q <- if (pairs == "all") query else train
+      lab <- paste("d =", d, pairs)
+      w <- runif(3000)
+      one <- moments(0L, NULL, train, w, q, 2L, pairs, "cuda")
+      # a share of the queries on each device, in one batch or (a small
+      # budget) in batches of a few hundred rows
+      expect_identical(moments(all_gpus, NULL, train, w, q, 2L, pairs, "cuda"), one,
+                       label = lab)
+      expect_identical(moments(all_gpus, 2^18, train, w, q, 2L, pairs, "cuda"), one,
+                       label = paste(lab, "small budget"))
+      cpu <- kdegpu:::gaussian_moments(train, w, q, 2L, pairs, "cpu")
+      expect_equal(one$sums, cpu$sums, tolerance = moment_tol("cuda"), label = lab)
+    }
+  }
+})
+
 test_that("the multi-indices come in the documented order", {
   expect_equal(kdegpu:::moment_index(2, 2L),
                rbind(c(0, 0), c(1, 0), c(0, 1), c(2, 0), c(1, 1), c(0, 2)),

@@ -397,3 +397,34 @@ test_that("CUDA: derivative sums match the CPU's over many tiles, pruned, in bat
     }
   }
 })
+
+test_that("CUDA: derivatives on several GPUs are one GPU's bits", {
+  skip_without_gpu()
+  n_gpus <- nrow(kdegpu_info()$gpus)
+  # with one GPU, two replicas on it run the same several-device code
+  all_gpus <- if (n_gpus >= 2) seq_len(n_gpus) - 1L else c(0L, 0L)
+  # Clusters far apart: pruning leaves uneven work per batch, so the devices
+  # take the batches as they free up.
+  set.seed(845)
+  centers <- matrix(runif(10 * 3, -30, 30), 10, 3)
+  x <- centers[sample.int(10, 20000, replace = TRUE), ] + matrix(rnorm(60000), ncol = 3)
+  q <- ref_queries(x, 20000, seed = 846)
+  derivatives <- function(devices, kernel, precision, budget) {
+    with_kde_options(list(kdegpu.devices = devices, kdegpu.gpu_memory = budget), {
+      fit <- kde_gpu(x, kernel = kernel, backend = "cuda", precision = precision)
+      list(gradient = predict(fit, q, type = "gradient"),
+           hessian = predict(fit, q, type = "hessian", log = TRUE, tolerance = 0))
+    })
+  }
+  for (kernel in c("gaussian", "epanechnikov")) {
+    for (precision in c("double", "single")) {
+      # one batch (the first device does it all), then batches of a few
+      # thousand queries and the training set in shards under a 4 MiB budget
+      for (budget in list(NULL, 2^22)) {
+        lab <- paste(kernel, precision, if (is.null(budget)) "" else "4 MiB")
+        one <- derivatives(0L, kernel, precision, budget)
+        expect_identical(derivatives(all_gpus, kernel, precision, budget), one, label = lab)
+      }
+    }
+  }
+})
