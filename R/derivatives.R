@@ -2,8 +2,8 @@
 # (predict(type = "gradient" / "hessian")), and the mean-shift step behind
 # kde_modes() and kde_gpu(debias = TRUE). A CUDA fit's sums come from the
 # fused derivative kernels (src/cuda/derivatives.cu; every kernel, the fit's
-# precision); a CPU fit's from the moment-sum engine for the Gaussian
-# (moments.R) and from src/derivatives.c for the others. All give, per
+# precision); a CPU fit's from src/derivatives.c (the Gaussian's through the
+# moment-sum engine, src/moments.c). All give, per
 # query, in whitened units (z = (x - center) A, v = z_j - z_q, t = |v|^2,
 # k1 = dk/dt, k2 = d^2k/dt^2):
 #   log_scale M, s0 = sum w k e^-M, k1sum = sum w k1 e^-M,
@@ -28,43 +28,26 @@ check_differentiable <- function(object, what) {
 }
 
 # log_weights: log(object$tile_weights), for callers that sum many times.
+# finish: NULL (the sums), or list(log_const, transform, log, columns): the
+# estimate's gradient, log-density and Hessian, finished in the same trip
+# down to C (kdegpu_derivative_sums_*).
 derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL,
-                            log_weights = log(object$tile_weights)) {
+                            log_weights = log(object$tile_weights), finish = NULL) {
   # Where the GPU does not serve the fit (capability_table(): beyond its
   # dimensions, or an adaptive fit, whose kernels differ per point and
   # whose scales only src/derivatives.c takes), its sums run on the CPU.
-  adaptive <- !is.null(object$adaptive)
-  d <- object$d
-  if (gpu_serves("gradient, hessian, modes", object)) {
+  res <- if (gpu_serves("gradient, hessian, modes", object)) {
     tolerance <- resolve_tolerance(tolerance, object)
-    res <- .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object, tolerance),
-                 kernel_index(object$kernel), object$z, log_weights, zq, second,
-                 tolerance, cpu_threads(), progress_delay())
-    names(res) <- c("log_scale", "s0", "k1sum", "first", "second")
-    return(res)
+    .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object, tolerance),
+          kernel_index(object$kernel), object$z, log_weights, zq, second, tolerance, finish,
+          cpu_threads(), progress_delay())
+  } else {
+    scale <- if (!is.null(object$adaptive)) object$tile_scale
+    .Call(C_kdegpu_derivative_sums_cpu, kernel_index(object$kernel), object$z, log_weights,
+          scale, zq, second, finish, cpu_threads(), progress_delay())
   }
-  if (object$kernel == "gaussian" && !adaptive) {
-    # k = e^(-t/2): k1 = -k / 2, k2 = k / 4 (kernels.h)
-    degree <- if (second) 2L else 1L
-    moments <- gaussian_moments(object$z, object$tile_weights, zq, degree, "all",
-                                "cpu")
-    index <- moment_index(d, degree)
-    total <- rowSums(index)
-    column_of <- function(a) which(total == sum(a) & colSums(t(index) == a) == d)
-    s0 <- moments$sums[, 1L]
-    first <- -0.5 * moments$sums[, vapply(seq_len(d), function(c) column_of(diag(d)[c, ]), 0L),
-                                 drop = FALSE]
-    out <- list(log_scale = moments$log_scale, s0 = s0, k1sum = -0.5 * s0, first = first)
-    if (second) {
-      pairs <- expand.grid(c = seq_len(d), e = seq_len(d))
-      columns <- mapply(function(c, e) column_of(diag(d)[c, ] + diag(d)[e, ]), pairs$c, pairs$e)
-      out$second <- 0.25 * moments$sums[, columns, drop = FALSE]
-    }
-    return(out)
-  }
-  res <- .Call(C_kdegpu_derivative_sums_cpu, kernel_index(object$kernel), object$z,
-               log_weights, if (adaptive) object$tile_scale, zq, second, cpu_threads(), progress_delay())
-  names(res) <- c("log_scale", "s0", "k1sum", "first", "second")
+  names(res) <- if (is.null(finish)) c("log_scale", "s0", "k1sum", "first", "second")
+                else c("gradient", "log_density", "hessian")
   res
 }
 
@@ -88,15 +71,11 @@ evaluate_derivative <- function(object, query, type, log, tolerance = NULL) {
 # divided by f = C e^M s0 (no overflow: M cancels), less score score' for
 # the Hessian of log f.
 unbounded_derivative <- function(object, query, second, log, tolerance) {
-  columns <- colnames(object$x)
-  sums <- derivative_sums(object, whiten(object, query), second = second,
-                          tolerance = tolerance)
-  # One pass in C (kdegpu_derivative_results): at m = 1e6 R's m x d^2
-  # temporaries cost more than the GPU's sums.
-  res <- .Call(C_kdegpu_derivative_results, sums$log_scale, sums$s0, sums$k1sum, sums$first,
-               if (second) sums$second, object$log_const, object$transform, log, columns,
-               cpu_threads())
-  names(res) <- c("gradient", "log_density", "hessian")
+  # finished in C: at m = 1e6 R's m x d^2 temporaries cost more than the
+  # GPU's sums
+  finish <- list(object$log_const, object$transform, log, colnames(object$x))
+  res <- derivative_sums(object, whiten(object, query), second = second,
+                         tolerance = tolerance, finish = finish)
   if (second) res else res[1:2]
 }
 

@@ -55,13 +55,10 @@ SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
                          SEXP threads, SEXP progress_delay);
 SEXP kdegpu_moment_index(SEXP dim, SEXP degree);
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
-                                SEXP scale, SEXP query, SEXP second, SEXP threads,
-                                SEXP progress_delay);
+                                SEXP scale, SEXP query, SEXP second, SEXP finish,
+                                SEXP threads, SEXP progress_delay);
 SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
-                                 SEXP query, SEXP second, SEXP tolerance, SEXP threads,
-                                 SEXP progress_delay);
-SEXP kdegpu_derivative_results(SEXP log_scale, SEXP s0, SEXP k1sum, SEXP first,
-                               SEXP second, SEXP log_const, SEXP transform, SEXP of_log,
-                               SEXP columns, SEXP threads);
+                                 SEXP query, SEXP second, SEXP tolerance, SEXP finish,
+                                 SEXP threads, SEXP progress_delay);
 
 #endif

@@ -153,6 +153,75 @@ SEXP kdegpu_moment_index(SEXP dim, SEXP degree)
 
 /* ---- kernel-derivative sums (derivatives.h) ------------------------------ */
 
+/* The estimate's derivatives for predict(type = "gradient" / "hessian") from the derivative sums of m
+ * queries (log_scale, s0, k1sum, first m x d, second m x d^2 or NULL),
+ * the fit's log constant and whitening transform (d x d):
+ * list(gradient m x d, log_density m, hessian m x d x d or NULL), their
+ * dimensions named by `columns` (NULL or d names); kde_derivative_results
+ * (derivatives.h) says what they are. One pass in C with OpenMP: in R,
+ * each of five m x d^2 temporaries cost tens of milliseconds at m = 1e6,
+ * more than the GPU's sums. */
+static SEXP derivative_results(SEXP log_scale, SEXP s0, SEXP k1sum, SEXP first,
+                               SEXP second, SEXP log_const, SEXP transform, SEXP of_log,
+                               SEXP columns, int n_threads)
+{
+  const int64_t m = XLENGTH(log_scale);
+  if (!Rf_isMatrix(transform) || Rf_nrows(transform) != Rf_ncols(transform))
+    Rf_error("`transform` must be a square matrix");
+  const int64_t d = Rf_nrows(transform);
+  if (d < 1 || d > KDE_DERIVATIVE_RESULT_MAX_DIM)
+    Rf_error("`transform` must be 1 x 1 to %d x %d", KDE_DERIVATIVE_RESULT_MAX_DIM,
+             KDE_DERIVATIVE_RESULT_MAX_DIM);
+  if (m > INT_MAX) Rf_error("`log_scale` has too many elements");
+  const double *A = arg_double_vector(transform, "transform", d * d);
+  const double *M = arg_double_vector(log_scale, "log_scale", m);
+  const double *S0 = arg_double_vector(s0, "s0", m);
+  const double *K1 = arg_double_vector(k1sum, "k1sum", m);
+  const double *F = arg_double_vector(first, "first", m * d);
+  const int want_second = second != R_NilValue;
+  const double *S = want_second ? arg_double_vector(second, "second", m * d * d) : NULL;
+  const double c = arg_double_scalar(log_const, "log_const");
+  const int score = arg_flag(of_log, "log");
+  if (columns != R_NilValue && (TYPEOF(columns) != STRSXP || XLENGTH(columns) != d))
+    Rf_error("`columns` must be NULL or %lld names", (long long) d);
+
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 3));
+  SEXP grad = SET_VECTOR_ELT(out, 0, Rf_allocMatrix(REALSXP, (int) m, (int) d));
+  SEXP logf = SET_VECTOR_ELT(out, 1, Rf_allocVector(REALSXP, m));
+  SEXP hess = R_NilValue;
+  if (want_second)
+    hess = SET_VECTOR_ELT(out, 2, Rf_alloc3DArray(REALSXP, (int) m, (int) d, (int) d));
+  SEXP grad_names = PROTECT(Rf_allocVector(VECSXP, 2));
+  SET_VECTOR_ELT(grad_names, 1, columns);
+  Rf_setAttrib(grad, R_DimNamesSymbol, grad_names);
+  if (want_second) {
+    SEXP hess_names = PROTECT(Rf_allocVector(VECSXP, 3));
+    SET_VECTOR_ELT(hess_names, 1, columns);
+    SET_VECTOR_ELT(hess_names, 2, columns);
+    Rf_setAttrib(hess, R_DimNamesSymbol, hess_names);
+    UNPROTECT(1);
+  }
+  kde_derivative_results(m, d, M, S0, K1, F, S, c, A, score, n_threads, REAL(grad), REAL(logf),
+                         want_second ? REAL(hess) : NULL);
+  UNPROTECT(2);
+  return out;
+}
+
+/* The sums as they are (finish NULL: mean shift and modes use them), or
+ * finished (finish = list(log_const, transform, log, columns)): one trip
+ * down to C for predict(type = "gradient" / "hessian"). */
+static SEXP finish_derivatives(SEXP sums, SEXP finish, int n_threads)
+{
+  if (finish == R_NilValue) return sums;
+  if (TYPEOF(finish) != VECSXP || XLENGTH(finish) != 4)
+    Rf_error("`finish` must be NULL or list(log_const, transform, log, columns)");
+  return derivative_results(VECTOR_ELT(sums, 0), VECTOR_ELT(sums, 1), VECTOR_ELT(sums, 2),
+                            VECTOR_ELT(sums, 3), VECTOR_ELT(sums, 4), VECTOR_ELT(finish, 0),
+                            VECTOR_ELT(finish, 1), VECTOR_ELT(finish, 2), VECTOR_ELT(finish, 3),
+                            n_threads);
+}
+
+
 /* The problem from (kernel, train, log_weight, query); whether `second`. */
 static kde_derivative_problem arg_derivative_problem(SEXP kernel, SEXP train,
                                                      SEXP log_weight, SEXP query,
@@ -192,8 +261,8 @@ static SEXP derivative_result(const kde_derivative_problem *p, int want_second)
 }
 
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
-                                SEXP scale, SEXP query, SEXP second, SEXP threads,
-                                SEXP progress_delay)
+                                SEXP scale, SEXP query, SEXP second, SEXP finish,
+                                SEXP threads, SEXP progress_delay)
 {
   int n_threads = arg_threads(threads);
   kde_derivative_problem p = arg_derivative_problem(kernel, train, log_weight, query,
@@ -208,8 +277,9 @@ SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
                           REAL(VECTOR_ELT(out, 1)), REAL(VECTOR_ELT(out, 2)),
                           REAL(VECTOR_ELT(out, 3)),
                           want_second ? REAL(VECTOR_ELT(out, 4)) : NULL, &status);
-  UNPROTECT(1);
   raise_status(&status);
+  out = finish_derivatives(out, finish, n_threads);
+  UNPROTECT(1);
   return out;
 }
 
@@ -217,8 +287,8 @@ SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
  * these training points and weights); the fit's precision, within relative
  * `tolerance` (kde_cuda_derivative_sums). */
 SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
-                                 SEXP query, SEXP second, SEXP tolerance, SEXP threads,
-                                 SEXP progress_delay)
+                                 SEXP query, SEXP second, SEXP tolerance, SEXP finish,
+                                 SEXP threads, SEXP progress_delay)
 {
   int64_t n_train, dim;
   int n_threads = arg_threads(threads);
@@ -240,64 +310,8 @@ SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_w
                              REAL(VECTOR_ELT(out, 0)), REAL(VECTOR_ELT(out, 1)),
                              REAL(VECTOR_ELT(out, 2)), REAL(VECTOR_ELT(out, 3)),
                              want_second ? REAL(VECTOR_ELT(out, 4)) : NULL, &status);
-  UNPROTECT(1);
   raise_status(&status);
-  return out;
-}
-
-/* ---- derivatives of the estimate from the sums -------------------------- */
-
-/* predict(type = "gradient" / "hessian") from the derivative sums of m
- * queries (log_scale, s0, k1sum, first m x d, second m x d^2 or NULL),
- * the fit's log constant and whitening transform (d x d):
- * list(gradient m x d, log_density m, hessian m x d x d or NULL), their
- * dimensions named by `columns` (NULL or d names); kde_derivative_results
- * (derivatives.h) says what they are. One pass in C with OpenMP: in R,
- * each of five m x d^2 temporaries cost tens of milliseconds at m = 1e6,
- * more than the GPU's sums. */
-SEXP kdegpu_derivative_results(SEXP log_scale, SEXP s0, SEXP k1sum, SEXP first,
-                               SEXP second, SEXP log_const, SEXP transform, SEXP of_log,
-                               SEXP columns, SEXP threads)
-{
-  const int64_t m = XLENGTH(log_scale);
-  if (!Rf_isMatrix(transform) || Rf_nrows(transform) != Rf_ncols(transform))
-    Rf_error("`transform` must be a square matrix");
-  const int64_t d = Rf_nrows(transform);
-  if (d < 1 || d > KDE_DERIVATIVE_RESULT_MAX_DIM)
-    Rf_error("`transform` must be 1 x 1 to %d x %d", KDE_DERIVATIVE_RESULT_MAX_DIM,
-             KDE_DERIVATIVE_RESULT_MAX_DIM);
-  if (m > INT_MAX) Rf_error("`log_scale` has too many elements");
-  const double *A = arg_double_vector(transform, "transform", d * d);
-  const double *M = arg_double_vector(log_scale, "log_scale", m);
-  const double *S0 = arg_double_vector(s0, "s0", m);
-  const double *K1 = arg_double_vector(k1sum, "k1sum", m);
-  const double *F = arg_double_vector(first, "first", m * d);
-  const int want_second = second != R_NilValue;
-  const double *S = want_second ? arg_double_vector(second, "second", m * d * d) : NULL;
-  const double c = arg_double_scalar(log_const, "log_const");
-  const int score = arg_flag(of_log, "log");
-  const int n_threads = arg_threads(threads);
-  if (columns != R_NilValue && (TYPEOF(columns) != STRSXP || XLENGTH(columns) != d))
-    Rf_error("`columns` must be NULL or %lld names", (long long) d);
-
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, 3));
-  SEXP grad = SET_VECTOR_ELT(out, 0, Rf_allocMatrix(REALSXP, (int) m, (int) d));
-  SEXP logf = SET_VECTOR_ELT(out, 1, Rf_allocVector(REALSXP, m));
-  SEXP hess = R_NilValue;
-  if (want_second)
-    hess = SET_VECTOR_ELT(out, 2, Rf_alloc3DArray(REALSXP, (int) m, (int) d, (int) d));
-  SEXP grad_names = PROTECT(Rf_allocVector(VECSXP, 2));
-  SET_VECTOR_ELT(grad_names, 1, columns);
-  Rf_setAttrib(grad, R_DimNamesSymbol, grad_names);
-  if (want_second) {
-    SEXP hess_names = PROTECT(Rf_allocVector(VECSXP, 3));
-    SET_VECTOR_ELT(hess_names, 1, columns);
-    SET_VECTOR_ELT(hess_names, 2, columns);
-    Rf_setAttrib(hess, R_DimNamesSymbol, hess_names);
-    UNPROTECT(1);
-  }
-  kde_derivative_results(m, d, M, S0, K1, F, S, c, A, score, n_threads, REAL(grad), REAL(logf),
-                         want_second ? REAL(hess) : NULL);
-  UNPROTECT(2);
+  out = finish_derivatives(out, finish, n_threads);
+  UNPROTECT(1);
   return out;
 }

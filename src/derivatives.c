@@ -3,11 +3,15 @@
  * the training points per query, OpenMP over queries, double throughout,
  * with the same online rescaling as the density's log-sum-exp so that a
  * query far out in a Gaussian or exponential tail keeps finite ratios.
+ * The Gaussian's (fixed bandwidth) come from the moment engine instead,
+ * whose exponentials are vectorised (moments.h).
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "derivatives.h"
+#include "moments.h"
 #include "slices.h"
 #include "threads.h"
 #include <kdegpu/kernels.h>
@@ -72,6 +76,80 @@ static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
   return scale;
 }
 
+/* Queries per call of the moment engine: its sums of a chunk take at most
+ * this many bytes. */
+#define MOMENT_CHUNK_BYTES (64.0 * 1024 * 1024)
+
+/* The Gaussian's sums from its moment sums S_a (degree 1, or 2 with
+ * `second`): k1 = -k / 2 and k2 = k / 4, so s0 = S_0, k1sum = -S_0 / 2,
+ * first[, c] = -S_{e_c} / 2 and second[, c, e] = S_{e_c + e_e} / 4. */
+static void gaussian_sums(const kde_derivative_problem *p, int threads,
+                          kde_interrupt_probe interrupted, double *log_scale, double *s0,
+                          double *k1sum, double *first, double *second, kde_status *status)
+{
+  const int64_t m = p->n_query, d = p->dim;
+  const int degree = second != NULL ? 2 : 1;
+  const int64_t count = kde_moment_count(d, degree, INT32_MAX);
+  int64_t chunk = (int64_t) (MOMENT_CHUNK_BYTES / ((double) count * sizeof(double)));
+  int *exponents = malloc((size_t) (count * d) * sizeof *exponents);
+  int64_t *pair = malloc((size_t) (count * 2) * sizeof *pair); /* (c, e) of S_a */
+  double *query = NULL, *sums = NULL;
+  kde_moment_problem mp;
+  if (chunk < 1024) chunk = 1024;
+  if (chunk > m) chunk = m;
+  if (exponents != NULL && pair != NULL) {
+    query = malloc((size_t) (chunk * d) * sizeof *query);
+    sums = malloc((size_t) (chunk * count) * sizeof *sums);
+  }
+  if (query == NULL || sums == NULL) {
+    kde_status_set(status, KDE_ERR_ALLOC, "could not allocate memory for the derivative sums");
+    goto done;
+  }
+  /* the coordinates of each multi-index: (c, -1) for e_c, (c, e) for e_c + e_e */
+  kde_moment_index(d, degree, count, exponents, NULL, NULL);
+  for (int64_t a = 0; a < count; a++) {
+    pair[2 * a] = pair[2 * a + 1] = -1;
+    for (int64_t c = 0; c < d; c++)
+      for (int k = 0; k < exponents[a + c * count]; k++)
+        pair[2 * a + (pair[2 * a] < 0 ? 0 : 1)] = c;
+  }
+  mp.n_train = p->n_train;
+  mp.dim = d;
+  mp.train = p->train;
+  mp.log_weight = p->log_weight;
+  mp.query = query;
+  mp.degree = degree;
+  mp.pairs = KDE_PAIRS_ALL;
+  for (int64_t at = 0; at < m; at += chunk) {
+    const int64_t rows = m - at < chunk ? m - at : chunk;
+    for (int64_t c = 0; c < d; c++)
+      memcpy(query + c * rows, p->query + at + c * m, (size_t) rows * sizeof(double));
+    mp.n_query = rows;
+    kde_cpu_moments(&mp, threads, interrupted, log_scale + at, sums, status);
+    if (status->code != KDE_OK) break;
+    for (int64_t i = 0; i < rows; i++) {
+      s0[at + i] = sums[i];
+      k1sum[at + i] = -0.5 * sums[i];
+    }
+    for (int64_t a = 1; a < count; a++) {
+      const int64_t c = pair[2 * a], e = pair[2 * a + 1];
+      const double *col = sums + a * rows;
+      if (e < 0) {
+        for (int64_t i = 0; i < rows; i++) first[at + i + c * m] = -0.5 * col[i];
+      } else {
+        for (int64_t i = 0; i < rows; i++) second[at + i + (c + e * d) * m] = 0.25 * col[i];
+        if (c != e)
+          for (int64_t i = 0; i < rows; i++) second[at + i + (e + c * d) * m] = 0.25 * col[i];
+      }
+    }
+  }
+done:
+  free(exponents);
+  free(pair);
+  free(query);
+  free(sums);
+}
+
 void kde_cpu_derivative_sums(const kde_derivative_problem *p, int threads,
                              kde_interrupt_probe interrupted, double *log_scale,
                              double *s0, double *k1sum, double *first,
@@ -82,6 +160,11 @@ void kde_cpu_derivative_sums(const kde_derivative_problem *p, int threads,
       p->n_query < 0) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "internal: invalid problem passed to the derivative sums");
+    return;
+  }
+  if (p->kernel == KDE_GAUSSIAN && p->inv_scale2 == NULL) {
+    if (p->n_query > 0)
+      gaussian_sums(p, threads, interrupted, log_scale, s0, k1sum, first, second, status);
     return;
   }
   const int64_t m = p->n_query, d = p->dim;

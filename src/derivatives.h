@@ -1,7 +1,6 @@
 /* Kernel-derivative sums for every kernel on the CPU (derivatives.c): the
  * gradient, Hessian and mean-shift step of a kernel estimate. The CUDA
- * backend computes the same (kde_cuda_derivative_sums, kde_cuda.h); a CPU
- * fit's Gaussian sums come from the moment engine (moments.h). */
+ * backend computes the same (kde_cuda_derivative_sums, kde_cuda.h). */
 #ifndef KDEGPU_DERIVATIVES_H
 #define KDEGPU_DERIVATIVES_H
 

@@ -38,9 +38,8 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_moments_cpu, 7),
   CALLDEF(kdegpu_moments_cuda, 9),
   CALLDEF(kdegpu_moment_index, 2),
-  CALLDEF(kdegpu_derivative_sums_cpu, 8),
-  CALLDEF(kdegpu_derivative_sums_cuda, 9),
-  CALLDEF(kdegpu_derivative_results, 10),
+  CALLDEF(kdegpu_derivative_sums_cpu, 9),
+  CALLDEF(kdegpu_derivative_sums_cuda, 10),
   {NULL, NULL, 0}
 };
 
