@@ -8,24 +8,15 @@
 # kernel it is a different function (the 2-D margin of a 3-D rectangular
 # kernel is not flat), tabulated here once per (kernel, d, k).
 
-# The 1-D profile k(s) of each kernel, as in inst/include/kdegpu/kernels.h.
+# The profile k(s) of each kernel at radii s, from kernels.h.
 kernel_profile <- function(kernel) {
-  inside <- function(s, value) ifelse(s < 1, value, 0)
-  switch(kernel,
-    gaussian = function(s) exp(-s^2 / 2),
-    exponential = function(s) exp(-s),
-    epanechnikov = function(s) inside(s, 1 - s^2),
-    rectangular = function(s) inside(s, rep(1, length(s))),
-    triangular = function(s) inside(s, 1 - s),
-    biweight = function(s) inside(s, (1 - s^2)^2),
-    # (1 + cos(pi s)) / 2 and cos(pi s / 2) as powers of sin(pi (1 - s) / 2):
-    # full relative accuracy near the edge (see kernels.h)
-    cosine = function(s) inside(s, sin(pi / 2 * pmax(1 - s, 0))^2),
-    optcosine = function(s) inside(s, sin(pi / 2 * pmax(1 - s, 0)))
-  )
+  index <- kernel_index(kernel)
+  function(s) as.vector(.Call(C_kdegpu_kernel_profile, index, as.double(s)))
 }
 
-is_compact_kernel <- function(kernel) !kernel %in% c("gaussian", "exponential")
+is_compact_kernel <- function(kernel) {
+  attr(.Call(C_kdegpu_kernel_profile, kernel_index(kernel), numeric()), "compact")
+}
 
 log_sphere_area <- function(m) log(2) + (m / 2) * log(pi) - lgamma(m / 2)
 

@@ -90,39 +90,13 @@ gpu_draws <- function(fit, size) {
         kernel_index(fit$kernel), as.double(size), key, cpu_threads(), progress_delay())
 }
 
-# size x d draws from the kernel with identity covariance: direction times
-# a * s, where s has density proportional to s^(d-1) k(s).
+# size x d draws from the kernel with identity covariance: for the
+# Gaussian normals, otherwise a direction times a * s, where s has density
+# proportional to s^(d-1) k(s) (kdegpu/radius.h, as the GPU draws it).
 standard_kernel_noise <- function(kernel, size, d) {
-  gauss <- matrix(stats::rnorm(size * d), size, d)
-  if (kernel == "gaussian" || size == 0L) return(gauss)
-  direction <- gauss / sqrt(rowSums(gauss^2))
-  s <- switch(kernel,
-    exponential = stats::rgamma(size, shape = d),
-    # k(s) = (1 - s^2)^p gives s^2 ~ Beta(d/2, p + 1).
-    rectangular = sqrt(stats::rbeta(size, d / 2, 1)),
-    epanechnikov = sqrt(stats::rbeta(size, d / 2, 2)),
-    biweight = sqrt(stats::rbeta(size, d / 2, 3)),
-    triangular = stats::rbeta(size, d, 2),
-    # Rejection from s^(d-1) (1 - s)^p: cos(pi s / 2) <= (pi / 2) (1 - s).
-    optcosine = rejection_radius(size, d, 1, function(s) {
-      cos(pi * s / 2) / ((pi / 2) * (1 - s))
-    }),
-    cosine = rejection_radius(size, d, 2, function(s) {
-      cos(pi * s / 2)^2 / ((pi / 2)^2 * (1 - s)^2)
-    })
-  )
-  direction * (s * kernel_constants(kernel, d)$scale)
-}
-
-# Radii from s^(d-1) (1 - s)^power accepted with probability accept(s).
-rejection_radius <- function(size, d, power, accept) {
-  out <- numeric(0)
-  while (length(out) < size) {
-    need <- size - length(out)
-    s <- stats::rbeta(ceiling(need * 1.5) + 10L, d, power + 1)
-    out <- c(out, s[stats::runif(length(s)) < accept(s)])
-  }
-  out[seq_len(size)]
+  draws <- .Call(C_kdegpu_standard_draws, kernel_index(kernel), as.double(size),
+                 as.integer(d), progress_delay())
+  if (kernel == "gaussian") draws else draws * kernel_constants(kernel, d)$scale
 }
 
 #' Simulate data sets from a density estimate

@@ -306,3 +306,18 @@ SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim)
   UNPROTECT(1);
   return out;
 }
+
+/* The kernel's profile k(s) at the radii s (kernels.h), and whether its
+ * support is compact (attribute "compact"), for R's margins. */
+SEXP kdegpu_kernel_profile(SEXP kernel, SEXP radius)
+{
+  int k = arg_kernel(kernel);
+  if (TYPEOF(radius) != REALSXP) Rf_error("`radius` must be a double vector");
+  const R_xlen_t n = XLENGTH(radius);
+  const double *s = REAL(radius);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, n));
+  for (R_xlen_t i = 0; i < n; i++) REAL(out)[i] = kde_profile(k, s[i] * s[i]);
+  Rf_setAttrib(out, Rf_install("compact"), Rf_ScalarLogical(kde_kernel_is_compact(k)));
+  UNPROTECT(1);
+  return out;
+}

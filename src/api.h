@@ -28,6 +28,7 @@ SEXP kdegpu_log_density_cpu_model(SEXP handle, SEXP query, SEXP center, SEXP tra
                                   SEXP log_const, SEXP leave_one_out, SEXP tolerance,
                                   SEXP threads, SEXP progress_delay);
 SEXP kdegpu_threads_for_work(SEXP threads, SEXP work);
+SEXP kdegpu_kernel_profile(SEXP kernel, SEXP radius);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
 SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);
@@ -45,6 +46,7 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
                              SEXP transform, SEXP log_const,
                              SEXP leave_one_out, SEXP tolerance, SEXP threads,
                              SEXP progress_delay);
+SEXP kdegpu_standard_draws(SEXP kernel, SEXP size, SEXP dim, SEXP progress_delay);
 SEXP kdegpu_sample_cuda(SEXP model, SEXP train, SEXP cumulative, SEXP scale, SEXP chol_h,
                         SEXP kernel, SEXP size, SEXP seed, SEXP threads,
                         SEXP progress_delay);

@@ -6,15 +6,10 @@
  *      uniform in the cumulative weights;
  *   2. a standard draw z of the kernel (identity covariance): for the
  *      Gaussian, d normals; otherwise a uniform direction g / |g| (g
- *      Gaussian) times a * s, with s the radius law of the kernel, the
- *      density proportional to s^(d-1) k(s) (as R/sample.R draws it);
+ *      Gaussian) times a * s, with s the radius law of the kernel
+ *      (kdegpu/radius.h, which the CPU's sampler shares);
  *   3. x_j + z %*% chol(H), or x_j + lambda_j z %*% chol(H) for an
  *      adaptive fit (point j's covariance is lambda_j^2 H).
- *
- * Radii through gamma variates of integer or half-integer shape, which
- * need only uniforms and the normals already drawn: for a Gaussian g,
- * |g|^2 / 2 ~ Gamma(d / 2) independently of the direction g / |g|, and
- * Beta(a, b) = G_a / (G_a + G_b). cosine and optcosine by rejection.
  *
  * Random numbers: Philox4x32-10 (Salmon et al., SC'11), a counter-based
  * generator: draw i uses the counters (i, call, 0, 0) under the key `seed`,
@@ -40,7 +35,6 @@ namespace {
 constexpr int kSampleThreads = 128;
 /* Draws per batch at most, which bounds the output buffer on the device. */
 constexpr int64_t kMaxSampleBatch = (int64_t) 1 << 22;
-constexpr double kPi = 3.14159265358979323846;
 
 /* The random numbers of one draw. */
 struct draw_random {
@@ -108,49 +102,18 @@ struct draw_random {
     have_normal = true;
     return r * c;
   }
-
-  /* Gamma(shape) for a whole shape: a sum of exponentials. */
-  __device__ double gamma_whole(int shape)
-  {
-    double sum = 0;
-    for (int i = 0; i < shape; i++) sum -= log(uniform());
-    return sum;
-  }
 };
 
-/* s ~ Beta(a, b) from G_a (given) and a fresh G_b, b whole. */
-__device__ inline double beta_from(double gamma_a, int b, draw_random &rng)
-{
-  const double gamma_b = rng.gamma_whole(b);
-  return gamma_a / (gamma_a + gamma_b);
-}
+} // namespace
 
-/* The radius s of a standard draw (before the scale a), given |g|^2 of the
- * d normals that give its direction. */
-__device__ inline double radius(int kernel, int d, double norm2, draw_random &rng)
-{
-  switch (kernel) {
-  case KDE_EXPONENTIAL: return rng.gamma_whole(d);
-  /* k(s) = (1 - s^2)^p: s^2 ~ Beta(d / 2, p + 1), G_{d/2} = |g|^2 / 2 */
-  case KDE_RECTANGULAR: return sqrt(beta_from(0.5 * norm2, 1, rng));
-  case KDE_EPANECHNIKOV: return sqrt(beta_from(0.5 * norm2, 2, rng));
-  case KDE_BIWEIGHT: return sqrt(beta_from(0.5 * norm2, 3, rng));
-  case KDE_TRIANGULAR: return beta_from(rng.gamma_whole(d), 2, rng);
-  /* From s^(d-1) (1 - s)^p, accepted with k(s) / bound, as R/sample.R. */
-  case KDE_OPTCOSINE:
-    for (;;) {
-      const double s = beta_from(rng.gamma_whole(d), 2, rng);
-      if (rng.uniform() < cos(0.5 * kPi * s) / (0.5 * kPi * (1 - s))) return s;
-    }
-  case KDE_COSINE:
-    for (;;) {
-      const double s = beta_from(rng.gamma_whole(d), 3, rng);
-      const double ratio = cos(0.5 * kPi * s) / (0.5 * kPi * (1 - s));
-      if (rng.uniform() < ratio * ratio) return s;
-    }
-  default: return 0; /* the Gaussian needs no radius */
-  }
-}
+/* The radius law (kdegpu/radius.h) on this generator. */
+typedef draw_random kde_radius_rng;
+#define KDE_RADIUS_FN __device__ inline
+__device__ inline double kde_radius_uniform(draw_random *rng) { return rng->uniform(); }
+__device__ inline double kde_radius_exponential(draw_random *rng) { return -log(rng->uniform()); }
+#include "kdegpu/radius.h"
+
+namespace {
 
 struct kde_sample_args {
   const double *train;      /* n x dim */
@@ -190,7 +153,7 @@ __global__ void __launch_bounds__(kSampleThreads) kde_sample_kernel(const kde_sa
   }
   double factor = a.scale_point != NULL ? a.scale_point[lo] : 1.0;
   if (a.kernel != KDE_GAUSSIAN)
-    factor *= a.scale * radius(a.kernel, a.dim, norm2, rng) / sqrt(norm2);
+    factor *= a.scale * kde_kernel_radius(a.kernel, a.dim, norm2, &rng) / sqrt(norm2);
   if (factor != 1.0)
     for (int k = 0; k < a.dim; k++) z[k] *= factor;
   for (int c = 0; c < a.dim; c++) {
