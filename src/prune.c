@@ -17,6 +17,18 @@
  *   relative `tolerance` of the exact one (and never above it). The set is
  *   the tiles of the smallest bounds, found with buckets of e-fold width
  *   rather than a sort (linear in the number of tiles).
+ * - Derivative sums (derivatives.h: k1sum, first and, for Hessians, second)
+ *   bound each skipped pair's terms by F times its kernel term, F from the
+ *   tile's own distances (kde_prune_log_factor):
+ *     Gaussian     |k1| / k = 1/2, |k1 v| / k = |v| / 2 <= sqrt(max2) / 2,
+ *                  |k2 v v'| / k <= |v|^2 / 4 <= max2 / 4;
+ *     exponential  |k1| / k = 1 / (2 s), |k1 v| / k = 1/2,
+ *                  |k2 v v'| / k <= (1 + 1 / s) / 4, s >= sqrt(min2)
+ *   (F = max(1, ...)). The tiles' bounds W_T k(min2) F then add up to at
+ *   most tolerance * L <= tolerance * s0, so every sum is within that of
+ *   the full one.
+ * The bounds are kde_prune_log_upper and kde_prune_log_lower (prune.h),
+ * which the device plan (src/cuda/plan.cu) shares.
  * Sums are kept as logarithms, so nothing underflows however far apart
  * the points are. An adaptive fit's points carry kernels of their own
  * radius lambda_j (their lambda_j^-d is in the weights): kde_prune_scale
@@ -54,14 +66,13 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
   }
 
   /* L: the proven lower bound of every query's sum */
-  const double *rest = plan->leave_one_out ? plan->log_weight_rest : plan->log_weight;
   kde_lse lower = kde_lse_empty();
   for (int64_t t = 0; t < n_tiles; t++) {
     double min2, max2;
     kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
     kde_prune_scale(plan, t, &min2, &max2);
-    key[t] = plan->log_weight[t] + kde_log_profile(kernel, min2);
-    log_lower[t] = rest[t] + kde_log_profile(kernel, max2);
+    key[t] = kde_prune_log_upper(plan, t, min2, max2);
+    log_lower[t] = kde_prune_log_lower(plan, t, max2);
     lower = kde_lse_add(lower, log_lower[t]);
   }
   const double log_budget = log(plan->tolerance) + kde_lse_log(lower);

@@ -28,7 +28,13 @@ typedef struct {
   const double *inv_scale2_lo, *inv_scale2_hi;
   double tolerance;               /* relative; 0: skip only exact zeros */
   int leave_one_out;
+  int derivative;                 /* KDE_PRUNE_*: which sums the plan serves */
 } kde_prune_plan;
+
+/* What a plan bounds (prune.c): the density's kernel sum; with it the
+ * gradient's and mean shift's sums (k1sum, first); or those and the
+ * Hessian's (second) as well (derivatives.h). */
+enum { KDE_PRUNE_DENSITY = 0, KDE_PRUNE_GRADIENT = 1, KDE_PRUNE_HESSIAN = 2 };
 
 /* The squared distances min2, max2 between a query box and tile t, in
  * units of the tile's kernels: with per-point scales lambda_j (an adaptive
@@ -42,6 +48,42 @@ KDE_HD void kde_prune_scale(const kde_prune_plan *p, int64_t t, double *min2,
     *min2 *= p->inv_scale2_lo[t];
     *max2 *= p->inv_scale2_hi[t];
   }
+}
+
+/* log F: what bounds a pair's derivative terms relative to its term of the
+ * kernel sum, from its tile's distances (prune.c says why); 0 for the
+ * density. Gaussian and exponential only (compact kernels skip by their
+ * support alone). */
+KDE_HD double kde_prune_log_factor(int kernel, int derivative, double min2, double max2)
+{
+  double f = 1.0;
+  if (derivative == KDE_PRUNE_DENSITY) return 0.0;
+  if (kernel == KDE_GAUSSIAN) {
+    f = fmax(f, 0.5 * sqrt(max2));
+    if (derivative == KDE_PRUNE_HESSIAN) f = fmax(f, 0.25 * max2);
+  } else {
+    const double s = sqrt(min2);
+    f = fmax(f, 0.5 / s);
+    if (derivative == KDE_PRUNE_HESSIAN) f = fmax(f, 0.25 + 0.25 / s);
+  }
+  return log(f);
+}
+
+/* log of tile t's upper bound on what it adds to every sum the plan serves,
+ * from the distances min2, max2 (after kde_prune_scale). */
+KDE_HD double kde_prune_log_upper(const kde_prune_plan *p, int64_t t, double min2, double max2)
+{
+  const double density = p->log_weight[t] + kde_log_profile(p->kernel, min2);
+  if (p->derivative == KDE_PRUNE_DENSITY) return density;
+  return density + kde_prune_log_factor(p->kernel, p->derivative, min2, max2);
+}
+
+/* log of tile t's share of L, the lower bound of every query's kernel sum
+ * (without each query's own point when leaving one out). */
+KDE_HD double kde_prune_log_lower(const kde_prune_plan *p, int64_t t, double max2)
+{
+  const double *weight = p->leave_one_out ? p->log_weight_rest : p->log_weight;
+  return weight[t] + kde_log_profile(p->kernel, max2);
 }
 
 /* A tile is beyond a compact kernel's support when min2 exceeds 1 by more

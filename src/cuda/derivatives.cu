@@ -2,7 +2,7 @@
  * derivatives.cu: the kernel-derivative sums of a CUDA fit (the contract:
  * ../derivatives.h; the kernels: derivatives.cuh) on every device of its
  * model: where the training points come from, the queries' spatial order
- * and each batch's pruning plan (order.cu, derivatives_plan.cu), batches
+ * and each batch's pruning plan (order.cu, plan.cu), batches
  * and training shards under each device's memory budget, the merge of the
  * splits' states in double, and the results back in the caller's order.
  *
@@ -27,7 +27,8 @@
  *
  * Pruning (d <= 4 on a spatially ordered fit, as the density): the
  * queries in the density's spatial order (order.cu), each batch's plan by
- * derivatives_plan.cu: compact kernels skip exactly the units beyond the
+ * the density's device plan (plan.cu) with the derivative sums' bounds
+ * (prune.c states them): compact kernels skip exactly the units beyond the
  * support; the Gaussian and exponential skip units whose bounds, times
  * what bounds their pairs' derivative terms, add up to at most `tolerance`
  * times a lower bound of s0, so every sum is within that of the full one.
@@ -105,7 +106,7 @@ template <typename T> struct deriv_run {
   /* queries: ordered (pruning) or as given */
   int prune;
   ordered_queries oq;
-  double plan_tolerance;
+  kde_prune_plan plan; /* the decision's tolerance and sums (prune.h) */
   /* One value of each for every device (the smallest of theirs), so that a
    * batch's splits, shards and rows, and so its sums' order, do not depend
    * on which device runs it. */
@@ -213,7 +214,9 @@ int deriv_order(deriv_run<T> *r, double tolerance, int threads, kde_status *stat
   qs.tolerance = tolerance;
   qs.host_threads = threads;
   if (order_evaluation_queries(r->model, &qs, 1, &r->oq, status) != 0) return -1;
-  r->plan_tolerance = compact ? 0.0 : tolerance;
+  memset(&r->plan, 0, sizeof r->plan);
+  r->plan.tolerance = compact ? 0.0 : tolerance;
+  r->plan.derivative = r->second ? KDE_PRUNE_HESSIAN : KDE_PRUNE_GRADIENT;
   return 0;
 }
 
@@ -404,7 +407,7 @@ int deriv_enqueue(deriv_run<T> *r, deriv_device<T> *dv, int64_t first, int64_t r
             0 ||
         plan_block_boxes(qz, ldz, rows, (int) d, (double *) rep->plan_box.ptr, rep->stream,
                          status) != 0 ||
-        deriv_plan_batch(r->model, rep, r->plan_tolerance, r->second, rows, &bp, status) != 0)
+        plan_batch_device(r->model, rep, &r->plan, rows, r->n_units, &bp, status) != 0)
       return -1;
     visiting = bp.visiting;
   }

@@ -35,7 +35,6 @@
 
 #include "kde_limits.h"
 #include "model.cuh"
-#include "plan.cuh"
 #include "tuning.cuh"
 
 namespace kdegpu {
@@ -100,13 +99,6 @@ constexpr int kDerivMaxDim = KDE_CUDA_DERIVATIVE_MAX_DIM;
 template <typename T>
 deriv_kernel_fn<T> select_deriv_kernel(int kernel, int dim, bool second, bool plain,
                                        size_t *smem);
-
-/* The plan of a batch of n_batch queries whose blocks' boxes are in
- * rep->plan_box (derivatives_plan.cu): the lists in rep->visit and
- * rep->visit_offset, as plan_batch_device leaves them, with bounds that
- * cover first, k1sum and (with `second`) second. */
-int deriv_plan_batch(const kde_cuda_model *model, kde_replica *rep, double tolerance,
-                     bool second, int64_t n_batch, batch_plan *out, kde_status *status);
 
 /* acc = merge(acc (unless first), every split's partial state), field by
  * field, in double: M the largest of their maxima, each sum rescaled to it. */

@@ -67,6 +67,7 @@ kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica 
   p.inv_scale2_hi = model->adaptive ? p.log_weight_rest + 2 * n_units : NULL;
   p.tolerance = tolerance;
   p.leave_one_out = leave_one_out;
+  p.derivative = KDE_PRUNE_DENSITY;
   return p;
 }
 
@@ -130,7 +131,7 @@ __device__ __forceinline__ bool unit_visited(const kde_prune_plan &p, const doub
   kde_box_distances(q_lo, q_hi, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, &min2, &max2);
   kde_prune_scale(&p, t, &min2, &max2);
   if (how == kDecideSupport) return min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN;
-  const double key = (p.log_weight[t] + kde_log_profile(p.kernel, min2)) - log_budget;
+  const double key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
   return kde_prune_bucket(key) < first_skipped;
 }
 
@@ -175,13 +176,12 @@ static __device__ kde_lse units_lower(const kde_prune_plan &p, const double *q_l
                                       const double *q_hi, int64_t t0, int64_t t1, double *s_max,
                                       double *s_sum)
 {
-  const double *rest = p.leave_one_out ? p.log_weight_rest : p.log_weight;
   kde_lse lower = kde_lse_empty();
   for (int64_t t = t0 + threadIdx.x; t < t1; t += kPlanThreads) {
     double min2, max2;
     kde_box_distances(q_lo, q_hi, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, &min2, &max2);
     kde_prune_scale(&p, t, &min2, &max2);
-    lower = kde_lse_add(lower, rest[t] + kde_log_profile(p.kernel, max2));
+    lower = kde_lse_add(lower, kde_prune_log_lower(&p, t, max2));
   }
   return block_lse(lower, s_max, s_sum);
 }
@@ -205,7 +205,7 @@ static __device__ void units_buckets(const kde_prune_plan &p, const double *q_lo
       double min2, max2;
       kde_box_distances(q_lo, q_hi, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, &min2, &max2);
       kde_prune_scale(&p, t, &min2, &max2);
-      const double key = (p.log_weight[t] + kde_log_profile(p.kernel, min2)) - log_budget;
+      const double key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
       bucket = kde_prune_bucket(key);
       if (bucket >= 0) value = exp(key);
     }
@@ -559,9 +559,10 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
                       const kde_prune_plan *host_plan, int64_t n_batch, int64_t job_units,
                       batch_plan *out, kde_status *status)
 {
-  const kde_prune_plan plan = device_prune_plan(model, rep, host_plan->tolerance,
-                                                host_plan->leave_one_out);
+  kde_prune_plan plan = device_prune_plan(model, rep, host_plan->tolerance,
+                                          host_plan->leave_one_out);
   plan_counts counts;
+  plan.derivative = host_plan->derivative;
   out->visiting = 0;
   out->pairs = 0;
   if (plan_count(&plan, (const double *) rep->plan_box.ptr, ceil_div(n_batch, kBlockQueries),

@@ -1,13 +1,11 @@
-// Emulates derivatives_plan.cu's count kernel and checks (1) its masks against
-// a host reference of the decision, (2) that pruned derivative sums (the real
-// kernel on the emulated plan) stay within tolerance * s0 of the full sums.
+// Checks the plan of derivative sums that prune.c makes (with the bounds of
+// prune.h that the device plan applies): (1) its lists against a reference
+// of the decision written out here, (2) that pruned derivative sums (the
+// real kernels on that plan) stay within tolerance * s0 of the full sums.
 #include "derivatives_kernels.cuh"
 #include "prune.h"
 #include "spatial.h"
-#define __popc __builtin_popcount
-#undef __shared__
-#define __shared__ static
-#include "deriv_plan_kernel.inc"
+#include "host_plan.h"
 #include <thread>
 #include <vector>
 #include <random>
@@ -106,11 +104,14 @@ int main()
     const int64_t blocks = m / 128, words = (n_units + 31) / 32;
     std::vector<double> box(blocks * 2 * d);
     for (int64_t b = 0; b < blocks; b++) kde_rows_box(q.data(), m, d, b * 128, b * 128 + 128, &box[b * 2 * d], &box[b * 2 * d + d]);
-    kde_prune_plan p; p.kernel = kernel; p.dim = d; p.n_tiles = n_units; p.lo = lo.data(); p.hi = hi.data();
+    kde_prune_plan p{}; p.kernel = kernel; p.dim = d; p.n_tiles = n_units; p.lo = lo.data(); p.hi = hi.data();
     p.log_weight = ulw.data(); p.log_weight_rest = ulw.data(); p.tolerance = tol; p.leave_one_out = 0;
-    std::vector<uint32_t> mask(blocks * words); std::vector<int64_t> count(blocks);
-    launch_block(dim3((unsigned) blocks), kPlanThreads, [&] {
-      kde_deriv_plan_count_kernel(p, second, box.data(), words, mask.data(), count.data()); });
+    p.derivative = second ? KDE_PRUNE_HESSIAN : KDE_PRUNE_GRADIENT;
+    std::vector<int64_t> offset; std::vector<int32_t> visit;
+    host_plan(p, q, m, 128, offset, visit);
+    std::vector<uint32_t> mask(blocks * words);
+    for (int64_t b = 0; b < blocks; b++)
+      for (int64_t k = offset[b]; k < offset[b + 1]; k++) mask[b * words + visit[k] / 32] |= 1u << (visit[k] % 32);
     // host reference of the decision
     int mismatch = 0; int64_t visited = 0, ref_visited = 0, dens_visited = 0;
     for (int64_t b = 0; b < blocks; b++) {
@@ -143,8 +144,6 @@ int main()
       }
     }
     // pruned sums (the real kernel, double) against the full sums
-    std::vector<int32_t> visit; std::vector<int64_t> offset(1, 0);
-    for (int64_t b = 0; b < blocks; b++) { for (int64_t t = 0; t < n_units; t++) if ((mask[b * words + t / 32] >> (t % 32)) & 1u) visit.push_back((int32_t) t); offset.push_back((int64_t) visit.size()); }
     std::vector<double> center(d, 0.0); const double scale = kde_log2_coordinate_scale(kernel);
     const bool lse = !kde_kernel_is_compact(kernel);
     std::vector<double> train(n / 32 * (d + 1) * 32);

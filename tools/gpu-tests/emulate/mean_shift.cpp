@@ -1,6 +1,6 @@
 // Host emulation (run.sh mean_shift) of one mean-shift step near the modes
 // of bench/derivatives.R's three 2-D clusters, on the GPU's derivative sums:
-// the real plan (derivatives_plan.cu's count kernel) and the real kernel
+// the real plan (prune.c, whose bounds the device plan applies) and the real kernel
 // (derivatives_kernels.cuh) at several tolerances, both precisions, against
 // the step from exact double sums. kde_modes() stops a point when its step
 // (data units) is below `tol`, 1e-3 x the smallest IQR (ks::kms's default):
@@ -14,10 +14,7 @@
 #include "derivatives_kernels.cuh"
 #include "prune.h"
 #include "spatial.h"
-#define __popc __builtin_popcount
-#undef __shared__
-#define __shared__ static
-#include "deriv_plan_kernel.inc"
+#include "host_plan.h"
 #include <thread>
 #include <vector>
 #include <random>
@@ -94,23 +91,15 @@ static void gpu_steps(int64_t n, int64_t n_units, const std::vector<double> &z, 
                       double *visited)
 {
   const int kernel = KDE_GAUSSIAN;
-  const int64_t blocks = m / 128, words = (n_units + 31) / 32;
-  std::vector<double> box(blocks * 2 * D);
-  for (int64_t b = 0; b < blocks; b++)
-    kde_rows_box(q.data(), m, D, b * 128, b * 128 + 128, &box[b * 2 * D], &box[b * 2 * D + D]);
+  const int64_t blocks = m / 128;
   kde_prune_plan p;
   memset(&p, 0, sizeof p);
   p.kernel = kernel; p.dim = D; p.n_tiles = n_units; p.lo = lo.data(); p.hi = hi.data();
   p.log_weight = ulw.data(); p.log_weight_rest = ulw.data(); p.tolerance = tol; p.leave_one_out = 0;
-  std::vector<uint32_t> mask(blocks * words); std::vector<int64_t> count(blocks);
-  launch_block(dim3((unsigned) blocks), kPlanThreads, [&] {
-    kde_deriv_plan_count_kernel(p, false, box.data(), words, mask.data(), count.data()); });
-  std::vector<int32_t> visit; std::vector<int64_t> offset(1, 0);
-  for (int64_t b = 0; b < blocks; b++) {
-    for (int64_t t = 0; t < n_units; t++) if ((mask[b * words + t / 32] >> (t % 32)) & 1u) visit.push_back((int32_t) t);
-    offset.push_back((int64_t) visit.size());
-  }
-  *visited = (double) visit.size() / (double) (blocks * n_units);
+  p.derivative = KDE_PRUNE_GRADIENT;
+  std::vector<int32_t> visit; std::vector<int64_t> offset;
+  host_plan(p, q, m, 128, offset, visit);
+  *visited = (double) offset.back() / (double) (blocks * n_units);
   // the model: plain storage tiles centred on the training mean, times the scale
   std::vector<double> center(D, 0.0);
   for (int c = 0; c < D; c++) { for (int64_t j = 0; j < n; j++) center[c] += z[j + c * n]; center[c] /= n; }

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Host emulation of the GPU derivative sums (no GPU needed): the real
-# kernels of src/cuda/derivatives_kernels.cuh and the count kernel of
-# src/cuda/derivatives_plan.cu, compiled by g++ (C++20) against the shims in
-# shim/ (one std::thread per CUDA thread, std::barrier for __syncthreads,
-# static for __shared__), checked against a double loop of derivatives.h's
-# contract:
+# kernels of src/cuda/derivatives_kernels.cuh, compiled by g++ (C++20)
+# against the shims in shim/ (one std::thread per CUDA thread, std::barrier
+# for __syncthreads, static for __shared__), on plans made by the real
+# src/prune.c (the bounds the device plan applies), checked against a
+# double loop of derivatives.h's contract:
 #   derivatives       every kernel, d = 1..40, both precisions, both storage
 #                     forms of the Gaussian, splits, shards and visit lists
-#   derivatives_plan  the plan's masks against a host port of the decision,
-#                     and pruned sums within tolerance * s0 of the full ones
+#   derivatives_plan  prune.c's plan for derivative sums against a port of
+#                     the decision written here, and pruned sums within
+#                     tolerance * s0 of the full ones
 #   mean_shift        one mean-shift step near the modes of bench/derivatives.R's
 #                     three clusters: its error at several tolerances, both
 #                     precisions, next to kde_modes()' stopping tolerance
@@ -26,15 +27,14 @@ mkdir -p "$build"
 # the backend's headers, then the shims over the ones that need the device
 cp "$root"/src/cuda/*.cuh "$build"/
 cp "$here"/shim/* "$build"/
-# the plan's device code, without its host function (CUB, the runtime)
-python3 - "$root/src/cuda/derivatives_plan.cu" "$build/deriv_plan_kernel.inc" <<'PY'
-import sys
-s = open(sys.argv[1]).read()
-a, b = s.index('namespace kdegpu {'), s.index('int deriv_plan_batch(')
-open(sys.argv[2], 'w').write(s[a:b] + '} // namespace kdegpu\n')
-PY
+# the plan's C code (prune.c and what it calls), compiled as C
+for c in prune spatial threads; do
+  gcc -std=gnu99 -O2 -fopenmp -w -I"$root/src" -I"$root/inst/include" \
+    -c "$root/src/$c.c" -o "$build/$c.o"
+done
 which=${1:-derivatives}
-g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I"$build" -I"$root/src" \
-  -I"$root/inst/include" "$here/$which.cpp" -o "$build/$which"
+g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -fopenmp -w -I"$build" -I"$root/src" \
+  -I"$root/inst/include" "$here/$which.cpp" "$build"/prune.o "$build"/spatial.o \
+  "$build"/threads.o -o "$build/$which"
 [ "${2:-}" = "--build-only" ] && exit 0
 "$build/$which" "${@:2}"

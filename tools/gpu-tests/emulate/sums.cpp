@@ -1,7 +1,7 @@
 // Host emulation (run.sh sums IN OUT) of kde_cuda_derivative_sums for one
 // problem written by test_blocks.R: derivatives.cu's steps on the host with
-// the real device code (derivatives_kernels.cuh; derivatives_plan.cu's count
-// kernel): the model's storage (pack_train: centred on the training mean,
+// the real device code (derivatives_kernels.cuh) and the real plan (prune.c's
+// bounds, which the device plan applies): the model's storage (pack_train: centred on the training mean,
 // times the coordinate scale, aux as the layout has it), the queries in a
 // k-d order (order_evaluation_queries' host path), each block's plan when
 // the fit prunes, the training range in shards and splits, the merge in
@@ -14,10 +14,7 @@
 #include "derivatives_kernels.cuh"
 #include "prune.h"
 #include "spatial.h"
-#define __popc __builtin_popcount
-#undef __shared__
-#define __shared__ static
-#include "deriv_plan_kernel.inc"
+#include "host_plan.h"
 #include <thread>
 #include <vector>
 #include <algorithm>
@@ -117,24 +114,13 @@ static void run(int kernel, int64_t d, int64_t n, int64_t m, bool second, int st
         lo[u * d + k] = a; hi[u * d + k] = b;
       }
     }
-    std::vector<double> box(blocks * 2 * d);
-    for (int64_t b = 0; b < blocks; b++)
-      kde_rows_box(q.data(), m, d, b * kThreads, std::min<int64_t>(m, b * kThreads + kThreads), &box[b * 2 * d],
-                   &box[b * 2 * d + d]);
     kde_prune_plan p;
     memset(&p, 0, sizeof p);
     p.kernel = kernel; p.dim = d; p.n_tiles = n_units; p.lo = lo.data(); p.hi = hi.data();
     p.log_weight = ulw.data(); p.log_weight_rest = rest.data(); p.tolerance = kde_kernel_is_compact(kernel) ? 0.0 : tol;
-    const int64_t words = (n_units + 31) / 32;
-    std::vector<uint32_t> mask(blocks * words); std::vector<int64_t> count(blocks);
-    launch_block(dim3((unsigned) blocks), kPlanThreads, [&] {
-      kde_deriv_plan_count_kernel(p, second, box.data(), words, mask.data(), count.data()); });
-    offset.push_back(0);
-    for (int64_t b = 0; b < blocks; b++) {
-      for (int64_t t = 0; t < n_units; t++) if ((mask[b * words + t / 32] >> (t % 32)) & 1u) visit.push_back((int32_t) t);
-      offset.push_back((int64_t) visit.size());
-    }
-    visiting = (double) visit.size() < 0.9 * (double) blocks * (double) n_units;
+    p.derivative = second ? KDE_PRUNE_HESSIAN : KDE_PRUNE_GRADIENT;
+    host_plan(p, q, m, kThreads, offset, visit);
+    visiting = (double) offset.back() < 0.9 * (double) blocks * (double) n_units;
   }
   const int fields = deriv_fields((int) d, second);
   size_t smem = 0;

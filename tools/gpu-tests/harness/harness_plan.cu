@@ -190,6 +190,7 @@ void make_host_plan(const training &t, int kernel, double tolerance, int loo, ho
   h.plan.inv_scale2_lo = h.plan.inv_scale2_hi = NULL;
   h.plan.tolerance = tolerance;
   h.plan.leave_one_out = loo;
+  h.plan.derivative = KDE_PRUNE_DENSITY;
 }
 
 /* The host's lists for the ordered queries; returns the planning ms. */
