@@ -120,6 +120,8 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
         invisible(predict(f1, seq(-3, 3, length.out = 500), type = "cdf"))
         invisible(predict(g, x[1:300, ], type = "cdf"))
         invisible(predict(f1, x[1:50, 1], type = "gradient"))
+        invisible(predict(f, x[1:3000, ], type = "hessian"))
+        invisible(kdegpu:::gaussian_moments(x, rep(1, 1e4), x[1:500, ], 2L, "all", "cuda"))
         cat("sanitize workload done\n")' ;;
   esac
 done

@@ -25,6 +25,13 @@ skip_without_gpu <- function() {
   skip_if_not(has_gpu(), "no usable GPU")
 }
 
+# options(kdegpu.devices) for the several-device code: every GPU, or with
+# one GPU two replicas on it (which run the same code).
+several_gpus <- function() {
+  n_gpus <- nrow(kdegpu_info()$gpus)
+  if (n_gpus >= 2) seq_len(n_gpus) - 1L else c(0L, 0L)
+}
+
 # The whole suite under a small GPU memory budget or on several replicas
 # (tools/gpu-session.sh's step "constrained"): KDEGPU_TEST_GPU_MEMORY (bytes)
 # and KDEGPU_TEST_DEVICES (e.g. "0,0") set the options for every test; a
@@ -34,4 +41,9 @@ local({
   if (nzchar(budget)) options(kdegpu.gpu_memory = as.numeric(budget))
   devices <- Sys.getenv("KDEGPU_TEST_DEVICES")
   if (nzchar(devices)) options(kdegpu.devices = as.integer(strsplit(devices, ",")[[1L]]))
+  if (nzchar(budget) || nzchar(devices)) {
+    message(sprintf("kdegpu tests under kdegpu.gpu_memory = %s, kdegpu.devices = %s",
+                    format(getOption("kdegpu.gpu_memory")),
+                    paste(getOption("kdegpu.devices"), collapse = ",")))
+  }
 })

@@ -62,9 +62,7 @@ test_that("moment sums equal direct loops (d = 1..3, degree <= 4, weights, pairs
 
 test_that("CUDA: moment sums on several GPUs are one GPU's bits", {
   skip_without_gpu()
-  n_gpus <- nrow(kdegpu_info()$gpus)
-  # with one GPU, two replicas on it run the same several-device code
-  all_gpus <- if (n_gpus >= 2) seq_len(n_gpus) - 1L else c(0L, 0L)
+  all_gpus <- several_gpus()
   set.seed(13)
   moments <- function(devices, budget, ...) {
     with_kde_options(list(kdegpu.devices = devices, kdegpu.gpu_memory = budget),

@@ -206,9 +206,7 @@ test_that("CUDA: errors in GPU sampling are R errors", {
 
 test_that("CUDA: several GPUs give one GPU's answer (queries claimed, training split)", {
   skip_without_gpu()
-  n_gpus <- nrow(kdegpu_info()$gpus)
-  # with one GPU, two replicas on it run the same several-device code
-  all_gpus <- if (n_gpus >= 2) seq_len(n_gpus) - 1L else c(0L, 0L)
+  all_gpus <- several_gpus()
   # Tight clusters far apart: pruning leaves very different work per query,
   # so a pruned evaluation hands its batches to the GPUs as they free up.
   set.seed(830)

@@ -400,9 +400,7 @@ test_that("CUDA: derivative sums match the CPU's over many tiles, pruned, in bat
 
 test_that("CUDA: derivatives on several GPUs are one GPU's bits", {
   skip_without_gpu()
-  n_gpus <- nrow(kdegpu_info()$gpus)
-  # with one GPU, two replicas on it run the same several-device code
-  all_gpus <- if (n_gpus >= 2) seq_len(n_gpus) - 1L else c(0L, 0L)
+  all_gpus <- several_gpus()
   # Clusters far apart: pruning leaves uneven work per batch, so the devices
   # take the batches as they free up.
   set.seed(845)
