@@ -50,11 +50,10 @@ build_capability_table <- function() {
     row("cdf, quantile", "cuda", "double", cdf_kernels,
         otherwise = "an error (no closed form)"),
     row("cdf, quantile", "cpu", "double", cdf_kernels, otherwise = "an error (no closed form)"),
-    row("moment sums (plug-in bandwidths, kde_test)", "cuda", "double", "gaussian",
-        gpus = "first"),
+    row("moment sums (plug-in bandwidths, kde_test)", "cuda", "double", "gaussian"),
     row("moment sums (plug-in bandwidths, kde_test)", "cpu", "double", "gaussian"),
     row("sample", "cuda", "double", "all", max_dim = limits[["cuda_sample_max_dim"]],
-        otherwise = sprintf("R (also below %d draws)", gpu_sample_min_size)),
+        otherwise = sprintf("cpu (also below %d draws)", gpu_sample_min_size)),
     row("sample", "cpu", "double", "all")
   )
 }
@@ -97,8 +96,8 @@ gpu_serves <- function(operation, object) {
 #'   built with OpenMP?) and `threads` (threads the CPU backend will use;
 #'   set with `options(kdegpu.threads = n)`) and `capabilities` (the
 #'   table above, a data frame: `operation`, `backend`, `precision`,
-#'   `kernels`, `max_dim` (`NA`: any), `adaptive`, `bounded`, `gpus` (every
-#'   device in `options(kdegpu.devices)`, or the first), `otherwise`).
+#'   `kernels`, `max_dim` (`NA`: any), `adaptive`, `bounded`, `gpus`
+#'   (`"all"`: every device in `options(kdegpu.devices)`), `otherwise`).
 #' @examples
 #' kdegpu_info()
 #' @export

@@ -4,6 +4,9 @@
 #   AB_LABEL=new Rscript bench/derivatives_ab.R
 #   AB_LABEL=old AB_LIB=/tmp/lib2 Rscript bench/derivatives_ab.R
 # AB_DEVICES (e.g. "0,0") sets options(kdegpu.devices); default GPU 0.
+# inst/benchmarks/derivatives-ab.csv: six rounds of each (one H200), the
+# sums on every device of the model (65582e6) against the first device
+# only (b3188ae), and one round on two replicas of GPU 0.
 lib <- Sys.getenv("AB_LIB")
 if (nzchar(lib)) .libPaths(c(lib, .libPaths()))
 suppressPackageStartupMessages(library(kdegpu))
