@@ -38,19 +38,8 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
   int n_threads = arg_threads(threads);
   kde_training_set t = arg_training_set(train, weight, scale, kernel,
                                         tile_size, n_threads);
-  kde_query_set q = arg_query_set(query, center, transform, log_const,
-                                  leave_one_out, tolerance, t.dim, t.n_train,
-                                  n_threads);
-
-  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
-  kde_status status;
-  kde_status_clear(&status);
-  progress_begin(progress_delay);
-  double share = NAN;
-  q.pairs_share = &share;
-  kde_cpu_log_density(&t, NULL, &q, n_threads, poll_between_chunks, REAL(out),
-                      &status);
-  return finish_evaluation(out, share, &status);
+  return evaluate_on_cpu(&t, NULL, query, center, transform, log_const, leave_one_out,
+                         tolerance, n_threads, progress_delay);
 }
 
 /* The CDF (cdf.h) of a product-kernel estimate, bounded coordinates folded

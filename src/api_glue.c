@@ -317,6 +317,22 @@ SEXP finish_evaluation(SEXP out, double share, const kde_status *status)
   return out;
 }
 
+SEXP evaluate_on_cpu(const kde_training_set *train, const kde_cpu_tiles *tiles, SEXP query,
+                     SEXP center, SEXP transform, SEXP log_const, SEXP leave_one_out,
+                     SEXP tolerance, int n_threads, SEXP progress_delay)
+{
+  kde_query_set q = arg_query_set(query, center, transform, log_const, leave_one_out,
+                                  tolerance, train->dim, train->n_train, n_threads);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
+  kde_status status;
+  kde_status_clear(&status);
+  progress_begin(progress_delay);
+  double share = NAN;
+  q.pairs_share = &share;
+  kde_cpu_log_density(train, tiles, &q, n_threads, poll_between_chunks, REAL(out), &status);
+  return finish_evaluation(out, share, &status);
+}
+
 static const char cuda_after_fork[] =
     "the CUDA backend cannot run in a process forked after it was used"
     " (parallel::mclapply(), makeForkCluster()): a CUDA context does not"

@@ -51,6 +51,12 @@ void raise_status(const kde_status *status);
  * "pairs_share" when the evaluation succeeded, is unprotected, and an error
  * or interrupt status becomes an R condition; returns `out`. */
 SEXP finish_evaluation(SEXP out, double share, const kde_status *status);
+/* The CPU's log-densities of the queries (arg_query_set's arguments)
+ * against `train`, with its tiles (NULL: made for this call): the end of
+ * the CPU's evaluation entry points. */
+SEXP evaluate_on_cpu(const kde_training_set *train, const kde_cpu_tiles *tiles, SEXP query,
+                     SEXP center, SEXP transform, SEXP log_const, SEXP leave_one_out,
+                     SEXP tolerance, int n_threads, SEXP progress_delay);
 /* Whether this process may call the CUDA runtime (not a forked child of
  * one that did); remembers that it did. */
 int cuda_allowed(kde_status *status);

@@ -106,17 +106,7 @@ SEXP kdegpu_log_density_cpu_model(SEXP handle, SEXP query, SEXP center, SEXP tra
   if (!Rf_asLogical(kdegpu_cpu_model_valid(handle)))
     Rf_error("`model` must be a live CPU model made by kdegpu");
   const kde_cpu_model *model = (const kde_cpu_model *) R_ExternalPtrAddr(handle);
-  int n_threads = arg_threads(threads);
-  kde_query_set q = arg_query_set(query, center, transform, log_const, leave_one_out,
-                                  tolerance, model->train.dim, model->train.n_train,
-                                  n_threads);
-  SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
-  kde_status status;
-  kde_status_clear(&status);
-  progress_begin(progress_delay);
-  double share = NAN;
-  q.pairs_share = &share;
-  kde_cpu_log_density(&model->train, model->tiles.n_tiles > 0 ? &model->tiles : NULL, &q,
-                      n_threads, poll_between_chunks, REAL(out), &status);
-  return finish_evaluation(out, share, &status);
+  return evaluate_on_cpu(&model->train, model->tiles.n_tiles > 0 ? &model->tiles : NULL,
+                         query, center, transform, log_const, leave_one_out, tolerance,
+                         arg_threads(threads), progress_delay);
 }

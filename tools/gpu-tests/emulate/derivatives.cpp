@@ -8,10 +8,7 @@
 #include <cstdio>
 #include <cstring>
 using namespace kdegpu;
-thread_local uint3_ threadIdx;
-uint3_ blockIdx, blockDim, gridDim;
-std::barrier<> *g_barrier;
-namespace kdegpu { alignas(16) float4 deriv_smem[256 * 1024 / 16]; }
+#include "launch.h"
 using kdegpu::deriv_smem;
 
 template <typename T> void launch(deriv_kernel_fn<T> fn, dim3 grid, const deriv_args<T> &a)
