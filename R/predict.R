@@ -94,6 +94,17 @@
 #'   the fit in this R session computed (1 when nothing was skipped; the CUDA
 #'   backend counts whole tiles of 256 points; evaluations on cluster
 #'   workers leave it unchanged).
+#' @param given `NULL`, or the columns (names or numbers) to condition on:
+#'   the conditional density \eqn{\hat f(y \mid x) = \hat f(x, y) / \hat
+#'   f_X(x)} of the other columns y given these x, at the rows of `newdata`
+#'   (or at the training points; with `leave_one_out = TRUE` each point is
+#'   left out of both sums, the leave-one-out conditional likelihood of
+#'   `np::npcdensbw`'s `cv.ml`). The margin \eqn{\hat f_X} of a Gaussian
+#'   fit is exact: the Gaussian estimate of those columns with the matching
+#'   block of H (and an adaptive fit's own factors), computed by the same
+#'   engines; other kernels and bounded fits are refused, their margins
+#'   having no closed form. Each of the two sums keeps its `tolerance`, so
+#'   the ratio is within about twice it. `type = "density"` only.
 #' @param ... Not used: an argument given here is an error that names it
 #'   (`x = ` gets a pointer to `newdata`, the name `ks::kde` users know).
 #' @return For `"density"` and `"cdf"`, a numeric vector with one value per point, named by the row
@@ -124,13 +135,17 @@
 #' fit1 <- kde_gpu(faithful$eruptions, backend = "cpu")
 #' predict(fit1, c(2, 3, 4), type = "cdf")
 #' predict(kde_gpu(rivers, lower = 0, backend = "cpu"), c(0, 500, 1000), type = "cdf")
+#'
+#' # the conditional density of the waiting time given the eruption's length
+#' predict(fit2, data.frame(eruptions = c(2, 4.5), waiting = c(55, 80)), given = "eruptions")
 #' @export
 predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
                             cluster = NULL, split = c("queries", "training"),
                             tolerance = getOption("kdegpu.tolerance"),
-                            type = c("density", "cdf", "gradient", "hessian"), ...) {
+                            type = c("density", "cdf", "gradient", "hessian"),
+                            given = NULL, ...) {
   check_dots_empty("predict()", c("object", "newdata", "log", "leave_one_out", "cluster",
-                                  "split", "tolerance", "type"), predict_hints, ...)
+                                  "split", "tolerance", "type", "given"), predict_hints, ...)
   check_fit(object)
   type <- match_choice(type, predict_types, "type")
   check_flag(log, "log")
@@ -139,6 +154,10 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
   if (!is.null(tolerance)) {
     tolerance <- check_tolerance(tolerance, if (missing(tolerance)) "options(kdegpu.tolerance)"
                                             else "tolerance")
+  }
+  if (!is.null(given)) {
+    return(predict_conditional(object, if (!missing(newdata)) newdata, given, log,
+                               leave_one_out, cluster, split, tolerance, type))
   }
   engine <- cluster_engine(cluster)
   split <- match_choice(split, c("queries", "training"), "split")

@@ -131,6 +131,29 @@ ref_log_density <- function(x, q, H, kernel, weights = NULL) {
 
 ref_density <- function(...) exp(ref_log_density(...))
 
+# log f at the rows of q with per-point factors lambda; leave_out[i]: the
+# training point that query i leaves out (its weight then renormalised).
+ref_adaptive_log_density <- function(x, q, H, kernel, weights, lambda, leave_out = NULL) {
+  x <- ref_as_matrix(x)
+  d <- ncol(x)
+  q <- ref_as_matrix(q, d)
+  w <- weights / sum(weights)
+  R <- chol(H)
+  R_inverse <- backsolve(R, diag(d))
+  xw <- t(x %*% R_inverse)
+  qw <- q %*% R_inverse
+  cst <- ref_constants(kernel, d)
+  out <- vapply(seq_len(nrow(q)), function(i) {
+    s <- sqrt(colSums((xw - qw[i, ])^2)) / (cst$a * lambda)
+    terms <- log(w) - d * log(lambda) + ref_log_profile(kernel, s)
+    if (is.null(leave_out)) return(ref_log_sum_exp(terms))
+    j <- leave_out[i]
+    if (w[j] >= 1) return(-Inf)
+    ref_log_sum_exp(terms[-j]) - log1p(-w[j])
+  }, 0)
+  out + cst$log_c - sum(log(diag(R)))
+}
+
 # Leave-one-out log densities, straight from the definition: at each x_i,
 # the estimate from the other points with their weights renormalised,
 # log( sum_{j != i} w_j K(x_i - x_j) / sum_{j != i} w_j ).

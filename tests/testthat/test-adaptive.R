@@ -15,29 +15,6 @@ ref_lambda <- function(x, H, kernel, weights, alpha) {
   lambda
 }
 
-# log f at the rows of q with per-point factors lambda; leave_out[i]: the
-# training point that query i leaves out (its weight then renormalised).
-ref_adaptive_log_density <- function(x, q, H, kernel, weights, lambda, leave_out = NULL) {
-  x <- ref_as_matrix(x)
-  d <- ncol(x)
-  q <- ref_as_matrix(q, d)
-  w <- weights / sum(weights)
-  R <- chol(H)
-  R_inverse <- backsolve(R, diag(d))
-  xw <- t(x %*% R_inverse)
-  qw <- q %*% R_inverse
-  cst <- ref_constants(kernel, d)
-  out <- vapply(seq_len(nrow(q)), function(i) {
-    s <- sqrt(colSums((xw - qw[i, ])^2)) / (cst$a * lambda)
-    terms <- log(w) - d * log(lambda) + ref_log_profile(kernel, s)
-    if (is.null(leave_out)) return(ref_log_sum_exp(terms))
-    j <- leave_out[i]
-    if (w[j] >= 1) return(-Inf)
-    ref_log_sum_exp(terms[-j]) - log1p(-w[j])
-  }, 0)
-  out + cst$log_c - sum(log(diag(R)))
-}
-
 adaptive_case <- function(d, n = 120, seed = 1) {
   x <- ref_data(n, d, seed = seed)
   set.seed(seed + 100)

@@ -6,7 +6,7 @@ test_that("predict() rejects arguments it does not know, and points `x =` to `ne
   expect_error(predict(fit, x = faithful[1:2, ]), "unknown argument `x`.*`newdata`")
   expect_error(predict(fit, faithful[1:2, ], lgo = TRUE), "unknown argument `lgo`.*Did you mean `log`")
   expect_error(predict(fit, tpye = "cdf"), "unknown argument `tpye`.*Did you mean `type`")
-  expect_error(predict(fit, faithful[1:2, ], TRUE, FALSE, NULL, "queries", 0, "density", 7),
+  expect_error(predict(fit, faithful[1:2, ], TRUE, FALSE, NULL, "queries", 0, "density", NULL, 7),
                "1 unnamed argument too many")
   expect_length(predict(fit, newdata = faithful[1:2, ]), 2L)
 })

@@ -162,6 +162,7 @@ bad_calls <- list(
     split = quote(predict(f2, split = "no")),
     tolerance = quote(predict(f2, tolerance = 2)),
     type = quote(predict(f2, type = "no")),
+    given = quote(predict(f2, given = "no")),
     ... = quote(predict(f2, nosuch = 1))
   ),
   logLik = list(
