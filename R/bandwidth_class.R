@@ -163,6 +163,10 @@ print.kdegpu_bandwidth <- function(x, ...) {
     cat(sprintf("criterion at the optimum: %.8g (%d evaluations)\n",
                 criterion, nrow(attr(x, "trace"))))
   }
+  given <- attr(x, "given", exact = TRUE)
+  if (!is.null(given)) {
+    cat(sprintf("for the conditional density given %s\n", paste(given, collapse = ", ")))
+  }
   invisible(x)
 }
 

@@ -77,6 +77,13 @@
 #'   so the bandwidth is the one for `kde_gpu(x, lower = , upper = )`.
 #'   (LSCV would need the integral of the folded estimate's square over the
 #'   box, which has no pair-sum form.)
+#' @param given `bw_mlcv()` only: `NULL`, or the columns (names or numbers)
+#'   of `x` to condition on: the criterion is then the leave-one-out
+#'   log-likelihood of the conditional density of the other columns given
+#'   these, \eqn{\sum_i w_i \log \hat f_{-i}(y_i \mid x_i)} (as
+#'   `np::npcdensbw(bwmethod = "cv.ml")` defines it, exactly), for
+#'   `predict(fit, newdata, given = )`. The bandwidth is the joint one, for
+#'   `kde_gpu(x, H = )`; Gaussian kernel, no bounds, no cluster.
 #' @param cluster `NULL`, a `parallel` cluster or `"future"`: spread each
 #'   criterion evaluation over the workers, sharding the training points as
 #'   [predict()][predict.kde_gpu] does (each worker receives its shard once
@@ -88,11 +95,15 @@
 #'   (`"full"`), with attributes `H`, `shape`, `method` and, from the search,
 #'   `criterion` (the criterion at the optimum: LSCV, or the leave-one-out
 #'   log-likelihood for MLCV) and `trace` (a data frame of every
-#'   evaluation).
+#'   evaluation); with `given`, attribute `given` too.
 #' @examples
 #' bw_lscv(faithful$eruptions, backend = "cpu")
 #' bw.ucv(faithful$eruptions)
 #' bw_mlcv(faithful$eruptions, kernel = "epanechnikov", backend = "cpu")
+#' # for the conditional density of the waiting time given the eruption
+#' b <- bw_mlcv(faithful, shape = "diagonal", given = "eruptions", backend = "cpu")
+#' fit_c <- kde_gpu(faithful, H = b, backend = "cpu")
+#' predict(fit_c, data.frame(eruptions = 2, waiting = c(50, 60)), given = "eruptions")
 #' H <- bw_lscv(faithful[1:50, ], shape = "full", backend = "cpu", grid = 5, reltol = 1e-4)
 #' H
 #' fit <- kde_gpu(faithful, H = H, backend = "cpu")
@@ -126,12 +137,12 @@ bw_mlcv <- function(x, shape = c("scalar", "diagonal", "full"), weights = NULL,
                     range = c(0.1, 2), grid = 25L, reltol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
                     precision = c("double", "single"), cluster = NULL, ...,
-                    tolerance = NULL, lower = -Inf, upper = Inf) {
+                    tolerance = NULL, lower = -Inf, upper = Inf, given = NULL) {
   old <- renamed_arguments("bw_mlcv()", c(type = "shape", tol = "reltol"),
-                           c(cv_formals, "lower", "upper"), names(match.call()), ...)
+                           c(cv_formals, "lower", "upper", "given"), names(match.call()), ...)
   select_bandwidth(x, "mlcv", match_choice(old$shape %||% shape, bandwidth_shapes, "shape"),
                    weights, range, grid, old$reltol %||% reltol, resolve_kernel(kernel),
-                   backend, precision, cluster, tolerance, lower, upper)
+                   backend, precision, cluster, tolerance, lower, upper, given)
 }
 
 cv_formals <- c("x", "shape", "weights", "range", "grid", "reltol", "kernel", "backend",
@@ -139,7 +150,7 @@ cv_formals <- c("x", "shape", "weights", "range", "grid", "reltol", "kernel", "b
 
 select_bandwidth <- function(x, criterion, type, weights, range, grid, reltol, kernel,
                              backend, precision, cluster = NULL, tolerance = NULL,
-                             lower = -Inf, upper = Inf) {
+                             lower = -Inf, upper = Inf, given = NULL) {
   if (!is.null(tolerance)) tolerance <- check_tolerance(tolerance)
   x <- as_point_matrix(x, "x")
   bounds <- resolve_bounds(lower, upper, x)
@@ -162,6 +173,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, reltol, k
   backend <- choose_backend(requested_backend)
   precision <- match_choice(precision, c("double", "single"), "precision")
   engine <- cluster_engine(cluster)
+  if (!is.null(given)) given <- conditional_selection(x, given, kernel, bounds, engine)
   # One id for the whole search: cluster workers receive their shard once.
   data <- if (is.null(engine)) NULL else cluster_data(x, weights, new_data_id(), new.env())
 
@@ -170,7 +182,9 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, reltol, k
   if (is.null(chol_or_null(S))) stop_singular_spread(x, weights)
   n_eff <- 1 / sum(weights^2)
   reference <- (4 / (d + 2))^(2 / (d + 4)) * n_eff^(-2 / (d + 4)) * S
-  ties <- unbounded_tie_directions(x, weights, criterion, type)
+  ties <- if (is.null(given)) unbounded_tie_directions(x, weights, criterion, type) else {
+    conditional_tie_directions(x, weights, type, given)
+  }
 
   trace <- new.env(parent = emptyenv())
   trace$rows <- list()
@@ -200,7 +214,7 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, reltol, k
   order <- if (is.null(engine)) spatial_order_for(x, weights, shape, kernel, backend)
   evaluate <- function(H, sum_tolerance = tolerance) {
     cv_criterion(x, weights, H, kernel, backend, precision, criterion, engine, data,
-                 requested_backend, sum_tolerance, bounds, order)
+                 requested_backend, sum_tolerance, bounds, order, given)
   }
   # The grid only chooses where the local search starts, and neighbouring
   # grid values differ far more than sums within 1e-6 move them: its sums
@@ -240,14 +254,15 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, reltol, k
   value <- evaluate(H)
   rows <- do.call(rbind, trace$rows)
   new_bandwidth(H, type, selector_name(criterion, type, d), colnames(x), criterion = value,
-                trace = data.frame(evaluation = seq_len(nrow(rows)), rows))
+                trace = data.frame(evaluation = seq_len(nrow(rows)), rows),
+                given = if (!is.null(given)) colnames(x)[given] %||% given)
 }
 
 # LSCV(H) or the leave-one-out log-likelihood at H, exactly; here, or over
 # the cluster `engine` holding `data`.
 cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
                          engine = NULL, data = NULL, requested_backend = backend,
-                         tolerance = NULL, bounds = NULL, order = NULL) {
+                         tolerance = NULL, bounds = NULL, order = NULL, given = NULL) {
   # log sum_j w_j K_B(x_i - x_j) at every training point, for bandwidth B.
   log_sums <- function(B, leave_one_out) {
     if (!is.null(engine)) {
@@ -267,6 +282,9 @@ cv_criterion <- function(x, weights, H, kernel, backend, precision, criterion,
   }
   if (is.null(loo_sums)) return(-Inf) # too many images: no candidate
   loo <- renormalise_leave_one_out(loo_sums, weights)
+  if (!is.null(given)) { # log f_{-i}(y_i | x_i): less the margin's log f_{-i}(x_i)
+    loo <- loo - conditioning_loo(x, weights, H, given, kernel, backend, precision, tolerance)
+  }
   if (criterion == "mlcv") {
     w <- weights * nrow(x)
     return(sum(ifelse(w > 0, w * loo, 0)))

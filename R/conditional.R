@@ -7,13 +7,14 @@
 # not a reflected fit, so both are refused.
 
 # The columns of the fit that `given` names (names or indices), as indices.
-given_columns <- function(object, given) {
-  d <- object$d
-  names_x <- colnames(object$x)
+given_columns <- function(object, given) given_index(given, colnames(object$x), object$d)
+
+# The columns among d (named names_x, or NULL) that `given` names.
+given_index <- function(given, names_x, d) {
   if (is.character(given) && !anyNA(given)) {
     index <- match(given, names_x)
     if (anyNA(index)) {
-      stop_arg("given", sprintf("names columns the fit does not have: %s (it has %s).",
+      stop_arg("given", sprintf("names columns the data do not have: %s (they have %s).",
                                 paste(given[is.na(index)], collapse = ", "),
                                 if (is.null(names_x)) "no column names; give indices"
                                 else paste(names_x, collapse = ", ")))
@@ -97,4 +98,40 @@ cached_margin_fit <- function(object, columns) {
   fits <- c(fits[names(fits) != key], stats::setNames(list(margin), key))
   margin_fits$fits <- utils::tail(fits, 4L)
   margin
+}
+
+# bw_mlcv(given = ): the conditioning columns as indices, after refusing
+# what the conditional likelihood cannot be computed exactly for.
+conditional_selection <- function(x, given, kernel, bounds, engine) {
+  if (kernel != "gaussian") {
+    stop_arg("given", sprintf(paste0("needs kernel = \"gaussian\": the margin of the %s ",
+                                     "kernel has no closed form."), kernel))
+  }
+  if (!is.null(bounds)) {
+    stop_arg("given", "does not apply with `lower` or `upper` (a reflected estimate's margin).")
+  }
+  if (!is.null(engine)) stop_arg("cluster", "does not serve a conditional selection (`given`).")
+  given_index(given, colnames(x), ncol(x))
+}
+
+# Ties make the conditional likelihood unbounded in the response's columns
+# only: in a conditioning column the joint's and the margin's terms grow
+# alike as its bandwidth shrinks.
+conditional_tie_directions <- function(x, weights, type, given) {
+  response <- setdiff(seq_len(ncol(x)), given)
+  lapply(unbounded_tie_directions(x[, response, drop = FALSE], weights, "mlcv", type),
+         function(direction) {
+           direction$columns <- response[direction$columns]
+           direction
+         })
+}
+
+# The margin's leave-one-out log-densities at the conditioning columns of
+# the training points, with H's block, renormalised as the joint's are.
+conditioning_loo <- function(x, weights, H, given, kernel, backend, precision, tolerance) {
+  margin <- new_kde_gpu(x[, given, drop = FALSE], weights,
+                        list(H = H[given, given, drop = FALSE], type = "full", method = "given"),
+                        kernel, backend, precision, NULL, "x", tolerance = tolerance)
+  on.exit(release_device_copy(margin))
+  renormalise_leave_one_out(log_density_at_training_points(margin, TRUE, tolerance), weights)
 }

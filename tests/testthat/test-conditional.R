@@ -78,7 +78,7 @@ test_that("an adaptive Gaussian fit's margin keeps its own factors", {
 test_that("given = refuses what it cannot compute exactly, naming the argument", {
   x <- matrix(rnorm(60), ncol = 3, dimnames = list(NULL, c("a", "b", "c")))
   fit <- kde_gpu(x, backend = "cpu")
-  expect_error(predict(fit, x[1:2, ], given = "z"), "`given` names columns the fit does not have: z")
+  expect_error(predict(fit, x[1:2, ], given = "z"), "`given` names columns the data do not have: z")
   expect_error(predict(fit, x[1:2, ], given = c("a", "b", "c")),
                "`given` must leave at least one column to be the response")
   expect_error(predict(fit, x[1:2, ], given = 4), "`given` must be column numbers in 1..3")
@@ -98,4 +98,50 @@ test_that("given = refuses what it cannot compute exactly, naming the argument",
   fit1 <- kde_gpu(cbind(c(0, 1), c(0, 1)), bw = 0.01, backend = "cpu")
   expect_equal(predict(fit1, cbind(1e3, 0), given = 1, log = TRUE),
                stats::dnorm(0, 1, 0.01, log = TRUE), tolerance = 1e-9)
+})
+
+test_that("bw_mlcv(given = ) maximises the leave-one-out conditional likelihood", {
+  set.seed(1241)
+  a <- rnorm(80)
+  data <- cbind(a = a, b = a + rnorm(80, sd = 0.5))
+  # sum_i log f_{-i}(b_i | a_i), from plain-R leave-one-out sums
+  ref_criterion <- function(H) {
+    sum(ref_loo_log_density(data, H, "gaussian") -
+          ref_loo_log_density(data[, 1, drop = FALSE], H[1, 1, drop = FALSE], "gaussian"))
+  }
+  scaled <- function(H, k, f) {
+    s <- rep(1, 2)
+    s[k] <- f
+    diag(s) %*% H %*% diag(s)
+  }
+  for (be in eval_backends()) {
+    for (shape in c("scalar", "diagonal", "full")) {
+      b <- bw_mlcv(data, shape = shape, given = "a", backend = be$backend,
+                   precision = be$precision)
+      H <- attr(b, "H")
+      lab <- be_label(be, shape)
+      expect_equal(attr(b, "criterion"), ref_criterion(H), tolerance = 100 * be$tol,
+                   label = lab)
+      expect_identical(attr(b, "given"), "a")
+      # a maximum: 5% longer or shorter bandwidths have a lower likelihood
+      steps <- if (shape == "scalar") list(1:2) else list(1L, 2L)
+      for (k in steps) for (f in c(0.95, 1.05)) {
+        expect_lt(ref_criterion(scaled(H, k, f)), ref_criterion(H),
+                  label = paste(lab, "step", paste(k, collapse = ","), f))
+      }
+    }
+  }
+  expect_output(print(b), "for the conditional density given a")
+})
+
+test_that("bw_mlcv(given = ) refuses what it cannot compute exactly, naming the argument", {
+  x <- cbind(a = rnorm(30), b = rnorm(30))
+  expect_error(bw_mlcv(x, given = "z", backend = "cpu"),
+               "`given` names columns the data do not have: z")
+  expect_error(bw_mlcv(x, given = 1:2, backend = "cpu"),
+               "`given` must leave at least one column to be the response")
+  expect_error(bw_mlcv(x, given = 1, kernel = "biweight", backend = "cpu"),
+               "`given` needs kernel = \"gaussian\"")
+  expect_error(bw_mlcv(abs(x), given = 1, lower = 0, backend = "cpu"),
+               "`given` does not apply with `lower` or `upper`")
 })

@@ -76,6 +76,7 @@ bad_calls <- list(
     tolerance = quote(bw_mlcv(x1, tolerance = 2, backend = "cpu")),
     lower = quote(bw_mlcv(x1, lower = 3, backend = "cpu")),
     upper = quote(bw_mlcv(x1, upper = 3, backend = "cpu")),
+    given = quote(bw_mlcv(x1, given = 1, backend = "cpu")),
     ... = quote(bw_mlcv(x1, nosuch = 1, backend = "cpu"))
   ),
   contour_levels = list(
