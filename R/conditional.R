@@ -84,7 +84,7 @@ predict_conditional <- function(object, newdata, given, log, leave_one_out, clus
   if (log) out else exp(out)
 }
 
-# The margin fits of the last few (fit, columns) asked for: made once, so
+# The margin fits of the last two (fit, columns) asked for: made once, so
 # that repeated calls do not sort the data and build a device model again
 # (a fit's id names its data; check_fit() has refused an edited fit).
 margin_fits <- new.env(parent = emptyenv())
@@ -96,7 +96,7 @@ cached_margin_fit <- function(object, columns) {
   if (!is.null(fits[[key]])) return(fits[[key]])
   margin <- margin_fit(object, columns)
   fits <- c(fits[names(fits) != key], stats::setNames(list(margin), key))
-  margin_fits$fits <- utils::tail(fits, 4L)
+  margin_fits$fits <- utils::tail(fits, 2L)
   margin
 }
 
