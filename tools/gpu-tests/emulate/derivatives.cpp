@@ -13,18 +13,7 @@ using kdegpu::deriv_smem;
 
 template <typename T> void launch(deriv_kernel_fn<T> fn, dim3 grid, const deriv_args<T> &a)
 {
-  gridDim = {grid.x, grid.y, 1};
-  blockDim = {(unsigned) kThreads, 1, 1};
-  for (unsigned by = 0; by < grid.y; by++)
-    for (unsigned bx = 0; bx < grid.x; bx++) {
-      blockIdx = {bx, by, 0};
-      std::barrier<> bar(kThreads);
-      g_barrier = &bar;
-      std::vector<std::thread> th;
-      for (int t = 0; t < kThreads; t++)
-        th.emplace_back([&, t] { threadIdx = {(unsigned) t, 0, 0}; fn(a); });
-      for (auto &x : th) x.join();
-    }
+  launch_block(grid, kThreads, [&] { fn(a); });
 }
 
 // reference: derivatives.c's sums_at over the units in `units`
