@@ -90,6 +90,7 @@ predict_conditional <- function(object, newdata, given, log, leave_one_out, clus
 margin_fits <- new.env(parent = emptyenv())
 
 cached_margin_fit <- function(object, columns) {
+  margin_fit <- if (inherits(object, "kde_mixed")) mixed_margin_fit else margin_fit
   if (!is.character(object$id)) return(margin_fit(object, columns))
   key <- paste(object$id, paste(columns, collapse = ","))
   fits <- margin_fits$fits

@@ -166,7 +166,9 @@
 #' use their GPUs normally.
 #'
 #' @param x The data: a numeric vector (1-D), or a matrix or data frame of
-#'   numeric columns with one point per row.
+#'   numeric columns with one point per row; a data frame with `factor` or
+#'   `ordered` columns is mixed data (see [kde_gpu-mixed]; the fit is then
+#'   of class `"kde_mixed"`).
 #' @param bw The kernel's standard deviation: one positive number, one per
 #'   column, a selector's result (any of them, see [bandwidth]), or the name
 #'   of a rule: `"nrd0"` (default in 1-D, as `density()`), `"nrd"` (per
@@ -227,6 +229,15 @@
 #'   \eqn{\lambda_j = (\tilde f(x_j) / g)^{-\alpha}}{lambda_j = (f~(x_j) /
 #'   g)^(-alpha)}; 1/2 (the default) is Abramson's square-root law, 0 the
 #'   fixed estimate. Only for `adaptive = TRUE` (an error otherwise).
+#' @param lambda Mixed data only (a data frame with `factor` or `ordered`
+#'   columns; see [kde_gpu-mixed]): the discrete kernels' smoothing
+#'   parameters, one number for every factor column or one per factor
+#'   column (by name or in order); `NULL` (the default) chooses them by
+#'   maximum-likelihood cross-validation.
+#' @param factor_kernel,ordered_kernel Mixed data only: the kernel of the
+#'   unordered factors, `"aitchisonaitken"` (default) or `"liracine"`, and
+#'   of the ordered ones, `"racineliyan"` (default), `"liracine"` or
+#'   `"wangvanryzin"` (see [kde_gpu-mixed]).
 #' @return An object of class `"kde_gpu"`: a list with the data `x`, the
 #'   normalised `weights`, `n`, `d`, the bandwidth matrix `H` (and `bw`,
 #'   its square root on the diagonal, when `H` is diagonal), `kernel`,
@@ -269,13 +280,27 @@
 kde_gpu <- function(x, bw = NULL, H = NULL, kernel = "gaussian", weights = NULL,
                     backend = c("auto", "cuda", "cpu"),
                     precision = c("double", "single"), adjust = 1, lower = -Inf,
-                    upper = Inf, debias = FALSE, adaptive = FALSE, alpha = 1 / 2) {
+                    upper = Inf, debias = FALSE, adaptive = FALSE, alpha = 1 / 2,
+                    lambda = NULL, factor_kernel = "aitchisonaitken",
+                    ordered_kernel = "racineliyan") {
   data_name <- deparse1(substitute(x))
   call <- match.call()
   backend <- match_choice(backend, c("auto", "cuda", "cpu"), "backend")
   precision <- match_choice(precision, c("double", "single"), "precision")
   kernel <- resolve_kernel(kernel)
   adjust <- check_adjust(adjust)
+  if (is_mixed_data(x)) {
+    given <- c(lower = !missing(lower), upper = !missing(upper), debias = !missing(debias),
+               adaptive = !missing(adaptive), alpha = !missing(alpha))
+    return(kde_mixed(x, bw, H, kernel, weights, backend, precision, adjust, lambda,
+                     factor_kernel, ordered_kernel, names(given)[given], call, data_name))
+  }
+  mixed_only <- c(lambda = !missing(lambda), factor_kernel = !missing(factor_kernel),
+                  ordered_kernel = !missing(ordered_kernel))
+  if (any(mixed_only)) {
+    stop_arg(names(mixed_only)[mixed_only][1L],
+             "applies to mixed data: a data frame with factor or ordered columns.")
+  }
   check_flag(debias, "debias")
   if (debias && kernel != "gaussian") {
     stop_arg("debias", sprintf("needs the gaussian kernel (score debiasing is defined for it), not %s.",

@@ -28,7 +28,8 @@
 # adaptive (tools/gpu-tests/check_adaptive_gpu.R: adaptive fits, cuda vs cpu, and
 # timings), gpuderiv (tools/gpu-tests/check_gpuderiv.R: the derivative
 # sums' tests, cuda vs cpu, kde_modes and timings), sanitize
-# (compute-sanitizer memcheck on a short R workload).
+# (compute-sanitizer memcheck on a short R workload), mixed (bench/mixed.R: mixed
+# data's cv.ml, MIXED_SIZES, to $OUT/mixed.csv).
 set -uo pipefail
 final=${OUT:-/tmp/kdegpu-out}
 out=$(mktemp -d)
@@ -37,7 +38,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit; do
+  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit mixed; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -93,6 +94,8 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
       step derivatives Rscript bench/derivatives.R "$out/derivatives.csv" ;;
     bandwidth)
       step bandwidth Rscript bench/bandwidth.R "$out/bandwidth.csv" ;;
+    mixed)
+      step mixed Rscript bench/mixed.R "$out/mixed.csv" "${MIXED_SIZES:-1e4,1e5,1e6}" ;;
     large)
       step large Rscript bench/prune_large.R "$out/prune-large.csv" ;;
     cdf)

@@ -25,7 +25,12 @@ bad_calls <- list(
     upper = quote(kde_gpu(x1, upper = 3, backend = "cpu")),
     debias = quote(kde_gpu(x1, debias = NA, backend = "cpu")),
     adaptive = quote(kde_gpu(x1, adaptive = "yes", backend = "cpu")),
-    alpha = quote(kde_gpu(x1, adaptive = TRUE, alpha = 2, backend = "cpu"))
+    alpha = quote(kde_gpu(x1, adaptive = TRUE, alpha = 2, backend = "cpu")),
+    lambda = quote(kde_gpu(data.frame(y = x1, g = factor(x1 > 3)), lambda = 2, backend = "cpu")),
+    factor_kernel = quote(kde_gpu(data.frame(y = x1, g = factor(x1 > 3)), lambda = 0.1,
+                                  factor_kernel = "no", backend = "cpu")),
+    ordered_kernel = quote(kde_gpu(data.frame(y = x1, g = ordered(x1 > 3)), lambda = 0.1,
+                                   ordered_kernel = "no", backend = "cpu"))
   ),
   bw_plugin = list(
     x = quote(bw_plugin(5, backend = "cpu")),

@@ -1,0 +1,238 @@
+# kde_gpu() on mixed data (see mixed.R): the fit, and the joint
+# maximum-likelihood cross-validation of H and the lambdas (np's cv.ml).
+
+# kde_gpu()'s arguments that a mixed fit does not take, with why.
+mixed_refused <- c(
+  lower = "bounds apply to numeric columns of a numeric fit",
+  upper = "bounds apply to numeric columns of a numeric fit",
+  debias = "score debiasing needs a gradient in every column",
+  adaptive = "the adaptive estimate's pilot would need factors per discrete column",
+  alpha = "it belongs to adaptive fits")
+
+kde_mixed <- function(x, bw, H, kernel, weights, backend, precision, adjust, lambda,
+                      factor_kernel, ordered_kernel, refused, call, data_name) {
+  if (length(refused) > 0L) {
+    stop_arg(refused[[1L]], sprintf("does not apply to mixed data (factor columns): %s.",
+                                    mixed_refused[[refused[[1L]]]]))
+  }
+  if (kernel != "gaussian") {
+    stop_arg("kernel", sprintf(paste0("must be \"gaussian\" for mixed data (factor columns), ",
+                                      "not \"%s\": the discrete kernels combine exactly with ",
+                                      "the Gaussian only."), kernel))
+  }
+  factor_kernel <- match_choice(factor_kernel, factor_kernels, "factor_kernel")
+  ordered_kernel <- match_choice(ordered_kernel, ordered_kernels, "ordered_kernel")
+  columns <- mixed_columns(x)
+  kernels <- mixed_kernel_names(columns, factor_kernel, ordered_kernel)
+  n_levels <- lengths(columns$levels)
+  parts <- mixed_parts(x, columns)
+  weights <- normalise_weights(weights, nrow(x))
+  backend <- choose_backend(backend)
+  d_c <- length(columns$numeric)
+  if (!is.null(lambda)) lambda <- check_lambda(lambda, kernels, n_levels)
+  selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) {
+    parse_selector(bw)
+  }
+  if (!is.null(selector) && selector$base != "mlcv") {
+    stop_arg("bw", sprintf(paste0("= \"%s\" is not a selector for mixed data: give \"mlcv\" ",
+                                  "(cross-validated jointly with the lambdas, as np's cv.ml), ",
+                                  "a rule, a number or `H`."), bw))
+  }
+  # the default, as np's: maximum-likelihood cross-validation of everything
+  if (is.null(bw) && is.null(H) && (d_c > 0L || is.null(lambda))) selector <- parse_selector("mlcv")
+  bandwidth <- if (d_c == 0L) {
+    if (!is.null(bw) && is.null(selector) || !is.null(H)) {
+      stop_arg(if (is.null(H)) "bw" else "H", "applies to numeric columns, and the data have none.")
+    }
+    NULL
+  } else if (is.null(selector)) {
+    adjust_bandwidth(resolve_bandwidth(parts$x, weights, bw, H), adjust)
+  }
+  chosen <- NULL
+  if (is.null(bandwidth) && d_c > 0L || is.null(lambda)) {
+    shape <- if (is.null(selector) || d_c <= 1L) "scalar" else selector$shape
+    chosen <- select_mixed(parts, columns, kernels, weights, bandwidth, lambda, shape,
+                           backend, precision)
+    if (is.null(bandwidth) && d_c > 0L) {
+      bandwidth <- adjust_bandwidth(list(H = chosen$H, type = shape, method = "mlcv"), adjust)
+    }
+    lambda <- chosen$lambda
+  }
+  if (d_c > 0L) {
+    check_bandwidth_scale(diag(bandwidth$H), if (adjust != 1) "adjust" else "x",
+                          column_magnitudes(parts$x), bandwidth$method)
+  }
+  object <- new_kde_mixed(parts, columns, kernels, lambda, bandwidth, weights, backend,
+                          precision, call, data_name)
+  object$selection <- chosen$details
+  object$row_names <- if (.row_names_info(x) > 0L) row.names(x)
+  object$requested_backend <- backend
+  object$adjust <- adjust
+  seal_mixed(object)
+}
+
+# The fit of the parts (numeric matrix, level ranks) at H and lambda: the
+# Gaussian estimate of the embedded points (`inner`) and the constant that
+# turns its log-densities into the product kernel's.
+new_kde_mixed <- function(parts, columns, kernels, lambda, bandwidth, weights, backend,
+                          precision, call, data_name, order = NULL, tolerance = NULL) {
+  design <- mixed_design(columns, kernels, lambda, bandwidth$H)
+  embedded <- mixed_embed(design, parts$x, parts$codes)
+  H_inner <- design$H
+  if (ncol(embedded) == 0L) { # nothing varies: one zero column, factor 1
+    embedded <- matrix(0, nrow(embedded), 1L)
+    H_inner <- matrix(1, 1L, 1L)
+  }
+  # Racine-Li-Yan's per-point normalisers go into the weights
+  log_norm <- mixed_log_norm(design, parts$codes)
+  kernel_weights <- weights * exp(min(log_norm) - log_norm)
+  log_total <- log(sum(kernel_weights)) - min(log_norm)
+  inner <- new_kde_gpu(embedded, kernel_weights / sum(kernel_weights),
+                       list(H = H_inner, type = "full", method = "mixed"), "gaussian",
+                       backend, fit_precision(precision, "gaussian", weights, backend), NULL,
+                       data_name, order = order, tolerance = tolerance)
+  log_const_numeric <- if (design$d_c > 0L) whitening(bandwidth$H, "gaussian")$log_const else 0
+  structure(list(
+    x = parts$x, codes = parts$codes, columns = columns, kernels = kernels, lambda = lambda,
+    weights = weights, n = nrow(parts$codes), d = length(columns$names),
+    H = if (design$d_c > 0L) {
+      H <- bandwidth$H
+      dimnames(H) <- list(columns$numeric, columns$numeric)
+      H
+    },
+    bandwidth_type = bandwidth$type, bandwidth_method = bandwidth$method,
+    kernel = "gaussian", backend = backend, precision = inner$precision,
+    call = call, data.name = data_name,
+    inner = inner,
+    offset = log_const_numeric + design$log_match + log_total - inner$log_const,
+    id = new_data_id(), device = new.env(parent = emptyenv())
+  ), class = "kde_mixed")
+}
+
+# What the edit check compares (fingerprint.R does the same for kde_gpu).
+mixed_fitted_fields <- c("x", "codes", "columns", "kernels", "lambda", "weights", "H", "offset")
+
+seal_mixed <- function(object) {
+  object$device$fitted <- lapply(stats::setNames(nm = mixed_fitted_fields),
+                                 function(f) object[[f]])
+  object
+}
+
+check_mixed <- function(object, arg = "object") {
+  intact <- inherits(object, "kde_mixed") && is.list(object) && is.environment(object$device) &&
+    inherits(object$inner, "kde_gpu")
+  if (!intact) stop_arg(arg, "is not an intact mixed-data fit from kde_gpu(); refit it.")
+  fitted <- object$device$fitted
+  for (field in names(fitted)) {
+    if (!identical(object[[field]], fitted[[field]])) {
+      stop(sprintf(paste0("`%s$%s` was changed after fitting; a fit is evaluated as it was ",
+                          "made, so refit with kde_gpu() and the new value instead."),
+                   arg, field), call. = FALSE)
+    }
+  }
+  check_fit(object$inner, arg)
+  invisible(object)
+}
+
+# log f_{-i}(x_i) of a mixed fit at H and lambda: the Gaussian's
+# leave-one-out sums of the embedded points, in the product kernel's
+# constants, each renormalised by the other points' weight 1 - w_i.
+mixed_leave_one_out <- function(object, engine = NULL, tolerance = NULL) {
+  inner <- object$inner
+  renormalised <- leave_one_out_log_density(inner, engine, tolerance)
+  v <- inner$weights
+  sums <- ifelse(v < 1, renormalised + log1p(-pmin(v, 1)), -Inf)
+  renormalise_leave_one_out(sums + object$offset, object$weights)
+}
+
+# ---- maximum-likelihood cross-validation --------------------------------
+
+# Chooses what is not given of the numeric columns' H (of `shape`) and the
+# lambdas, maximising sum_i n w_i log f_{-i}(x_i) (np's cv.ml) with
+# nlm() (Newton with finite-difference gradients, as bw_mlcv()): H as a
+# log-Cholesky factor relative to Scott's rule, each lambda as its
+# kernel's largest times a logistic.
+select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, shape, backend,
+                         precision) {
+  d_c <- ncol(parts$x)
+  n_levels <- lengths(columns$levels)
+  free_H <- is.null(bandwidth) && d_c > 0L
+  if (free_H) check_mixed_ties(parts$x, weights, shape)
+  start_H <- if (d_c > 0L) bandwidth_rule(parts$x, weights, if (d_c == 1L) "nrd0" else "scott")$H
+  scale <- if (d_c > 0L) sqrt(diag(start_H))
+  n_H <- if (!free_H) 0L else switch(shape, scalar = 1L, diagonal = d_c, full = d_c * (d_c + 1L) / 2L)
+  top <- mapply(lambda_max, kernels, n_levels)
+  top <- ifelse(kernels == "wangvanryzin", 1, top) # its plogis stays below 1
+  free_lambda <- is.null(lambda)
+  H_of <- function(theta) {
+    if (!free_H) return(bandwidth$H)
+    switch(shape,
+      scalar = diag(exp(2 * theta[1L]) * mean(scale^2), d_c),
+      diagonal = diag(exp(2 * theta[seq_len(d_c)]) * scale^2, d_c),
+      full = {
+        L <- matrix(0, d_c, d_c)
+        L[lower.tri(L, diag = TRUE)] <- theta[seq_len(n_H)]
+        diag(L) <- exp(diag(L))
+        M <- tcrossprod(L)
+        M * outer(scale, scale)
+      })
+  }
+  # each lambda as top * plogis(t): nlm searches an open space
+  lambda_of <- function(theta) {
+    if (!free_lambda) return(lambda)
+    stats::setNames(top * stats::plogis(theta[n_H + seq_along(kernels)]), names(kernels))
+  }
+  order <- NULL
+  criterion <- function(theta) {
+    fit <- new_kde_mixed(parts, columns, kernels, lambda_of(theta),
+                         list(H = H_of(theta), type = "full"), weights, backend, precision,
+                         NULL, "x", order = order, tolerance = NULL)
+    on.exit(release_device_copy(fit$inner))
+    loo <- mixed_leave_one_out(fit)
+    w <- weights * length(weights)
+    -sum(ifelse(w > 0, w * loo, 0))
+  }
+  # a start where each mismatch keeps a fifth of a match's weight
+  start_lambda <- vapply(seq_along(kernels), function(k) {
+    if (kernels[[k]] == "aitchisonaitken") 0.2 * (n_levels[[k]] - 1) / (1 + 0.2 * (n_levels[[k]] - 1))
+    else 0.2
+  }, 0)
+  start <- c(rep(0, n_H), if (free_lambda) stats::qlogis(start_lambda / top))
+  evaluations <- 0L
+  size <- NULL
+  # relative to the start's value; a step onto a criterion that is not
+  # finite is a cliff that nlm's line search backs off from
+  scaled <- function(theta) {
+    evaluations <<- evaluations + 1L
+    value <- criterion(theta)
+    if (is.null(size)) size <<- if (is.finite(value) && value != 0) abs(value) else 1
+    if (is.finite(value)) min(value / size, 1e10) else 1e10
+  }
+  digits <- criterion_digits(NULL, backend, precision)
+  result <- suppressWarnings(stats::nlm(scaled, start, ndigit = digits, gradtol = 1e-7,
+                                        steptol = 1e-7, iterlim = 200L))
+  result$par <- result$estimate
+  result$objective <- result$minimum * size
+  result$convergence <- if (result$code %in% c(1L, 2L)) 0L else result$code
+  result$message <- c("", "gradient close to zero", "successive steps small",
+                      "no lower point found", "iteration limit", "step too large")[result$code + 1L]
+  list(H = H_of(result$par), lambda = lambda_of(result$par),
+       details = list(method = "mlcv", criterion = -result$objective,
+                      evaluations = evaluations,
+                      converged = result$convergence == 0L, message = result$message))
+}
+
+# Ties in the numeric columns make the likelihood unbounded as H shrinks
+# (the discrete columns cannot bound it: a pair tied in the numbers keeps
+# a positive factor for any lambda > 0).
+check_mixed_ties <- function(x, weights, shape) {
+  ties <- unbounded_tie_directions(x, weights, "mlcv", shape)
+  if (length(ties) == 0L) return(invisible())
+  columns <- colnames(x)[ties[[1L]]$columns]
+  stop_arg("bw", sprintf(paste0("= \"mlcv\" has no maximum on these data: every point shares ",
+                                "its values of %s with another, so the leave-one-out ",
+                                "likelihood grows without bound as the bandwidth shrinks. ",
+                                "Give `bw` or `H` for the numeric columns (rounded data: ",
+                                "about their spacing or more)."),
+                         paste(columns, collapse = ", ")))
+}
