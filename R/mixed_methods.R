@@ -35,7 +35,9 @@
 #' `"mlcv-scalar"`) and each lambda, maximises the leave-one-out
 #' likelihood \eqn{\sum_i \log \hat f_{-i}(x_i, c_i)} jointly, np's
 #' `cv.ml` (`npudensbw()`'s default), by [stats::nlminb()] from Scott's
-#' rule and lambdas at which a mismatch weighs a fifth of a match. Give
+#' rule and lambdas at which a mismatch weighs a fifth of a match, its
+#' sums in double precision whatever `precision` says (the fit itself then
+#' computes in `precision`). Give
 #' `bw` (a number, one per numeric column, or a rule) or `H` for the
 #' numeric columns, or `lambda`, to fix them; what is not given is still
 #' chosen by `"mlcv"`. `fit$selection` records the search.
