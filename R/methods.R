@@ -176,11 +176,18 @@ logLik.kde_gpu <- function(object, cluster = NULL, tolerance = getOption("kdegpu
     stop("logLik() needs at least two points of positive weight.", call. = FALSE)
   }
   loo <- leave_one_out_log_density(object, cluster_engine(cluster), tolerance)
-  w <- object$weights * object$n
-  value <- sum(ifelse(w > 0, w * loo, 0))
-  d <- object$d
-  df <- switch(object$bandwidth_type, scalar = 1L, diagonal = d, full = d * (d + 1L) / 2L)
-  structure(value, df = df, nobs = object$n, class = "logLik")
+  loo_log_lik(loo, object$weights, bandwidth_parameters(object$bandwidth_type, object$d))
+}
+
+# sum_i n w_i log f_{-i}(x_i) as a "logLik" with `df` free parameters.
+loo_log_lik <- function(loo, weights, df) {
+  w <- weights * length(weights)
+  structure(sum(ifelse(w > 0, w * loo, 0)), df = df, nobs = length(weights), class = "logLik")
+}
+
+# The free parameters of a bandwidth matrix of this shape in d dimensions.
+bandwidth_parameters <- function(type, d) {
+  switch(type, scalar = 1L, diagonal = d, full = d * (d + 1L) / 2L)
 }
 
 #' Convert a 1-D kernel density estimate to a density object

@@ -221,11 +221,9 @@ logLik.kde_mixed <- function(object, cluster = NULL, tolerance = getOption("kdeg
     stop("logLik() needs at least two points of positive weight.", call. = FALSE)
   }
   loo <- mixed_leave_one_out(object, cluster_engine(cluster), tolerance)
-  w <- object$weights * object$n
   d_c <- ncol(object$x)
-  df <- length(object$lambda) + if (d_c == 0L) 0L else
-    switch(object$bandwidth_type, scalar = 1L, diagonal = d_c, full = d_c * (d_c + 1L) / 2L)
-  structure(sum(ifelse(w > 0, w * loo, 0)), df = df, nobs = object$n, class = "logLik")
+  loo_log_lik(loo, object$weights, length(object$lambda) +
+                if (d_c == 0L) 0L else bandwidth_parameters(object$bandwidth_type, d_c))
 }
 
 #' @rdname kde_gpu-mixed
