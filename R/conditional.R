@@ -54,12 +54,25 @@ conditional_refusal <- function(object) {
 # points, leaving each one out of both sums with `leave_one_out`).
 predict_conditional <- function(object, newdata, given, log, leave_one_out, cluster, split,
                                 tolerance, type) {
-  if (type != "density") {
-    stop_arg("given", sprintf("applies to type = \"density\", not \"%s\".", type))
+  if (!(type %in% c("density", "cdf"))) {
+    stop_arg("given", sprintf("applies to type = \"density\" or \"cdf\", not \"%s\".", type))
   }
   why <- conditional_refusal(object)
   if (!is.null(why)) stop_arg("given", why)
   columns <- given_columns(object, given)
+  if (type == "cdf") {
+    for (arg in c("log", "leave_one_out")) {
+      if (isTRUE(get(arg))) stop_arg(arg, "applies to type = \"density\", not \"cdf\".")
+    }
+    if (!is.null(cluster)) stop_arg("cluster", "applies to type = \"density\", not \"cdf\".")
+    at_training_points <- missing(newdata) || is.null(newdata)
+    query <- if (at_training_points) object$x else
+      match_columns(as_point_matrix(newdata, "newdata", object$d, allow_infinite = TRUE),
+                    object$x)
+    out <- predict_conditional_cdf(object, query, columns)
+    names(out) <- if (at_training_points) rownames(object$x) else query_names(newdata, object$d)
+    return(out)
+  }
   margin <- cached_margin_fit(object, columns)
   split <- split[[1L]] # predict() matches it
   if (missing(newdata) || is.null(newdata)) {

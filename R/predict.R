@@ -104,7 +104,15 @@
 #'   block of H (and an adaptive fit's own factors), computed by the same
 #'   engines; other kernels and bounded fits are refused, their margins
 #'   having no closed form. Each of the two sums keeps its `tolerance`, so
-#'   the ratio is within about twice it. `type = "density"` only.
+#'   the ratio is within about twice it. With `type = "cdf"` and one
+#'   response column y, the conditional CDF \eqn{\hat F(y \mid x)}{F(y | x)}
+#'   (`np::npcdist()`), exact: given x, each point's kernel is normal in y
+#'   (mean \eqn{y_j + H_{yx} H_{xx}^{-1} (x - x_j)}, variance \eqn{H_{yy} -
+#'   H_{yx} H_{xx}^{-1} H_{xy}}), so it is a weighted sum of normal CDFs,
+#'   summed in double in C on the CPU whatever the fit's backend (sums on
+#'   the GPU are not written yet); an adaptive fit's point j has its own
+#'   factor. `-Inf`/`Inf` in the response give 0 and 1. Its quantiles:
+#'   [quantile()][quantile.kde_gpu] with `given`.
 #' @param ... Not used: an argument given here is an error that names it
 #'   (`x = ` gets a pointer to `newdata`, the name `ks::kde` users know).
 #' @return For `"density"` and `"cdf"`, a numeric vector with one value per point, named by the row

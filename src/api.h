@@ -14,6 +14,9 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
                             SEXP transform, SEXP kernel, SEXP log_const,
                             SEXP leave_one_out, SEXP tolerance, SEXP threads,
                             SEXP progress_delay);
+SEXP kdegpu_conditional_cdf(SEXP train, SEXP response, SEXP log_weight, SEXP scale,
+                            SEXP query, SEXP value, SEXP with_density, SEXP threads,
+                            SEXP progress_delay);
 SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
                 SEXP kernel, SEXP query, SEXP lower, SEXP upper,
                 SEXP images, SEXP model, SEXP threads, SEXP progress_delay);

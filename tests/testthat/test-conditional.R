@@ -85,7 +85,7 @@ test_that("given = refuses what it cannot compute exactly, naming the argument",
   expect_error(predict(fit, x[1:2, ], given = c(1, 1)), "`given` names a column twice")
   expect_error(predict(fit, x[1:2, ], given = TRUE), "`given` must name the conditioning columns")
   expect_error(predict(fit, x[1:2, ], given = 1, type = "cdf"),
-               "`given` applies to type = \"density\", not \"cdf\"")
+               "`given` must leave exactly one response column for type = \"cdf\"")
   expect_error(predict(fit, x[1:2, ], given = 1, leave_one_out = TRUE),
                "`leave_one_out` applies to the training points only")
   expect_error(predict(kde_gpu(x, kernel = "epanechnikov", backend = "cpu"), x[1:2, ], given = 1),
@@ -144,4 +144,93 @@ test_that("bw_mlcv(given = ) refuses what it cannot compute exactly, naming the 
                "`given` needs kernel = \"gaussian\"")
   expect_error(bw_mlcv(abs(x), given = 1, lower = 0, backend = "cpu"),
                "`given` does not apply with `lower` or `upper`")
+})
+
+# F(y | x) by its definition: the joint's terms at x, weighting each
+# point's normal CDF of y given x (H's conditional mean and variance).
+ref_conditional_cdf <- function(x, q, H, given, weights = NULL, lambda = NULL) {
+  n <- nrow(x)
+  w <- if (is.null(weights)) rep(1 / n, n) else weights / sum(weights)
+  lambda <- if (is.null(lambda)) rep(1, n) else lambda
+  response <- setdiff(seq_len(ncol(x)), given)
+  Hxx <- H[given, given, drop = FALSE]
+  B <- solve(Hxx, H[given, response])
+  s2 <- H[response, response] - sum(B * H[given, response])
+  vapply(seq_len(nrow(q)), function(i) {
+    dx <- sweep(x[, given, drop = FALSE], 2L, q[i, given]) * -1
+    log_a <- log(w) - length(given) * log(lambda) -
+      0.5 * rowSums((dx %*% solve(Hxx)) * dx) / lambda^2
+    mu <- x[, response] + drop(dx %*% B)
+    log_cdf <- stats::pnorm(q[i, response], mu, sqrt(s2) * lambda, log.p = TRUE)
+    top <- max(log_a)
+    sum(exp(log_a - top + log_cdf)) / sum(exp(log_a - top))
+  }, 0)
+}
+
+test_that("type = \"cdf\" with given is the conditional CDF, far queries and adaptive fits too", {
+  set.seed(1231)
+  x <- matrix(rnorm(3 * 200), ncol = 3, dimnames = list(NULL, c("a", "b", "c")))
+  x[, 3] <- x[, 3] + x[, 1] * x[, 2]
+  H <- ref_full_H(3, 0.4, seed = 1232)
+  w <- rexp(200)
+  q <- rbind(ref_queries(x, 20, seed = 1233), c(30, 0, 1), c(-2, 0, 10))
+  colnames(q) <- colnames(x)
+  for (be in eval_backends()) {
+    fit <- kde_on(be, x, H = H, weights = w)
+    for (given in list(c("a", "b"), c(1L, 3L), c("c", "b"))) {
+      cols <- if (is.character(given)) match(given, colnames(x)) else given
+      ref <- ref_conditional_cdf(x, q, H, cols, w)
+      got <- predict(fit, q, type = "cdf", given = given)
+      expect_equal(unname(got), ref, tolerance = 1e-12,
+                   label = be_label(be, "conditional cdf given", paste(given, collapse = ",")))
+    }
+  }
+  fit_a <- kde_gpu(x, H = H, adaptive = TRUE, backend = "cpu")
+  expect_equal(unname(predict(fit_a, q, type = "cdf", given = 1:2)),
+               ref_conditional_cdf(x, q, H, 1:2, lambda = fit_a$adaptive$lambda),
+               tolerance = 1e-12)
+  # the integral of the conditional density
+  fit <- kde_gpu(x, H = H, backend = "cpu")
+  density_c <- function(y) predict(fit, cbind(a = 0.3, b = -0.2, c = y), given = c("a", "b"))
+  expect_equal(predict(fit, cbind(a = 0.3, b = -0.2, c = 0.4), type = "cdf", given = 1:2),
+               stats::integrate(density_c, -Inf, 0.4, rel.tol = 1e-12)$value, tolerance = 1e-9)
+  ends <- predict(fit, cbind(a = 0, b = 0, c = c(-Inf, Inf)), type = "cdf", given = 1:2)
+  expect_identical(unname(ends), c(0, 1))
+})
+
+test_that("quantile(given = ) inverts the conditional CDF", {
+  fit <- kde_gpu(faithful, backend = "cpu")
+  probs <- c(0.01, 0.25, 0.5, 0.9)
+  at <- data.frame(eruptions = c(1.8, 3.2, 4.6), row.names = c("short", "mid", "long"))
+  qs <- quantile(fit, probs, given = at)
+  expect_identical(dim(qs), c(3L, 4L))
+  expect_identical(dimnames(qs), list(c("short", "mid", "long"), c("1%", "25%", "50%", "90%")))
+  back <- predict(fit, cbind(eruptions = rep(at$eruptions, 4), waiting = as.vector(qs)),
+                  type = "cdf", given = "eruptions")
+  expect_equal(back, rep(probs, each = 3), tolerance = 1e-9)
+  expect_true(all(apply(qs, 1, diff) > 0))
+  ends <- quantile(fit, c(0, 1), given = c(eruptions = 3), names = FALSE)
+  expect_identical(unname(ends), matrix(c(-Inf, Inf), 1L))
+})
+
+test_that("the conditional CDF and quantiles refuse what they cannot compute, naming it", {
+  x <- as.matrix(faithful)
+  fit <- kde_gpu(x, backend = "cpu")
+  three <- kde_gpu(cbind(x, z = rnorm(nrow(x))), backend = "cpu")
+  expect_error(predict(three, type = "cdf", given = "eruptions"),
+               "`given` must leave exactly one response column for type = \"cdf\"")
+  expect_error(predict(fit, x[1:2, ], type = "cdf", given = 1, log = TRUE),
+               "`log` applies to type = \"density\", not \"cdf\"")
+  expect_error(predict(fit, cbind(eruptions = Inf, waiting = 60), type = "cdf", given = 1),
+               "`newdata` must have finite values in the conditioning")
+  expect_error(predict(fit, x[1:2, ], type = "gradient", given = 1),
+               "`given` applies to type = \"density\" or \"cdf\", not \"gradient\"")
+  expect_error(quantile(kde_gpu(x, kernel = "epanechnikov", backend = "cpu"), 0.5,
+                        given = data.frame(eruptions = 3)),
+               "`given` needs a Gaussian fit")
+  expect_error(quantile(fit, 0.5, given = data.frame(nope = 3)),
+               "`given` names columns the data do not have: nope")
+  expect_error(quantile(fit, 0.5, given = data.frame(eruptions = NA_real_)),
+               "`given` must hold finite numbers")
+  expect_error(quantile(fit, 0.5), "`x` must be a 1-D fit for quantile\\(\\), not 2-D")
 })

@@ -207,6 +207,7 @@ bad_calls <- list(
     x = quote(quantile(f2, 0.5)),
     probs = quote(quantile(f1, 2)),
     names = quote(quantile(f1, 0.5, names = NA)),
+    given = quote(quantile(f2, 0.5, given = data.frame(nope = 1))),
     ... = quote(quantile(f1, 0.5, nosuch = 1))
   ),
   simulate = list(
