@@ -1,7 +1,7 @@
 # The conditional CDF F(y | x) of a Gaussian fit for one response column
 # y given the others x (predict(type = "cdf", given = )), and its
-# quantiles (quantile(fit, probs, given = newdata)): exact sums in C
-# (src/conditional_cdf.c), on the CPU for either backend.
+# quantiles (quantile(fit, probs, given = newdata)): exact sums in double
+# (src/conditional_cdf.c; a CUDA fit's on its GPUs, cuda/conditional_cdf.cu).
 
 # The fit's parts that the sums need, for the response `response` given
 # the columns `given`: whitened x (z_j = R^-T x_j with H_xx = R'R), u_j =
@@ -29,14 +29,17 @@ conditional_cdf_problem <- function(object, given) {
   }
   train <- transform(object$x[, given, drop = FALSE], object$x[, response])
   list(given = given, response = response, B = B, sigma = sigma, transform = transform,
-       z = train$z, u = train$v, log_weight = log_weight, lambda = lambda)
+       z = train$z, u = train$v, log_weight = log_weight, lambda = lambda,
+       devices = if (object$backend == "cuda") gpu_devices(gpus_for_cuda_fit()))
 }
 
 # F(y | x) (and, with `density`, f(y | x)) at the rows of x and y.
 evaluate_conditional_cdf <- function(problem, x, y, density = FALSE) {
   q <- problem$transform(x, y)
   out <- .Call(C_kdegpu_conditional_cdf, problem$z, problem$u, problem$log_weight,
-               problem$lambda, q$z, q$v, density, cpu_threads(), progress_delay())
+               problem$lambda, q$z, q$v, density, problem$devices,
+               if (!is.null(problem$devices)) gpu_memory_budget(), cpu_threads(),
+               progress_delay())
   if (!density) return(out)
   m <- length(y)
   list(cdf = out[seq_len(m)], density = out[m + seq_len(m)] / problem$sigma)

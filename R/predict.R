@@ -109,9 +109,9 @@
 #'   (`np::npcdist()`), exact: given x, each point's kernel is normal in y
 #'   (mean \eqn{y_j + H_{yx} H_{xx}^{-1} (x - x_j)}, variance \eqn{H_{yy} -
 #'   H_{yx} H_{xx}^{-1} H_{xy}}), so it is a weighted sum of normal CDFs,
-#'   summed in double in C on the CPU whatever the fit's backend (sums on
-#'   the GPU are not written yet); an adaptive fit's point j has its own
-#'   factor. `-Inf`/`Inf` in the response give 0 and 1. Its quantiles:
+#'   summed exactly in double on the fit's backend (every GPU in
+#'   `kdegpu.devices` for a CUDA fit); an adaptive fit's point j has its
+#'   own factor. `-Inf`/`Inf` in the response give 0 and 1. Its quantiles:
 #'   [quantile()][quantile.kde_gpu] with `given`.
 #' @param ... Not used: an argument given here is an error that names it
 #'   (`x = ` gets a pointer to `newdata`, the name `ks::kde` users know).

@@ -15,8 +15,8 @@ SEXP kdegpu_log_density_cpu(SEXP train, SEXP weight, SEXP scale,
                             SEXP leave_one_out, SEXP tolerance, SEXP threads,
                             SEXP progress_delay);
 SEXP kdegpu_conditional_cdf(SEXP train, SEXP response, SEXP log_weight, SEXP scale,
-                            SEXP query, SEXP value, SEXP with_density, SEXP threads,
-                            SEXP progress_delay);
+                            SEXP query, SEXP value, SEXP with_density, SEXP devices,
+                            SEXP memory_budget, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
                 SEXP kernel, SEXP query, SEXP lower, SEXP upper,
                 SEXP images, SEXP model, SEXP threads, SEXP progress_delay);

@@ -6,15 +6,18 @@
 #include <R.h>
 #include <Rinternals.h>
 
+#include <limits.h>
+
 #include "api.h"
 #include "api_glue.h"
 #include "conditional_cdf.h"
 
 /* F(y | x) at the m queries; with `with_density` TRUE 2m values: F, then
- * the density of v (see conditional_cdf.h). */
+ * the density of v (see conditional_cdf.h). `devices`: NULL (the CPU) or
+ * the GPUs, with `memory_budget` bytes each (0: half of what is free). */
 SEXP kdegpu_conditional_cdf(SEXP train, SEXP response, SEXP log_weight, SEXP scale,
-                            SEXP query, SEXP value, SEXP with_density, SEXP threads,
-                            SEXP progress_delay)
+                            SEXP query, SEXP value, SEXP with_density, SEXP devices,
+                            SEXP memory_budget, SEXP threads, SEXP progress_delay)
 {
   const int both = arg_flag(with_density, "with_density");
   const int n_threads = arg_threads(threads);
@@ -39,11 +42,27 @@ SEXP kdegpu_conditional_cdf(SEXP train, SEXP response, SEXP log_weight, SEXP sca
   for (int64_t i = 0; i < m; i++)
     if (ISNAN(v[i])) Rf_error("`value` must not contain NA or NaN");
 
+  const int on_gpu = !Rf_isNull(devices);
+  double budget = 0;
+  if (on_gpu) {
+    if (TYPEOF(devices) != INTSXP || XLENGTH(devices) < 1 || XLENGTH(devices) > INT_MAX)
+      Rf_error("`devices` must be a non-empty integer vector");
+    for (R_xlen_t i = 0; i < XLENGTH(devices); i++)
+      if (INTEGER(devices)[i] == NA_INTEGER || INTEGER(devices)[i] < 0)
+        Rf_error("`devices` must hold non-negative device indices");
+    budget = arg_double_scalar(memory_budget, "memory_budget");
+  }
   kde_status status;
+  kde_status_clear(&status);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) (both ? 2 * m : m)));
   progress_begin(progress_delay);
-  kde_cpu_conditional_cdf(&p, z, v, m, n_threads, poll_between_chunks, REAL(out),
-                          both ? REAL(out) + m : NULL, &status);
+  if (!on_gpu)
+    kde_cpu_conditional_cdf(&p, z, v, m, n_threads, poll_between_chunks, REAL(out),
+                            both ? REAL(out) + m : NULL, &status);
+  else if (cuda_allowed(&status))
+    kde_cuda_conditional_cdf(&p, z, v, m, INTEGER(devices), (int) XLENGTH(devices), budget,
+                             poll_between_chunks, REAL(out), both ? REAL(out) + m : NULL,
+                             &status);
   UNPROTECT(1);
   raise_status(&status);
   return out;

@@ -41,6 +41,14 @@ void kde_cpu_conditional_cdf(const kde_conditional_cdf_problem *problem, const d
                              kde_interrupt_probe interrupted, double *out, double *density,
                              kde_status *status);
 
+/* The same on the GPUs `devices` (cuda/conditional_cdf.cu; kde_cuda_stub.c
+ * without nvcc): contiguous shares of the queries, batches within each
+ * device's memory budget. */
+void kde_cuda_conditional_cdf(const kde_conditional_cdf_problem *problem, const double *z,
+                              const double *v, int64_t m, const int *devices, int n_devices,
+                              double memory_budget, kde_interrupt_probe interrupted,
+                              double *out, double *density, kde_status *status);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,7 +18,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_cpu_model_valid, 1),
   CALLDEF(kdegpu_log_density_cpu_model, 9),
   CALLDEF(kdegpu_cdf, 12),
-  CALLDEF(kdegpu_conditional_cdf, 9),
+  CALLDEF(kdegpu_conditional_cdf, 11),
   CALLDEF(kdegpu_spatial_order, 2),
   CALLDEF(kdegpu_spatial_sort, 2),
   CALLDEF(kdegpu_cpu_info, 1),

@@ -9,6 +9,7 @@
 #include "kde_cuda.h"
 #include "cdf.h"
 #include "moments.h"
+#include "conditional_cdf.h"
 #include "cuda_off_reason.h" /* written by configure: why CUDA is off */
 
 static void kde_stub_unavailable(kde_status *status)
@@ -126,5 +127,23 @@ void kde_cuda_derivative_sums(kde_cuda_model *model, const kde_derivative_proble
   (void) k1sum;
   (void) first;
   (void) second;
+  kde_stub_unavailable(status);
+}
+
+void kde_cuda_conditional_cdf(const kde_conditional_cdf_problem *problem, const double *z,
+                              const double *v, int64_t m, const int *devices, int n_devices,
+                              double memory_budget, kde_interrupt_probe interrupted,
+                              double *out, double *density, kde_status *status)
+{
+  (void) problem;
+  (void) z;
+  (void) v;
+  (void) m;
+  (void) devices;
+  (void) n_devices;
+  (void) memory_budget;
+  (void) interrupted;
+  (void) out;
+  (void) density;
   kde_stub_unavailable(status);
 }

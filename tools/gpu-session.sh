@@ -124,6 +124,7 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
         invisible(predict(g, x[1:300, ], type = "cdf"))
         invisible(predict(f1, x[1:50, 1], type = "gradient"))
         invisible(predict(f, x[1:3000, ], type = "hessian"))
+        invisible(predict(g, x[1:3000, ], type = "cdf", given = 1:2))
         options(kdegpu.gpu_memory = NULL)
         invisible(kdegpu:::gaussian_moments(x, rep(1, 1e4), x[1:500, ], 2L, "all", "cuda"))
         cat("sanitize workload done\n")' ;;

@@ -234,3 +234,26 @@ test_that("the conditional CDF and quantiles refuse what they cannot compute, na
                "`given` must hold finite numbers")
   expect_error(quantile(fit, 0.5), "`x` must be a 1-D fit for quantile\\(\\), not 2-D")
 })
+
+test_that("CUDA: the conditional CDF on several GPUs and in batches is one GPU's bits", {
+  skip_without_gpu()
+  set.seed(1241)
+  x <- matrix(rnorm(3 * 3000), ncol = 3, dimnames = list(NULL, c("a", "b", "c")))
+  H <- ref_full_H(3, 0.3, seed = 1242)
+  q <- ref_queries(x, 5000, seed = 1243)
+  colnames(q) <- colnames(x)
+  fit <- kde_gpu(x, H = H, backend = "cuda")
+  cdf_with <- function(devices, budget) {
+    with_kde_options(list(kdegpu.devices = devices, kdegpu.gpu_memory = budget),
+                     predict(fit, q, type = "cdf", given = c("a", "c")))
+  }
+  one <- cdf_with(0L, NULL)
+  expect_equal(unname(one), ref_conditional_cdf(x, q, H, c(1L, 3L)), tolerance = 1e-12)
+  expect_identical(cdf_with(several_gpus(), NULL), one)
+  # a budget that holds the points and a few hundred queries at a time
+  expect_identical(cdf_with(several_gpus(), 3000 * 6 * 8 + 2e4), one)
+  qs <- with_kde_options(list(kdegpu.devices = several_gpus()),
+                         quantile(fit, c(0.2, 0.8), given = q[1:50, c("a", "c")]))
+  expect_equal(qs, quantile(kde_gpu(x, H = H, backend = "cpu"), c(0.2, 0.8),
+                            given = q[1:50, c("a", "c")]), tolerance = 1e-10)
+})
