@@ -124,7 +124,8 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
         invisible(predict(g, x[1:300, ], type = "cdf"))
         invisible(predict(f1, x[1:50, 1], type = "gradient"))
         invisible(predict(f, x[1:3000, ], type = "hessian"))
-        invisible(predict(g, x[1:3000, ], type = "cdf", given = 1:2))
+        g2 <- kde_gpu(x[1:2000, ], H = g$H, backend = "cuda")
+        invisible(predict(g2, x[1:6000, ], type = "cdf", given = 1:2))
         options(kdegpu.gpu_memory = NULL)
         invisible(kdegpu:::gaussian_moments(x, rep(1, 1e4), x[1:500, ], 2L, "all", "cuda"))
         cat("sanitize workload done\n")' ;;

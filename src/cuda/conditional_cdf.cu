@@ -3,8 +3,11 @@
  * (conditional_cdf.h) on one or several GPUs, the CPU's arithmetic per
  * pair (kde_log_normal_cdf, the log-sum-exp states of kernels.h) in double.
  *
- * One thread per query; the block's threads stream the training points
- * (z_j, u_j, log w_j, lambda_j) through shared memory in tiles. Each device
+ * One thread per query and training split (a block: 128 queries against
+ * one split of the points, streamed through shared memory in tiles), then
+ * a merge of the splits' log-sum-exp states in split order. The splits
+ * depend on n alone (a few queries still fill the GPU), so a query's result
+ * is the same bits in any batch and on any device. Each device
  * in the list takes a contiguous share of the queries and runs it in
  * batches sized by its memory budget and by time (the interrupt poll comes
  * between rounds). The sums belong to a (fit, conditioning columns) pair,
@@ -26,6 +29,9 @@ constexpr int kThreads = 128;          /* queries per block */
 constexpr int kTileDoubles = 6144;     /* 48 KB of shared memory per tile */
 constexpr double kPairsPerBatch = 2.0e10;
 constexpr int64_t kMinBatchRows = 1 << 14;
+constexpr int64_t kSplitPoints = 16384; /* training points per split, at least */
+constexpr int64_t kMaxSplits = 1024;
+constexpr int kStates = 6;              /* three (max, sum) states per query and split */
 
 struct ccdf_args {
   const double *train;  /* n x dim, then u, log w, lambda (n each): column-major */
@@ -34,6 +40,9 @@ struct ccdf_args {
   const double *z;      /* rows x dim */
   const double *v;      /* rows */
   int64_t rows;
+  int64_t split_points; /* training points per split (blockIdx.y) */
+  int splits;
+  double *partial;      /* rows x splits x kStates */
   double *cdf, *density; /* rows each */
 };
 
@@ -44,9 +53,11 @@ __global__ void conditional_cdf_kernel(ccdf_args a)
   const bool active = row < a.rows;
   const int width = a.dim + 3;
   const double v = active ? a.v[row] : 0;
+  const int64_t from = (int64_t) blockIdx.y * a.split_points;
+  const int64_t to = from + a.split_points < a.n ? from + a.split_points : a.n;
   kde_lse margin = kde_lse_empty(), below = kde_lse_empty(), at = kde_lse_empty();
-  for (int64_t start = 0; start < a.n; start += a.tile) {
-    const int count = (int) (a.n - start < a.tile ? a.n - start : a.tile);
+  for (int64_t start = from; start < to; start += a.tile) {
+    const int count = (int) (to - start < a.tile ? to - start : a.tile);
     __syncthreads();
     for (int k = threadIdx.x; k < count * width; k += kThreads) {
       const int column = k / count, j = k % count;
@@ -69,29 +80,49 @@ __global__ void conditional_cdf_kernel(ccdf_args a)
     }
   }
   if (!active) return;
-  const double log_margin = kde_lse_log(margin);
+  double *out = a.partial + (int64_t) blockIdx.y * kStates * a.rows + row;
+  const kde_lse states[3] = {margin, below, at};
+  for (int k = 0; k < 3; k++) {
+    out[(2 * k) * a.rows] = states[k].max;
+    out[(2 * k + 1) * a.rows] = states[k].sum;
+  }
+}
+
+/* Each query's splits merged in split order, and its F and density. */
+__global__ void conditional_cdf_merge_kernel(ccdf_args a)
+{
+  const int64_t row = (int64_t) blockIdx.x * kThreads + threadIdx.x;
+  if (row >= a.rows) return;
+  kde_lse states[3] = {kde_lse_empty(), kde_lse_empty(), kde_lse_empty()};
+  for (int s = 0; s < a.splits; s++) {
+    const double *in = a.partial + (int64_t) s * kStates * a.rows + row;
+    for (int k = 0; k < 3; k++)
+      states[k] = kde_lse_merge(states[k], kde_lse_make(in[(2 * k) * a.rows],
+                                                        in[(2 * k + 1) * a.rows]));
+  }
+  const double log_margin = kde_lse_log(states[0]);
   if (!(log_margin > -INFINITY)) {
     a.cdf[row] = NAN;
     a.density[row] = NAN;
     return;
   }
-  const double f = exp(kde_lse_log(below) - log_margin);
+  const double f = exp(kde_lse_log(states[1]) - log_margin);
   a.cdf[row] = f > 1 ? 1 : f;
-  a.density[row] = exp(kde_lse_log(at) - log_margin - 0.91893853320467274178);
+  a.density[row] = exp(kde_lse_log(states[2]) - log_margin - 0.91893853320467274178);
 }
 
 struct ccdf_device {
   int device;
   cudaStream_t stream;
   int64_t first, n, done, batch, rows;
-  double *train, *z, *v, *cdf, *density;
+  double *train, *z, *v, *cdf, *density, *partial;
 };
 
 void ccdf_device_free(ccdf_device *cd)
 {
   if (cd->stream == NULL || cudaSetDevice(cd->device) != cudaSuccess) return;
   (void) cudaStreamSynchronize(cd->stream);
-  double *buffers[] = {cd->train, cd->z, cd->v, cd->cdf, cd->density};
+  double *buffers[] = {cd->train, cd->z, cd->v, cd->cdf, cd->density, cd->partial};
   for (double *b : buffers)
     if (b != NULL) (void) cudaFree(b);
   (void) cudaStreamDestroy(cd->stream);
@@ -133,6 +164,12 @@ extern "C" void kde_cuda_conditional_cdf(const kde_conditional_cdf_problem *p,
   args.dim = (int) d;
   args.scaled = p->scale != NULL;
   args.tile = (int) (kTileDoubles / width < 128 ? kTileDoubles / width : 128);
+  {
+    int64_t splits = (n + kSplitPoints - 1) / kSplitPoints;
+    if (splits > kMaxSplits) splits = kMaxSplits;
+    args.split_points = (n + splits - 1) / splits;
+    args.splits = (int) ((n + args.split_points - 1) / args.split_points);
+  }
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   KDE_HOST_ALLOC(devs, n_devices, "the devices' shares");
   for (int k = 0; k < n_devices; k++) {
@@ -147,7 +184,7 @@ extern "C" void kde_cuda_conditional_cdf(const kde_conditional_cdf_problem *p,
     KDE_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     const double budget = budget_bytes(memory_budget, free_b);
     const double fixed = (double) (n * width) * sizeof(double);
-    const double per_row = (double) (d + 3) * sizeof(double);
+    const double per_row = (double) (d + 3 + kStates * args.splits) * sizeof(double);
     int64_t by_time = (int64_t) (kPairsPerBatch / (double) n);
     if (by_time < kMinBatchRows) by_time = kMinBatchRows;
     cd->batch = (int64_t) ((budget - fixed) / per_row);
@@ -165,6 +202,8 @@ extern "C" void kde_cuda_conditional_cdf(const kde_conditional_cdf_problem *p,
     KDE_CUDA_TRY(cudaMalloc((void **) &cd->v, (size_t) cd->batch * sizeof(double)));
     KDE_CUDA_TRY(cudaMalloc((void **) &cd->cdf, (size_t) cd->batch * sizeof(double)));
     KDE_CUDA_TRY(cudaMalloc((void **) &cd->density, (size_t) cd->batch * sizeof(double)));
+    KDE_CUDA_TRY(cudaMalloc((void **) &cd->partial,
+                            (size_t) (cd->batch * kStates * args.splits) * sizeof(double)));
     KDE_CUDA_TRY(cudaMemcpyAsync(cd->train, packed, (size_t) (n * width) * sizeof(double),
                                  cudaMemcpyHostToDevice, cd->stream));
   }
@@ -190,10 +229,14 @@ extern "C" void kde_cuda_conditional_cdf(const kde_conditional_cdf_problem *p,
       args.rows = cd->rows;
       args.cdf = cd->cdf;
       args.density = cd->density;
+      args.partial = cd->partial;
       const unsigned blocks = (unsigned) ((cd->rows + kThreads - 1) / kThreads);
       const size_t shared = (size_t) args.tile * (size_t) width * sizeof(double);
-      conditional_cdf_kernel<<<blocks, kThreads, shared, cd->stream>>>(args);
+      conditional_cdf_kernel<<<dim3(blocks, (unsigned) args.splits), kThreads, shared,
+                               cd->stream>>>(args);
       KDE_CUDA_LAUNCHED("conditional CDF kernel");
+      conditional_cdf_merge_kernel<<<blocks, kThreads, 0, cd->stream>>>(args);
+      KDE_CUDA_LAUNCHED("conditional CDF merge kernel");
     }
     for (int k = 0; k < n_devices; k++) {
       ccdf_device *cd = &devs[k];
