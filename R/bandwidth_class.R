@@ -163,6 +163,13 @@ print.kdegpu_bandwidth <- function(x, ...) {
     cat(sprintf("criterion at the optimum: %.8g (%d evaluations)\n",
                 criterion, nrow(attr(x, "trace"))))
   }
+  lambda <- attr(x, "lambda", exact = TRUE)
+  if (!is.null(lambda)) {
+    kernels <- attr(x, "discrete_kernels", exact = TRUE)
+    cat(sprintf("lambda: %s\n", paste(sprintf("%s = %s (%s)", names(lambda),
+                                                format(signif(lambda, 4L)), kernels),
+                                        collapse = ", ")))
+  }
   given <- attr(x, "given", exact = TRUE)
   if (!is.null(given)) {
     cat(sprintf("for the conditional density given %s\n", paste(given, collapse = ", ")))

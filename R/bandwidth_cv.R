@@ -60,6 +60,16 @@
 #' @param range Factors of the normal-reference bandwidth that bound the grid
 #'   search; `c(lower, upper)` with `0 < lower < upper`.
 #' @param grid Number of grid points.
+#' @param factor_kernel,ordered_kernel Mixed data (a data frame with factor
+#'   columns) only: the discrete kernels, as in [kde_gpu()]. On mixed data
+#'   `bw_mlcv()` chooses the numeric columns' H (of `shape`) and every
+#'   factor's lambda jointly, as [kde_gpu-mixed] describes, by the
+#'   leave-one-out likelihood of the joint density or, with `given`, of the
+#'   conditional density of the other columns given those (np's
+#'   `npcdensbw(bwmethod = "cv.ml")`); the data need a numeric column. The
+#'   result carries the lambdas (attribute `"lambda"`), and `kde_gpu(x, bw
+#'   = b)` fits with both. `range`, `grid`, `reltol`, `cluster`,
+#'   `tolerance`, `lower` and `upper` do not apply there.
 #' @param reltol Relative tolerance of the local optimiser (for a matrix or
 #'   per-coordinate bandwidth: [stats::nlm()]'s `steptol`, and `sqrt(reltol) /
 #'   100` its `gradtol` on the criterion relative to its size at the start).
@@ -137,9 +147,27 @@ bw_mlcv <- function(x, shape = c("scalar", "diagonal", "full"), weights = NULL,
                     range = c(0.1, 2), grid = 25L, reltol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
                     precision = c("double", "single"), cluster = NULL, ...,
-                    tolerance = NULL, lower = -Inf, upper = Inf, given = NULL) {
+                    tolerance = NULL, lower = -Inf, upper = Inf, given = NULL,
+                    factor_kernel = "aitchisonaitken", ordered_kernel = "racineliyan") {
   old <- renamed_arguments("bw_mlcv()", c(type = "shape", tol = "reltol"),
-                           c(cv_formals, "lower", "upper", "given"), names(match.call()), ...)
+                           c(cv_formals, "lower", "upper", "given", "factor_kernel",
+                             "ordered_kernel"), names(match.call()), ...)
+  if (is_mixed_data(x)) {
+    numeric_only <- c(range = !missing(range), grid = !missing(grid), reltol = !missing(reltol),
+                      cluster = !is.null(cluster), tolerance = !is.null(tolerance),
+                      lower = !missing(lower), upper = !missing(upper))
+    if (any(numeric_only)) {
+      stop_arg(names(numeric_only)[numeric_only][1L],
+               "does not apply to mixed data (factor columns): their search is nlm's.")
+    }
+    return(mixed_mlcv(x, match_choice(old$shape %||% shape, bandwidth_shapes, "shape"),
+                      weights, resolve_kernel(kernel), backend, given, factor_kernel,
+                      ordered_kernel))
+  }
+  if (!missing(factor_kernel) || !missing(ordered_kernel)) {
+    stop_arg(if (missing(factor_kernel)) "ordered_kernel" else "factor_kernel",
+             "applies to mixed data: a data frame with factor or ordered columns.")
+  }
   select_bandwidth(x, "mlcv", match_choice(old$shape %||% shape, bandwidth_shapes, "shape"),
                    weights, range, grid, old$reltol %||% reltol, resolve_kernel(kernel),
                    backend, precision, cluster, tolerance, lower, upper, given)

@@ -29,6 +29,17 @@ kde_mixed <- function(x, bw, H, kernel, weights, backend, precision, adjust, lam
   weights <- normalise_weights(weights, nrow(x))
   backend <- choose_backend(backend)
   d_c <- length(columns$numeric)
+  if (inherits(bw, "kdegpu_bandwidth") || inherits(H, "kdegpu_bandwidth")) {
+    chosen_lambda <- attr(if (is.null(H)) bw else H, "lambda", exact = TRUE)
+    chosen_kernels <- attr(if (is.null(H)) bw else H, "discrete_kernels", exact = TRUE)
+    if (!is.null(chosen_kernels) && !identical(chosen_kernels, kernels)) {
+      stop_arg(if (is.null(H)) "bw" else "H", sprintf(
+        "was chosen for the discrete kernels %s, not %s; refit with those kernels.",
+        paste(names(chosen_kernels), chosen_kernels, sep = ": ", collapse = ", "),
+        paste(names(kernels), kernels, sep = ": ", collapse = ", ")))
+    }
+    if (is.null(lambda)) lambda <- chosen_lambda
+  }
   if (!is.null(lambda)) lambda <- check_lambda(lambda, kernels, n_levels)
   selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) {
     parse_selector(bw)
@@ -153,11 +164,15 @@ mixed_leave_one_out <- function(object, engine = NULL, tolerance = NULL) {
 # log-Cholesky factor relative to Scott's rule, each lambda as its
 # kernel's largest times a logistic.
 select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, shape, backend,
-                         precision) {
+                         precision, given = NULL) {
   d_c <- ncol(parts$x)
   n_levels <- lengths(columns$levels)
   free_H <- is.null(bandwidth) && d_c > 0L
-  if (free_H) check_mixed_ties(parts$x, weights, shape)
+  # a conditional likelihood is unbounded through ties of the response only
+  response <- setdiff(columns$numeric, columns$names[given])
+  if (free_H && length(response) > 0L) {
+    check_mixed_ties(parts$x[, response, drop = FALSE], weights, shape)
+  }
   start_H <- if (d_c > 0L) bandwidth_rule(parts$x, weights, if (d_c == 1L) "nrd0" else "scott")$H
   scale <- if (d_c > 0L) sqrt(diag(start_H))
   n_H <- if (!free_H) 0L else switch(shape, scalar = 1L, diagonal = d_c, full = d_c * (d_c + 1L) / 2L)
@@ -191,6 +206,11 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
                          NULL, "x", order = order, tolerance = NULL)
     on.exit(release_device_copy(fit$inner))
     loo <- mixed_leave_one_out(fit)
+    if (!is.null(given)) { # log f_{-i}(y_i | x_i): less the margin's
+      margin <- mixed_margin_fit(fit, given)
+      on.exit(release_device_copy(margin$inner), add = TRUE)
+      loo <- loo - mixed_leave_one_out(margin)
+    }
     w <- weights * length(weights)
     -sum(ifelse(w > 0, w * loo, 0))
   }
@@ -231,10 +251,41 @@ check_mixed_ties <- function(x, weights, shape) {
   ties <- unbounded_tie_directions(x, weights, "mlcv", shape)
   if (length(ties) == 0L) return(invisible())
   columns <- colnames(x)[ties[[1L]]$columns]
+  if (is.null(columns)) columns <- "the numeric columns"
   stop_arg("bw", sprintf(paste0("= \"mlcv\" has no maximum on these data: every point shares ",
                                 "its values of %s with another, so the leave-one-out ",
                                 "likelihood grows without bound as the bandwidth shrinks. ",
                                 "Give `bw` or `H` for the numeric columns (rounded data: ",
                                 "about their spacing or more)."),
                          paste(columns, collapse = ", ")))
+}
+
+# bw_mlcv() on mixed data: H (of `shape`) and the lambdas by cv.ml, of the
+# joint density or (given) of the conditional one; a kdegpu_bandwidth of the
+# numeric columns carrying the lambdas.
+mixed_mlcv <- function(x, shape, weights, kernel, backend, given, factor_kernel,
+                       ordered_kernel) {
+  if (kernel != "gaussian") {
+    stop_arg("kernel", sprintf("must be \"gaussian\" for mixed data (factor columns), not \"%s\".",
+                               kernel))
+  }
+  factor_kernel <- match_choice(factor_kernel, factor_kernels, "factor_kernel")
+  ordered_kernel <- match_choice(ordered_kernel, ordered_kernels, "ordered_kernel")
+  columns <- mixed_columns(x)
+  if (length(columns$numeric) == 0L) {
+    stop_arg("x", paste0("needs a numeric column for bw_mlcv(); for factors alone, ",
+                         "kde_gpu(x) chooses the lambdas."))
+  }
+  kernels <- mixed_kernel_names(columns, factor_kernel, ordered_kernel)
+  parts <- mixed_parts(x, columns)
+  weights <- normalise_weights(weights, nrow(x))
+  if (sum(weights > 0) < 3L) stop_arg("weights", "must give at least 3 points positive weight.")
+  backend <- choose_backend(match_choice(backend, c("auto", "cuda", "cpu"), "backend"))
+  if (!is.null(given)) given <- given_index(given, columns$names, length(columns$names))
+  if (length(columns$numeric) == 1L) shape <- "scalar"
+  chosen <- select_mixed(parts, columns, kernels, weights, NULL, NULL, shape, backend,
+                         "double", given)
+  new_bandwidth(chosen$H, shape, "mlcv", columns$numeric, lambda = chosen$lambda,
+                discrete_kernels = kernels,
+                given = if (!is.null(given)) columns$names[given])
 }

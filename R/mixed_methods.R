@@ -40,7 +40,10 @@
 #' computes in `precision`). Give
 #' `bw` (a number, one per numeric column, or a rule) or `H` for the
 #' numeric columns, or `lambda`, to fix them; what is not given is still
-#' chosen by `"mlcv"`. `fit$selection` records the search.
+#' chosen by `"mlcv"`. `fit$selection` records the search. For a
+#' conditional density, [bw_mlcv()] with `given` chooses H and the lambdas
+#' by the leave-one-out likelihood of the other columns given those
+#' (`np::npcdensbw()`'s `cv.ml`); `kde_gpu(x, bw = b)` then fits with both.
 #'
 #' Methods: [predict()][predict.kde_mixed] (densities and log-densities
 #' at a data frame of the fit's columns, leave-one-out, conditional

@@ -82,6 +82,10 @@ bad_calls <- list(
     lower = quote(bw_mlcv(x1, lower = 3, backend = "cpu")),
     upper = quote(bw_mlcv(x1, upper = 3, backend = "cpu")),
     given = quote(bw_mlcv(x1, given = 1, backend = "cpu")),
+    factor_kernel = quote(bw_mlcv(data.frame(y = x1, g = factor(x1 > 3)),
+                                  factor_kernel = "no", backend = "cpu")),
+    ordered_kernel = quote(bw_mlcv(data.frame(y = x1, g = ordered(x1 > 3)),
+                                   ordered_kernel = "no", backend = "cpu")),
     ... = quote(bw_mlcv(x1, nosuch = 1, backend = "cpu"))
   ),
   contour_levels = list(

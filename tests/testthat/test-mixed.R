@@ -286,3 +286,37 @@ test_that("plot() draws each level's conditional density of a numeric column", {
   expect_error(plot(fit, by = "a"), "`by` must name one factor column of the fit \\(g, o\\)")
   expect_error(plot(fit, col = "red"), "col")
 })
+
+test_that("bw_mlcv(given = ) on mixed data maximises the plain conditional likelihood", {
+  set.seed(3201)
+  n <- 90
+  train <- data.frame(a = rnorm(n), g = factor(sample(c("u", "v", "w"), n, TRUE)))
+  train$y <- 0.5 * train$a + as.integer(train$g) + rnorm(n, sd = 0.4)
+  kernels <- list(g = "aitchisonaitken")
+  b <- bw_mlcv(train, shape = "diagonal", given = c("a", "g"), backend = "cpu")
+  expect_s3_class(b, "kdegpu_bandwidth")
+  expect_identical(attr(b, "given"), c("a", "g"))
+  criterion <- function(sd, lambda) {
+    H <- diag(sd^2, 2)
+    joint <- ref_mixed(train, train, H, c(g = lambda), kernels, leave_one_out = TRUE)
+    margin <- ref_mixed(train[c("a", "g")], train[c("a", "g")], H[1, 1, drop = FALSE],
+                        c(g = lambda), kernels, leave_one_out = TRUE)
+    sum(joint - margin)
+  }
+  sd <- unname(as.vector(b))
+  lambda <- attr(b, "lambda")[["g"]]
+  best <- criterion(sd, lambda)
+  for (step in list(c(1.03, 1), c(0.97, 1), c(1, 1.03), c(1, 0.97))) {
+    expect_lte(criterion(sd * step, lambda), best + 1e-9 * abs(best))
+  }
+  expect_lte(criterion(sd, lambda + 0.02), best + 1e-9 * abs(best))
+  fit <- kde_gpu(train, bw = b, backend = "cpu")
+  expect_equal(fit$lambda, attr(b, "lambda"))
+  expect_equal(unname(sqrt(diag(fit$H))), sd)
+  expect_error(kde_gpu(train, bw = b, factor_kernel = "liracine", backend = "cpu"),
+               "`bw` was chosen for the discrete kernels g: aitchisonaitken, not g: liracine")
+  expect_error(bw_mlcv(train, grid = 5, backend = "cpu"), "`grid` does not apply to mixed data")
+  expect_error(bw_mlcv(faithful, factor_kernel = "liracine", backend = "cpu"),
+               "`factor_kernel` applies to mixed data")
+  expect_error(bw_mlcv(train["g"], backend = "cpu"), "`x` needs a numeric column for bw_mlcv")
+})
