@@ -66,7 +66,8 @@
 #'   factor's lambda jointly, as [kde_gpu-mixed] describes, by the
 #'   leave-one-out likelihood of the joint density or, with `given`, of the
 #'   conditional density of the other columns given those (np's
-#'   `npcdensbw(bwmethod = "cv.ml")`); the data need a numeric column. The
+#'   `npcdensbw(bwmethod = "cv.ml")`), and `bw_lscv()` by least-squares
+#'   cross-validation (np's `cv.ls`); the data need a numeric column. The
 #'   result carries the lambdas (attribute `"lambda"`), and `kde_gpu(x, bw
 #'   = b)` fits with both. `range`, `grid`, `reltol`, `cluster`,
 #'   `tolerance`, `lower` and `upper` do not apply there.
@@ -126,9 +127,20 @@ bw_lscv <- function(x, shape = c("scalar", "diagonal", "full"), weights = NULL,
                     range = c(0.1, 2), grid = 25L, reltol = 1e-8,
                     kernel = "gaussian", backend = c("auto", "cuda", "cpu"),
                     precision = c("double", "single"), cluster = NULL, ...,
-                    tolerance = NULL) {
-  old <- renamed_arguments("bw_lscv()", c(type = "shape", tol = "reltol"), cv_formals,
+                    tolerance = NULL, factor_kernel = "aitchisonaitken",
+                    ordered_kernel = "racineliyan") {
+  old <- renamed_arguments("bw_lscv()", c(type = "shape", tol = "reltol"),
+                           c(cv_formals, "factor_kernel", "ordered_kernel"),
                            names(match.call()), ...)
+  if (is_mixed_data(x)) {
+    refuse_numeric_search_arguments(!missing(range), !missing(grid), !missing(reltol),
+                                    cluster, tolerance)
+    return(mixed_cv_bandwidth(x, "lscv", match_choice(old$shape %||% shape, bandwidth_shapes,
+                                                      "shape"),
+                              weights, resolve_kernel(kernel), backend, NULL, factor_kernel,
+                              ordered_kernel))
+  }
+  refuse_discrete_kernels(!missing(factor_kernel), !missing(ordered_kernel))
   kernel <- resolve_kernel(kernel)
   if (kernel != "gaussian") {
     stop_arg("kernel", sprintf(paste0(
@@ -153,21 +165,14 @@ bw_mlcv <- function(x, shape = c("scalar", "diagonal", "full"), weights = NULL,
                            c(cv_formals, "lower", "upper", "given", "factor_kernel",
                              "ordered_kernel"), names(match.call()), ...)
   if (is_mixed_data(x)) {
-    numeric_only <- c(range = !missing(range), grid = !missing(grid), reltol = !missing(reltol),
-                      cluster = !is.null(cluster), tolerance = !is.null(tolerance),
-                      lower = !missing(lower), upper = !missing(upper))
-    if (any(numeric_only)) {
-      stop_arg(names(numeric_only)[numeric_only][1L],
-               "does not apply to mixed data (factor columns): their search is nlm's.")
-    }
-    return(mixed_mlcv(x, match_choice(old$shape %||% shape, bandwidth_shapes, "shape"),
-                      weights, resolve_kernel(kernel), backend, given, factor_kernel,
-                      ordered_kernel))
+    refuse_numeric_search_arguments(!missing(range), !missing(grid), !missing(reltol),
+                                    cluster, tolerance, !missing(lower), !missing(upper))
+    return(mixed_cv_bandwidth(x, "mlcv", match_choice(old$shape %||% shape, bandwidth_shapes,
+                                                      "shape"),
+                              weights, resolve_kernel(kernel), backend, given, factor_kernel,
+                              ordered_kernel))
   }
-  if (!missing(factor_kernel) || !missing(ordered_kernel)) {
-    stop_arg(if (missing(factor_kernel)) "ordered_kernel" else "factor_kernel",
-             "applies to mixed data: a data frame with factor or ordered columns.")
-  }
+  refuse_discrete_kernels(!missing(factor_kernel), !missing(ordered_kernel))
   select_bandwidth(x, "mlcv", match_choice(old$shape %||% shape, bandwidth_shapes, "shape"),
                    weights, range, grid, old$reltol %||% reltol, resolve_kernel(kernel),
                    backend, precision, cluster, tolerance, lower, upper, given)
@@ -175,6 +180,25 @@ bw_mlcv <- function(x, shape = c("scalar", "diagonal", "full"), weights = NULL,
 
 cv_formals <- c("x", "shape", "weights", "range", "grid", "reltol", "kernel", "backend",
                 "precision", "cluster", "tolerance")
+
+# The numeric search's arguments, which a mixed-data search (nlm over H and
+# the lambdas) does not take: the first one given is an error.
+refuse_numeric_search_arguments <- function(range, grid, reltol, cluster, tolerance,
+                                            lower = FALSE, upper = FALSE) {
+  given <- c(range = range, grid = grid, reltol = reltol, cluster = !is.null(cluster),
+             tolerance = !is.null(tolerance), lower = lower, upper = upper)
+  if (any(given)) {
+    stop_arg(names(given)[given][1L],
+             "does not apply to mixed data (factor columns): their search is nlm's.")
+  }
+}
+
+refuse_discrete_kernels <- function(factor_kernel, ordered_kernel) {
+  if (factor_kernel || ordered_kernel) {
+    stop_arg(if (factor_kernel) "factor_kernel" else "ordered_kernel",
+             "applies to mixed data: a data frame with factor or ordered columns.")
+  }
+}
 
 select_bandwidth <- function(x, criterion, type, weights, range, grid, reltol, kernel,
                              backend, precision, cluster = NULL, tolerance = NULL,

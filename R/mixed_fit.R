@@ -44,10 +44,10 @@ kde_mixed <- function(x, bw, H, kernel, weights, backend, precision, adjust, lam
   selector <- if (is.character(bw) && length(bw) == 1L && !is.na(bw) && is.null(H)) {
     parse_selector(bw)
   }
-  if (!is.null(selector) && selector$base != "mlcv") {
+  if (!is.null(selector) && !(selector$base %in% c("mlcv", "lscv"))) {
     stop_arg("bw", sprintf(paste0("= \"%s\" is not a selector for mixed data: give \"mlcv\" ",
-                                  "(cross-validated jointly with the lambdas, as np's cv.ml), ",
-                                  "a rule, a number or `H`."), bw))
+                                  "or \"lscv\" (cross-validated jointly with the lambdas, as ",
+                                  "np's cv.ml and cv.ls), a rule, a number or `H`."), bw))
   }
   # the default, as np's: maximum-likelihood cross-validation of everything
   if (is.null(bw) && is.null(H) && (d_c > 0L || is.null(lambda))) selector <- parse_selector("mlcv")
@@ -62,10 +62,11 @@ kde_mixed <- function(x, bw, H, kernel, weights, backend, precision, adjust, lam
   chosen <- NULL
   if (is.null(bandwidth) && d_c > 0L || is.null(lambda)) {
     shape <- if (is.null(selector) || d_c <= 1L) "scalar" else selector$shape
+    method <- if (is.null(selector)) "mlcv" else selector$base
     chosen <- select_mixed(parts, columns, kernels, weights, bandwidth, lambda, shape,
-                           backend, precision)
+                           backend, precision, method = method)
     if (is.null(bandwidth) && d_c > 0L) {
-      bandwidth <- adjust_bandwidth(list(H = chosen$H, type = shape, method = "mlcv"), adjust)
+      bandwidth <- adjust_bandwidth(list(H = chosen$H, type = shape, method = method), adjust)
     }
     lambda <- chosen$lambda
   }
@@ -164,13 +165,13 @@ mixed_leave_one_out <- function(object, engine = NULL, tolerance = NULL) {
 # log-Cholesky factor relative to Scott's rule, each lambda as its
 # kernel's largest times a logistic.
 select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, shape, backend,
-                         precision, given = NULL) {
+                         precision, given = NULL, method = "mlcv") {
   d_c <- ncol(parts$x)
   n_levels <- lengths(columns$levels)
   free_H <- is.null(bandwidth) && d_c > 0L
   # a conditional likelihood is unbounded through ties of the response only
   response <- setdiff(columns$numeric, columns$names[given])
-  if (free_H && length(response) > 0L) {
+  if (free_H && length(response) > 0L && method == "mlcv") {
     check_mixed_ties(parts$x[, response, drop = FALSE], weights, shape)
   }
   start_H <- if (d_c > 0L) bandwidth_rule(parts$x, weights, if (d_c == 1L) "nrd0" else "scott")$H
@@ -206,6 +207,10 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
                          NULL, "x", order = order, tolerance = NULL)
     on.exit(release_device_copy(fit$inner))
     loo <- mixed_leave_one_out(fit)
+    if (method == "lscv") {
+      return(mixed_lscv(parts, columns, kernels, fit$lambda, H_of(theta), weights, backend,
+                        loo))
+    }
     if (!is.null(given)) { # log f_{-i}(y_i | x_i): less the margin's
       margin <- mixed_margin_fit(fit, given)
       on.exit(release_device_copy(margin$inner), add = TRUE)
@@ -239,7 +244,8 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
   result$message <- c("", "gradient close to zero", "successive steps small",
                       "no lower point found", "iteration limit", "step too large")[result$code + 1L]
   list(H = H_of(result$par), lambda = lambda_of(result$par),
-       details = list(method = "mlcv", criterion = -result$objective,
+       details = list(method = method,
+                      criterion = if (method == "mlcv") -result$objective else result$objective,
                       evaluations = evaluations,
                       converged = result$convergence == 0L, message = result$message))
 }
@@ -260,11 +266,11 @@ check_mixed_ties <- function(x, weights, shape) {
                          paste(columns, collapse = ", ")))
 }
 
-# bw_mlcv() on mixed data: H (of `shape`) and the lambdas by cv.ml, of the
-# joint density or (given) of the conditional one; a kdegpu_bandwidth of the
-# numeric columns carrying the lambdas.
-mixed_mlcv <- function(x, shape, weights, kernel, backend, given, factor_kernel,
-                       ordered_kernel) {
+# bw_mlcv() and bw_lscv() on mixed data: H (of `shape`) and the lambdas
+# by cv.ml (of the joint density or, given, of the conditional one) or
+# cv.ls; a kdegpu_bandwidth of the numeric columns carrying the lambdas.
+mixed_cv_bandwidth <- function(x, method, shape, weights, kernel, backend, given,
+                               factor_kernel, ordered_kernel) {
   if (kernel != "gaussian") {
     stop_arg("kernel", sprintf("must be \"gaussian\" for mixed data (factor columns), not \"%s\".",
                                kernel))
@@ -284,8 +290,8 @@ mixed_mlcv <- function(x, shape, weights, kernel, backend, given, factor_kernel,
   if (!is.null(given)) given <- given_index(given, columns$names, length(columns$names))
   if (length(columns$numeric) == 1L) shape <- "scalar"
   chosen <- select_mixed(parts, columns, kernels, weights, NULL, NULL, shape, backend,
-                         "double", given)
-  new_bandwidth(chosen$H, shape, "mlcv", columns$numeric, lambda = chosen$lambda,
+                         "double", given, method)
+  new_bandwidth(chosen$H, shape, method, columns$numeric, lambda = chosen$lambda,
                 discrete_kernels = kernels,
                 given = if (!is.null(given)) columns$names[given])
 }

@@ -34,13 +34,17 @@
 #' Bandwidths: by default everything, H (full, or `bw = "mlcv-diagonal"`,
 #' `"mlcv-scalar"`) and each lambda, maximises the leave-one-out
 #' likelihood \eqn{\sum_i \log \hat f_{-i}(x_i, c_i)} jointly, np's
-#' `cv.ml` (`npudensbw()`'s default), by [stats::nlminb()] from Scott's
+#' `cv.ml` (`npudensbw()`'s default), by [stats::nlm()] from Scott's
 #' rule and lambdas at which a mismatch weighs a fifth of a match, its
 #' sums in double precision whatever `precision` says (the fit itself then
 #' computes in `precision`). Give
 #' `bw` (a number, one per numeric column, or a rule) or `H` for the
 #' numeric columns, or `lambda`, to fix them; what is not given is still
-#' chosen by `"mlcv"`. `fit$selection` records the search. For a
+#' chosen by `"mlcv"`. `bw = "lscv"` (`"lscv-diagonal"`, `"lscv-scalar"`)
+#' minimises least-squares cross-validation instead (np's `cv.ls`): the
+#' integral of the squared estimate is exact, one Gaussian pair sum per
+#' combination of the factors' levels (the product of their numbers of
+#' levels), plus the leave-one-out sum. `fit$selection` records the search. For a
 #' conditional density, [bw_mlcv()] with `given` chooses H and the lambdas
 #' by the leave-one-out likelihood of the other columns given those
 #' (`np::npcdensbw()`'s `cv.ml`); `kde_gpu(x, bw = b)` then fits with both.
@@ -302,7 +306,10 @@ print.kde_mixed <- function(x, digits = 4L, ...) {
                 format(signif(x$lambda[[k]], digits))))
   }
   if (!is.null(x$selection)) {
-    cat(sprintf("  selected:  maximum-likelihood cross-validation (log-likelihood %s, %d evaluations%s)\n",
+    cat(sprintf("  selected:  %s (%s %s, %d evaluations%s)\n",
+                if (x$selection$method == "lscv") "least-squares cross-validation"
+                else "maximum-likelihood cross-validation",
+                if (x$selection$method == "lscv") "LSCV" else "log-likelihood",
                 format(signif(x$selection$criterion, 7L)), x$selection$evaluations,
                 if (isTRUE(x$selection$converged)) "" else "; not converged"))
   }

@@ -65,6 +65,10 @@ bad_calls <- list(
     precision = quote(bw_lscv(x1, precision = "half", backend = "cpu")),
     cluster = quote(bw_lscv(x1, cluster = "no", backend = "cpu")),
     tolerance = quote(bw_lscv(x1, tolerance = 2, backend = "cpu")),
+    factor_kernel = quote(bw_lscv(data.frame(y = x1, g = factor(x1 > 3)),
+                                  factor_kernel = "no", backend = "cpu")),
+    ordered_kernel = quote(bw_lscv(data.frame(y = x1, g = ordered(x1 > 3)),
+                                   ordered_kernel = "no", backend = "cpu")),
     ... = quote(bw_lscv(x1, nosuch = 1, backend = "cpu"))
   ),
   bw_mlcv = list(

@@ -320,3 +320,53 @@ test_that("bw_mlcv(given = ) on mixed data maximises the plain conditional likel
                "`factor_kernel` applies to mixed data")
   expect_error(bw_mlcv(train["g"], backend = "cpu"), "`x` needs a numeric column for bw_mlcv")
 })
+
+test_that("bw = \"lscv\" minimises the plain least-squares criterion (np's cv.ls)", {
+  train <- mixed_frame(70, 3211)
+  kernels <- ref_kernels("aitchisonaitken", "racineliyan")
+  # int f^2 = sum_ij w_i w_j phi_2H(x_i - x_j) prod_k sum_l L_k(l, c_ik) L_k(l, c_jk)
+  ref_lscv <- function(sd, lambda) {
+    H <- diag(sd^2, 2)
+    n <- nrow(train)
+    X <- as.matrix(train[c("a", "b")])
+    integral <- 0
+    for (i in seq_len(n)) {
+      dx <- sweep(X, 2L, X[i, ])
+      k <- exp(-0.5 * rowSums((dx %*% solve(2 * H)) * dx)) / sqrt(det(2 * pi * 2 * H))
+      for (name in c("g", "o")) {
+        levels <- nlevels(train[[name]])
+        K <- vapply(seq_len(levels), function(r) {
+          ref_discrete(kernels[[name]], levels, lambda[[name]], seq_len(levels), r)
+        }, numeric(levels))
+        M <- crossprod(K)
+        k <- k * M[as.integer(train[[name]][i]), as.integer(train[[name]])]
+      }
+      integral <- integral + sum(k) / n^2
+    }
+    loo <- ref_mixed(train, train, H, lambda, kernels, leave_one_out = TRUE)
+    integral - 2 * mean(exp(loo))
+  }
+  fit <- kde_gpu(train, bw = "lscv-diagonal", backend = "cpu")
+  expect_identical(fit$selection$method, "lscv")
+  sd <- sqrt(diag(fit$H))
+  best <- ref_lscv(sd, fit$lambda)
+  expect_equal(fit$selection$criterion, best, tolerance = 1e-8)
+  for (step in list(c(1.03, 1), c(0.97, 1), c(1, 1.03), c(1, 0.97))) {
+    expect_gte(ref_lscv(sd * step, fit$lambda), best - 1e-9 * abs(best))
+  }
+  for (k in 1:2) for (delta in c(-0.02, 0.02)) {
+    moved <- fit$lambda
+    moved[k] <- min(max(moved[k] + delta, 0), c(2 / 3, 1)[k])
+    expect_gte(ref_lscv(sd, moved), best - 1e-9 * abs(best))
+  }
+})
+
+test_that("bw_lscv() on mixed data is kde_gpu(bw = \"lscv\")'s choice, as a bandwidth", {
+  train <- mixed_frame(60, 3221)
+  b <- bw_lscv(train, shape = "diagonal", backend = "cpu")
+  fit <- kde_gpu(train, bw = "lscv-diagonal", backend = "cpu")
+  expect_identical(attr(b, "method"), "lscv")
+  expect_equal(unname(as.vector(b)), unname(sqrt(diag(fit$H))), tolerance = 1e-10)
+  expect_equal(attr(b, "lambda"), fit$lambda, tolerance = 1e-10)
+  expect_error(bw_lscv(train, reltol = 1e-3, backend = "cpu"), "`reltol` does not apply to mixed data")
+})
