@@ -1,7 +1,8 @@
 # The inferential tools at the sizes issue 31 names, on the GPU (or the
 # CPU at small n): kde_test() with n1 = n2 in 3-D (H by its default,
-# ks::kde.test's plug-in), a conditional density f(y | x) at n points in
-# 2-D for 1e4 queries, and kde_classifier()'s posteriors.
+# ks::kde.test's plug-in), a conditional density f(y | x) and CDF F(y | x)
+# at n points in 2-D for 1e4 queries, conditional quantiles, and
+# kde_classifier()'s posteriors.
 #
 #   Rscript bench/inference.R [output.csv] [n]   (default inst/benchmarks/inference.csv, 1e6)
 suppressPackageStartupMessages(library(kdegpu))
@@ -35,6 +36,12 @@ fit <- kde_gpu(y, backend = backend, precision = "single")
 q <- cbind(x = rep(c(-1, 0, 1), length.out = 1e4), y = seq(-3, 5, length.out = 1e4))
 t <- median_seconds(function() predict(fit, q, given = "x"), 3L)
 record("conditional f(y | x), 2-D", n, t, "1e4 queries, single, Scott's H")
+t <- median_seconds(function() predict(fit, q, type = "cdf", given = "x"), 3L)
+record("conditional F(y | x), 2-D", n, t, "1e4 queries (sums in double)")
+at <- data.frame(x = seq(-2, 2, length.out = 100))
+t <- system.time(qs <- quantile(fit, c(0.1, 0.5, 0.9), given = at))[["elapsed"]]
+record("conditional quantiles, 2-D", n, t,
+       sprintf("100 points x 3 probabilities; median at x = 0: %.4f", qs[50, 2]))
 groups <- factor(ifelse(x1[, 1] + 0.3 * x1[, 2] > 0, "a", "b"))
 t <- system.time(cl <- kde_classifier(x1, groups, backend = backend))[["elapsed"]]
 tp <- median_seconds(function() predict(cl, x2[1:1e4, ], type = "posterior"), 3L)
