@@ -64,7 +64,7 @@ kde_mixed <- function(x, bw, H, kernel, weights, backend, precision, adjust, lam
     shape <- if (is.null(selector) || d_c <= 1L) "scalar" else selector$shape
     method <- if (is.null(selector)) "mlcv" else selector$base
     chosen <- select_mixed(parts, columns, kernels, weights, bandwidth, lambda, shape,
-                           backend, precision, method = method)
+                           backend, method = method)
     if (is.null(bandwidth) && d_c > 0L) {
       bandwidth <- adjust_bandwidth(list(H = chosen$H, type = shape, method = method), adjust)
     }
@@ -165,7 +165,7 @@ mixed_leave_one_out <- function(object, engine = NULL, tolerance = NULL) {
 # log-Cholesky factor relative to Scott's rule, each lambda as its
 # kernel's largest times a logistic.
 select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, shape, backend,
-                         precision, given = NULL, method = "mlcv") {
+                         given = NULL, method = "mlcv") {
   d_c <- ncol(parts$x)
   n_levels <- lengths(columns$levels)
   free_H <- is.null(bandwidth) && d_c > 0L
@@ -198,6 +198,8 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
     if (!free_lambda) return(lambda)
     stats::setNames(top * stats::plogis(theta[n_H + seq_along(kernels)]), names(kernels))
   }
+  # the first fit's spatial order serves every fit of the search (any
+  # order gives the same sums; the embedding's dimension stays the same)
   order <- NULL
   criterion <- function(theta) {
     # in double precision whatever the fit's: the Newton search's finite
@@ -206,6 +208,7 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
                          list(H = H_of(theta), type = "full"), weights, backend, "double",
                          NULL, "x", order = order, tolerance = NULL)
     on.exit(release_device_copy(fit$inner))
+    if (is.null(order)) order <<- fit$inner$order
     loo <- mixed_leave_one_out(fit)
     if (method == "lscv") {
       return(mixed_lscv(parts, columns, kernels, fit$lambda, H_of(theta), weights, backend,
@@ -236,18 +239,15 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
     if (is.finite(value)) min(value / size, 1e10) else 1e10
   }
   digits <- criterion_digits(NULL, backend, "double")
-  result <- suppressWarnings(stats::nlm(scaled, start, ndigit = digits, gradtol = 1e-7,
-                                        steptol = 1e-7, iterlim = 200L))
-  result$par <- result$estimate
-  result$objective <- result$minimum * size
-  result$convergence <- if (result$code %in% c(1L, 2L)) 0L else result$code
-  result$message <- c("", "gradient close to zero", "successive steps small",
-                      "no lower point found", "iteration limit", "step too large")[result$code + 1L]
-  list(H = H_of(result$par), lambda = lambda_of(result$par),
-       details = list(method = method,
-                      criterion = if (method == "mlcv") -result$objective else result$objective,
-                      evaluations = evaluations,
-                      converged = result$convergence == 0L, message = result$message))
+  found <- suppressWarnings(stats::nlm(scaled, start, ndigit = digits, gradtol = 1e-7,
+                                       steptol = 1e-7, iterlim = 200L))
+  value <- found$minimum * size
+  list(H = H_of(found$estimate), lambda = lambda_of(found$estimate),
+       details = list(method = method, criterion = if (method == "mlcv") -value else value,
+                      evaluations = evaluations, converged = found$code %in% c(1L, 2L),
+                      message = c("gradient close to zero", "successive steps small",
+                                  "no lower point found", "iteration limit",
+                                  "step too large")[found$code]))
 }
 
 # Ties in the numeric columns make the likelihood unbounded as H shrinks
@@ -290,7 +290,7 @@ mixed_cv_bandwidth <- function(x, method, shape, weights, kernel, backend, given
   if (!is.null(given)) given <- given_index(given, columns$names, length(columns$names))
   if (length(columns$numeric) == 1L) shape <- "scalar"
   chosen <- select_mixed(parts, columns, kernels, weights, NULL, NULL, shape, backend,
-                         "double", given, method)
+                         given, method)
   new_bandwidth(chosen$H, shape, method, columns$numeric, lambda = chosen$lambda,
                 discrete_kernels = kernels,
                 given = if (!is.null(given)) columns$names[given])
