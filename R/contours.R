@@ -93,6 +93,12 @@ draws_from_fit <- function(fit, draws, seed) {
   if (!is.numeric(seed) || length(seed) != 1L || !is.finite(seed)) {
     stop_arg("seed", "must be one number.")
   }
+  with_seed(seed, sample(fit, draws))
+}
+
+# expr evaluated under set.seed(seed), the session's random number stream
+# left as it was.
+with_seed <- function(seed, expr) {
   global <- globalenv()
   had_seed <- exists(".Random.seed", envir = global, inherits = FALSE)
   old <- if (had_seed) get(".Random.seed", envir = global, inherits = FALSE)
@@ -102,7 +108,7 @@ draws_from_fit <- function(fit, draws, seed) {
     rm(".Random.seed", envir = global)
   })
   set.seed(seed)
-  sample(fit, draws)
+  expr
 }
 
 # Shares of probability: a non-empty numeric vector in [0, 1].

@@ -159,38 +159,52 @@ mixed_leave_one_out <- function(object, engine = NULL, tolerance = NULL) {
 
 # ---- maximum-likelihood cross-validation --------------------------------
 
+# Above this many points of positive weight the search starts where the
+# same search on a tenth of them ends (recursively: 1e6 from 1e5 from 1e4),
+# moved by the bandwidths' rate n^(-2 / (d_c + 4)) (Li and Racine's for
+# the lambdas too), so that the full-size criterion, the costly one, is
+# evaluated for the last few Newton steps only (from Scott's rule the
+# search took 157 evaluations at every size).
+mixed_pilot_points <- 20000
+
 # Chooses what is not given of the numeric columns' H (of `shape`) and the
 # lambdas, maximising sum_i n w_i log f_{-i}(x_i) (np's cv.ml) with
 # nlm() (Newton with finite-difference gradients, as bw_mlcv()): H as a
-# log-Cholesky factor relative to Scott's rule, each lambda as its
-# kernel's largest times a logistic.
+# log-Cholesky factor relative to the start's, each lambda as its
+# kernel's largest times a logistic, both through the pilot's curvature
+# when there is a pilot (mixed_search_start). The sums are in double
+# whatever the fit's precision (the finite differences need a smooth
+# criterion; in single the search took 3x the evaluations). curvature:
+# also return the criterion's Hessian at the optimum, in coordinates
+# relative to it (what a larger sample's search starts from).
 select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, shape, backend,
-                         given = NULL, method = "mlcv") {
+                         given = NULL, method = "mlcv", checked = FALSE,
+                         precision = "double", pilot_points = mixed_pilot_points,
+                         curvature = FALSE) {
   d_c <- ncol(parts$x)
-  n_levels <- lengths(columns$levels)
   free_H <- is.null(bandwidth) && d_c > 0L
+  free_lambda <- is.null(lambda)
   # a conditional likelihood is unbounded through ties of the response only
   response <- setdiff(columns$numeric, columns$names[given])
-  if (free_H && length(response) > 0L && method == "mlcv") {
+  if (!checked && free_H && length(response) > 0L && method == "mlcv") {
     check_mixed_ties(parts$x[, response, drop = FALSE], weights, shape)
   }
-  start_H <- if (d_c > 0L) bandwidth_rule(parts$x, weights, if (d_c == 1L) "nrd0" else "scott")$H
-  scale <- if (d_c > 0L) sqrt(diag(start_H))
-  n_H <- if (!free_H) 0L else switch(shape, scalar = 1L, diagonal = d_c, full = d_c * (d_c + 1L) / 2L)
-  top <- mapply(lambda_max, kernels, n_levels)
+  top <- mapply(lambda_max, kernels, lengths(columns$levels))
   top <- ifelse(kernels == "wangvanryzin", 1, top) # its plogis stays below 1
-  free_lambda <- is.null(lambda)
-  H_of <- function(theta) {
+  start <- mixed_search_start(parts, columns, kernels, weights, bandwidth, lambda, shape,
+                              backend, given, method, precision, pilot_points)
+  n_H <- if (!free_H) 0L else switch(shape, scalar = 1L, diagonal = d_c, full = d_c * (d_c + 1L) / 2L)
+  # theta: the H part relative to `base`, the lambdas' logits
+  H_of <- function(theta, base = start$H) {
     if (!free_H) return(bandwidth$H)
     switch(shape,
-      scalar = diag(exp(2 * theta[1L]) * mean(scale^2), d_c),
-      diagonal = diag(exp(2 * theta[seq_len(d_c)]) * scale^2, d_c),
+      scalar = exp(2 * theta[1L]) * base,
+      diagonal = diag(exp(2 * theta[seq_len(d_c)]), d_c) * base,
       full = {
         L <- matrix(0, d_c, d_c)
         L[lower.tri(L, diag = TRUE)] <- theta[seq_len(n_H)]
         diag(L) <- exp(diag(L))
-        M <- tcrossprod(L)
-        M * outer(scale, scale)
+        tcrossprod(t(chol(base)) %*% L)
       })
   }
   # each lambda as top * plogis(t): nlm searches an open space
@@ -201,18 +215,15 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
   # the first fit's spatial order serves every fit of the search (any
   # order gives the same sums; the embedding's dimension stays the same)
   order <- NULL
-  criterion <- function(theta) {
-    # in double precision whatever the fit's: the Newton search's finite
-    # differences need a smooth criterion (single took 3x the evaluations)
-    fit <- new_kde_mixed(parts, columns, kernels, lambda_of(theta),
-                         list(H = H_of(theta), type = "full"), weights, backend, "double",
-                         NULL, "x", order = order, tolerance = NULL)
+  criterion <- function(H, lambda) {
+    fit <- new_kde_mixed(parts, columns, kernels, lambda, list(H = H, type = "full"),
+                         weights, backend, precision, NULL, "x", order = order,
+                         tolerance = NULL)
     on.exit(release_device_copy(fit$inner))
     if (is.null(order)) order <<- fit$inner$order
     loo <- mixed_leave_one_out(fit)
     if (method == "lscv") {
-      return(mixed_lscv(parts, columns, kernels, fit$lambda, H_of(theta), weights, backend,
-                        loo))
+      return(mixed_lscv(parts, columns, kernels, fit$lambda, H, weights, backend, loo))
     }
     if (!is.null(given)) { # log f_{-i}(y_i | x_i): less the margin's
       margin <- mixed_margin_fit(fit, given)
@@ -222,32 +233,114 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
     w <- weights * length(weights)
     -sum(ifelse(w > 0, w * loo, 0))
   }
-  # a start where each mismatch keeps a fifth of a match's weight
-  start_lambda <- vapply(seq_along(kernels), function(k) {
-    if (kernels[[k]] == "aitchisonaitken") 0.2 * (n_levels[[k]] - 1) / (1 + 0.2 * (n_levels[[k]] - 1))
-    else 0.2
-  }, 0)
-  start <- c(rep(0, n_H), if (free_lambda) stats::qlogis(start_lambda / top))
+  theta0 <- c(rep(0, n_H), if (free_lambda) stats::qlogis(start$lambda / top))
+  # nlm's steps in u = R (theta - theta0), R'R the pilot's Hessian: there
+  # its first steps are about the right size and shape
+  R <- if (is.null(start$curvature)) diag(length(theta0)) else start$curvature
+  theta_of <- function(u) theta0 + backsolve(R, u)
   evaluations <- 0L
   size <- NULL
   # relative to the start's value; a step onto a criterion that is not
   # finite is a cliff that nlm's line search backs off from
-  scaled <- function(theta) {
+  scaled <- function(H, lambda) {
     evaluations <<- evaluations + 1L
-    value <- criterion(theta)
+    value <- criterion(H, lambda)
     if (is.null(size)) size <<- if (is.finite(value) && value != 0) abs(value) else 1
     if (is.finite(value)) min(value / size, 1e10) else 1e10
   }
   digits <- criterion_digits(NULL, backend, "double")
-  found <- suppressWarnings(stats::nlm(scaled, start, ndigit = digits, gradtol = 1e-7,
-                                       steptol = 1e-7, iterlim = 200L))
+  found <- suppressWarnings(stats::nlm(function(u) {
+    theta <- theta_of(u)
+    scaled(H_of(theta), lambda_of(theta))
+  }, rep(0, length(theta0)), ndigit = digits, gradtol = 1e-6, steptol = 1e-6, iterlim = 200L))
+  theta <- theta_of(found$estimate)
   value <- found$minimum * size
-  list(H = H_of(found$estimate), lambda = lambda_of(found$estimate),
+  H <- H_of(theta)
+  hessian <- if (curvature) {
+    # theta relative to the optimum: the H part from 0 at H, the logits as they are
+    optimum <- c(rep(0, n_H), theta[n_H + seq_len(length(theta) - n_H)])
+    finite_hessian(function(v) scaled(H_of(v, H), lambda_of(v)), optimum, found$minimum)
+  }
+  list(H = H, lambda = lambda_of(theta), hessian = hessian,
        details = list(method = method, criterion = if (method == "mlcv") -value else value,
-                      evaluations = evaluations, converged = found$code %in% c(1L, 2L),
+                      evaluations = evaluations,
+                      pilot_evaluations = start$evaluations,
+                      converged = found$code %in% c(1L, 2L),
                       message = c("gradient close to zero", "successive steps small",
                                   "no lower point found", "iteration limit",
                                   "step too large")[found$code]))
+}
+
+# The Hessian of f at x (f(x) = fx) by finite differences of step h:
+# central on the diagonal, forward off it; 1 + p (p + 3) / 2 evaluations.
+finite_hessian <- function(f, x, fx, h = 1e-2) {
+  p <- length(x)
+  step <- function(i, j = NULL) {
+    y <- x
+    y[i] <- y[i] + h
+    if (!is.null(j)) y[j] <- y[j] + h
+    y
+  }
+  up <- vapply(seq_len(p), function(i) f(step(i)), 0)
+  down <- vapply(seq_len(p), function(i) f(x - (step(i) - x)), 0)
+  out <- diag((up + down - 2 * fx) / h^2, p)
+  for (i in seq_len(p - 1L)) for (j in seq.int(i + 1L, p)) {
+    out[i, j] <- out[j, i] <- (f(step(i, j)) - up[i] - up[j] + fx) / h^2
+  }
+  out
+}
+
+# R with R'R = A's positive part: eigenvalues below a thousandth of the
+# largest raised to it (a flat direction, e.g. a lambda at its bound,
+# keeps steps of a sensible size); NULL when A has no positive curvature.
+curvature_factor <- function(A) {
+  if (is.null(A) || !all(is.finite(A))) return(NULL)
+  e <- eigen((A + t(A)) / 2, symmetric = TRUE)
+  top <- max(e$values)
+  if (!(top > 0)) return(NULL)
+  values <- pmax(e$values, 1e-3 * top)
+  chol(e$vectors %*% (values * t(e$vectors)))
+}
+
+# Where select_mixed() starts: Scott's rule (nrd0 in 1-D; its diagonal's
+# mean for a scalar H, its diagonal for a diagonal one) and lambdas where
+# each mismatch keeps a fifth of a match's weight; above
+# mixed_pilot_points, the answer on a tenth of the points (drawn without
+# moving the session's random numbers), moved to this size by the rate
+# (pilot_points: mixed_pilot_points; smaller in the tests).
+mixed_search_start <- function(parts, columns, kernels, weights, bandwidth, lambda, shape,
+                               backend, given, method, precision, pilot_points) {
+  d_c <- ncol(parts$x)
+  free_H <- is.null(bandwidth) && d_c > 0L
+  top <- mapply(lambda_max, kernels, lengths(columns$levels))
+  positive <- which(weights > 0)
+  if (length(positive) > pilot_points && (free_H || is.null(lambda))) {
+    keep <- with_seed(1L, sort(sample(positive, ceiling(length(positive) / 10))))
+    pilot <- select_mixed(list(x = parts$x[keep, , drop = FALSE],
+                               codes = parts$codes[keep, , drop = FALSE]),
+                          columns, kernels, weights[keep] / sum(weights[keep]), bandwidth,
+                          lambda, shape, backend, given, method, checked = TRUE,
+                          precision = precision, pilot_points = pilot_points,
+                          curvature = TRUE)
+    rate <- (length(keep) / length(positive))^(2 / (d_c + 4))
+    # kept inside the logistic's open range
+    moved <- pmin(pmax(pilot$lambda * rate, 1e-6 * top), (1 - 1e-6) * top)
+    # the pilot's Hessian in coordinates relative to its optimum serves
+    # here relative to the moved optimum (the same coordinates, scaled)
+    return(list(H = if (free_H) pilot$H * rate, lambda = moved,
+                curvature = curvature_factor(pilot$hessian),
+                evaluations = pilot$details$evaluations + pilot$details$pilot_evaluations))
+  }
+  H <- if (free_H) {
+    rule <- bandwidth_rule(parts$x, weights, if (d_c == 1L) "nrd0" else "scott")$H
+    switch(shape, scalar = diag(mean(diag(rule)), d_c), diagonal = diag(diag(rule), d_c),
+           full = rule)
+  }
+  lambda <- vapply(seq_along(kernels), function(k) {
+    c_k <- length(columns$levels[[k]])
+    if (kernels[[k]] == "aitchisonaitken") 0.2 * (c_k - 1) / (1 + 0.2 * (c_k - 1)) else 0.2
+  }, 0)
+  list(H = H, lambda = lambda, curvature = NULL, evaluations = 0L)
 }
 
 # Ties in the numeric columns make the likelihood unbounded as H shrinks

@@ -6,7 +6,8 @@
 #                                                 "1e4,1e5,1e6" on a GPU, "2000" on a CPU)
 #
 # Each row: kde_gpu(df) with its default bw = "mlcv" (a full H and the
-# lambdas jointly), its criterion evaluations and seconds per evaluation, and
+# lambdas jointly), its criterion evaluations at n and on the subsamples
+# that choose its start (above 2e4 points), and
 # predict() at 1e4 new points, in single and double precision.
 suppressPackageStartupMessages(library(kdegpu))
 args <- commandArgs(trailingOnly = TRUE)
@@ -36,14 +37,15 @@ for (n in sizes) {
     seconds <- system.time(fit <- kde_gpu(x, backend = if (gpu) "cuda" else "cpu",
                                           precision = precision))[["elapsed"]]
     evaluations <- fit$selection$evaluations
+    pilot_evaluations <- fit$selection$pilot_evaluations
     predict_s <- median_seconds(function() predict(fit, q), 3L)
     r <- data.frame(n = n, precision = precision, select_seconds = seconds,
-                    evaluations = evaluations, seconds_per_evaluation = seconds / evaluations,
+                    evaluations = evaluations, pilot_evaluations = pilot_evaluations,
                     predict_1e4_seconds = predict_s, lambda_group = fit$lambda[["group"]],
                     lambda_level = fit$lambda[["level"]], sd_a = sqrt(fit$H[1, 1]),
                     sd_b = sqrt(fit$H[2, 2]), log_likelihood = fit$selection$criterion)
-    cat(sprintf("n=%-7.0e %-6s cv.ml %8.2f s (%d evaluations, %.3f s each)  predict 1e4 %.4f s  lambda %.3f %.3f  sd %.4f %.4f\n",
-                n, precision, seconds, evaluations, r$seconds_per_evaluation, predict_s,
+    cat(sprintf("n=%-7.0e %-6s cv.ml %8.2f s (%d evaluations at n, %d on subsamples)  predict 1e4 %.4f s  lambda %.3f %.3f  sd %.4f %.4f\n",
+                n, precision, seconds, evaluations, pilot_evaluations, predict_s,
                 r$lambda_group, r$lambda_level, r$sd_a, r$sd_b))
     rows[[length(rows) + 1L]] <- r
     rm(fit); invisible(gc())

@@ -196,6 +196,40 @@ test_that("bw = \"mlcv\" maximises the plain leave-one-out likelihood over H and
   expect_equal(only_h$lambda, c(g = 0.1, o = 0.2))
 })
 
+test_that("a search that starts from a subsample's answer reaches the same optimum", {
+  train <- mixed_frame(400, 3163)
+  train$b <- train$b + as.integer(train$g)
+  columns <- kdegpu:::mixed_columns(train)
+  kernels <- kdegpu:::mixed_kernel_names(columns, "aitchisonaitken", "racineliyan")
+  parts <- kdegpu:::mixed_parts(train, columns)
+  w <- rep(1 / 400, 400)
+  set.seed(11)
+  before <- .Random.seed
+  piloted <- kdegpu:::select_mixed(parts, columns, kernels, w, NULL, NULL, "full", "cpu",
+                                   pilot_points = 100)
+  expect_identical(.Random.seed, before) # the subsample leaves the session's stream
+  direct <- kdegpu:::select_mixed(parts, columns, kernels, w, NULL, NULL, "full", "cpu")
+  expect_gt(piloted$details$pilot_evaluations, 0)
+  expect_identical(direct$details$pilot_evaluations, 0L)
+  expect_equal(piloted$details$criterion, direct$details$criterion, tolerance = 1e-7)
+  expect_equal(piloted$H, direct$H, tolerance = 1e-3)
+  # and it is a local optimum of the plain-R criterion
+  criterion <- function(H, lambda) {
+    sum(ref_mixed(train, train, H, lambda, ref_kernels("aitchisonaitken", "racineliyan"),
+                  leave_one_out = TRUE))
+  }
+  best <- criterion(piloted$H, piloted$lambda)
+  expect_equal(piloted$details$criterion, best, tolerance = 1e-8)
+  for (f in c(0.97, 1.03)) {
+    expect_lte(criterion(piloted$H * f, piloted$lambda), best + 1e-9 * abs(best))
+    for (k in 1:2) {
+      moved <- piloted$lambda
+      moved[k] <- min(moved[k] * f, c(0.5, 1)[k]) # within each kernel's range
+      expect_lte(criterion(piloted$H, moved), best + 1e-9 * abs(best))
+    }
+  }
+})
+
 test_that("sample() draws the numbers and the levels from the kernels' law", {
   set.seed(3171)
   train <- data.frame(y = c(0, 10), o = factor(c("lo", "hi"), levels = c("lo", "mid", "hi"),
