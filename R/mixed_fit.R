@@ -252,7 +252,7 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
   found <- suppressWarnings(stats::nlm(function(u) {
     theta <- theta_of(u)
     scaled(H_of(theta), lambda_of(theta))
-  }, rep(0, length(theta0)), ndigit = digits, gradtol = 1e-6, steptol = 1e-6, iterlim = 200L))
+  }, rep(0, length(theta0)), ndigit = digits, gradtol = 1e-7, steptol = 1e-7, iterlim = 200L))
   theta <- theta_of(found$estimate)
   value <- found$minimum * size
   H <- H_of(theta)

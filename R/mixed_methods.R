@@ -37,7 +37,14 @@
 #' `cv.ml` (`npudensbw()`'s default), by [stats::nlm()] from Scott's
 #' rule and lambdas at which a mismatch weighs a fifth of a match, its
 #' sums in double precision whatever `precision` says (the fit itself then
-#' computes in `precision`). Give
+#' computes in `precision`). Above 20,000 points of positive weight the
+#' search starts instead from its own answer on a tenth of the points
+#' (drawn without moving the session's random numbers; recursively), moved
+#' by the bandwidths' rate \eqn{n^{-2/(d+4)}} (d numeric columns) and
+#' shaped by that answer's Hessian, so that few criterion evaluations are
+#' made on all n points; the answer is still a local optimum of the
+#' criterion on all of them. `fit$selection` counts both kinds of
+#' evaluation (`evaluations`, `pilot_evaluations`). Give
 #' `bw` (a number, one per numeric column, or a rule) or `H` for the
 #' numeric columns, or `lambda`, to fix them; what is not given is still
 #' chosen by `"mlcv"`. `bw = "lscv"` (`"lscv-diagonal"`, `"lscv-scalar"`)
@@ -306,11 +313,13 @@ print.kde_mixed <- function(x, digits = 4L, ...) {
                 format(signif(x$lambda[[k]], digits))))
   }
   if (!is.null(x$selection)) {
-    cat(sprintf("  selected:  %s (%s %s, %d evaluations%s)\n",
+    pilot <- x$selection$pilot_evaluations
+    cat(sprintf("  selected:  %s (%s %s, %d evaluations%s%s)\n",
                 if (x$selection$method == "lscv") "least-squares cross-validation"
                 else "maximum-likelihood cross-validation",
                 if (x$selection$method == "lscv") "LSCV" else "log-likelihood",
                 format(signif(x$selection$criterion, 7L)), x$selection$evaluations,
+                if (isTRUE(pilot > 0L)) sprintf(" + %d on subsamples", pilot) else "",
                 if (isTRUE(x$selection$converged)) "" else "; not converged"))
   }
   cat("  backend:   ", backend_label(x$inner), "\n", sep = "")
