@@ -80,13 +80,14 @@ cuda_model <- function(object, tolerance = resolve_tolerance(NULL, object)) {
 cpu_model <- function(object) {
   cache <- object$device
   made_from <- list(object$z, object$tile_weights, object$tile_scale, object$tile_size,
-                    object$kernel)
+                    object$kernel, object$discrete)
   if (is.null(cache$cpu_handle) || !.Call(C_kdegpu_cpu_model_valid, cache$cpu_handle) ||
       !identical(cache$cpu_made_from, made_from)) {
     cache$cpu_handle <- NULL # a failed creation leaves none behind
-    cache$cpu_handle <- .Call(C_kdegpu_cpu_model_create, object$z, object$tile_weights,
-                              object$tile_scale, kernel_index(object$kernel),
-                              object$tile_size, cpu_threads())
+    cache$cpu_handle <- .Call(C_kdegpu_cpu_model_create, training_queries(object),
+                              object$tile_weights, object$tile_scale,
+                              kernel_index(object$kernel), object$tile_size,
+                              object$discrete$penalty, cpu_threads())
     cache$cpu_made_from <- made_from
   }
   cache$cpu_handle

@@ -70,12 +70,18 @@ record_pairs_share <- function(object, share) {
 # whitened points in their place, in the fit's spatial order (a bounded
 # fit's images of its points), point i still leaving out its own term.
 log_density_at_training_points <- function(object, leave_one_out, tolerance = NULL,
-                                           queries = object$z) {
+                                           queries = training_queries(object)) {
   in_spatial_order <- evaluate_log_density(object, queries, leave_one_out = leave_one_out,
                                            whitened = TRUE, tolerance = tolerance)
   out <- numeric(length(in_spatial_order))
   out[object$order] <- in_spatial_order
   out
+}
+
+# The training points as queries, in the spatial order: the whitened
+# points and, for a mixed-data fit, their discrete codes (new_kde_gpu()).
+training_queries <- function(object) {
+  if (is.null(object$discrete)) object$z else cbind(object$z, object$discrete$codes)
 }
 
 # The relative tolerance of an evaluation: the user's (checked where the

@@ -392,8 +392,13 @@ set_bounds <- function(object, bounds, kernel) {
 # shape, an order almost as compact), and every order gives the same sums.
 # `tolerance`: that of the evaluations the fit is made for (NULL: the
 # default), so that its GPU copy is made once in the form they take.
+# `discrete`: a mixed-data fit's discrete columns (mixed_fit.R), list(codes
+# = n x k level ranks, penalty = k x 3: src/kde_backend.h's
+# discrete_penalty), kept with the codes in the spatial order; its
+# evaluations take queries of ncol(x) + k columns, the codes last.
 new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
-                        call, data_name, lambda = NULL, order = NULL, tolerance = NULL) {
+                        call, data_name, lambda = NULL, order = NULL, tolerance = NULL,
+                        discrete = NULL) {
   H <- bandwidth$H
   dimnames(H) <- list(colnames(x), colnames(x))
   white <- whitening(H, kernel)
@@ -447,6 +452,10 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     object$order <- seq_len(nrow(z))
     object$z <- z
     object$tile_weights <- weights
+  }
+  if (!is.null(discrete)) {
+    object$discrete <- list(codes = discrete$codes[object$order, , drop = FALSE],
+                            penalty = discrete$penalty)
   }
   if (!is.null(lambda)) object <- set_local_factors(object, lambda)
   if (backend == "cuda") cuda_model(object, resolve_tolerance(tolerance, object))

@@ -130,8 +130,11 @@ embedding_variance <- function(rho) {
 }
 
 # One categorical column's part of the product kernel: its embedding
-# blocks (coordinates and variance), the log of its value at a match, and
-# (Racine-Li-Yan) each level's log normaliser.
+# blocks (coordinates and variance), the log of its value at a match,
+# (Racine-Li-Yan) each level's log normaliser, and the kernel relative to a
+# match as the fused sums take it (src/kde_backend.h): log k(r, s) /
+# k(r, r) = mismatch + per_level |r - s| for r != s, and its smallest
+# value over the levels, worst.
 discrete_kernel_part <- function(kernel, levels, lambda) {
   blocks <- list()
   add <- function(coords, rho) {
@@ -140,24 +143,40 @@ discrete_kernel_part <- function(kernel, levels, lambda) {
   }
   log_match <- 0
   log_norm <- rep(0, levels)
+  mismatch <- 0
+  per_level <- 0
   switch(kernel,
     aitchisonaitken = {
-      add(simplex_coordinates(levels), lambda / ((levels - 1) * (1 - lambda)))
+      rho <- lambda / ((levels - 1) * (1 - lambda))
+      add(simplex_coordinates(levels), rho)
       log_match <- log1p(-lambda)
+      mismatch <- log(rho)
     },
-    liracine_factor = add(simplex_coordinates(levels), lambda),
-    liracine = add(thermometer_coordinates(levels), lambda),
+    liracine_factor = {
+      add(simplex_coordinates(levels), lambda)
+      mismatch <- log(lambda)
+    },
+    liracine = {
+      add(thermometer_coordinates(levels), lambda)
+      per_level <- log(lambda)
+    },
     wangvanryzin = {
       add(thermometer_coordinates(levels), lambda)
       add(simplex_coordinates(levels), 1 / 2)
       log_match <- log1p(-lambda)
+      mismatch <- log(1 / 2)
+      per_level <- log(lambda)
     },
     racineliyan = {
       add(thermometer_coordinates(levels), lambda)
       distance <- abs(outer(seq_len(levels), seq_len(levels), "-"))
       log_norm <- log(rowSums(lambda^distance))
+      per_level <- log(lambda)
     })
-  list(blocks = blocks, log_match = log_match, log_norm = log_norm)
+  # a level of distance 0 never pays per_level: no -Inf * 0
+  worst <- mismatch + if (per_level == 0) 0 else per_level * (levels - 1)
+  list(blocks = blocks, log_match = log_match, log_norm = log_norm,
+       penalty = c(mismatch = mismatch, per_level = per_level, worst = worst))
 }
 
 # The kernel's matrix of values k(s, r) over levels s (rows) and r: for
@@ -199,8 +218,9 @@ mixed_design <- function(columns, kernels, lambda, H) {
   for (part in parts) for (block in part$blocks) {
     variances[[length(variances) + 1L]] <- diag(block$variance, ncol(block$coords))
   }
-  list(parts = parts, H = block_diagonal(variances), d_c = d_c,
-       log_match = sum(vapply(parts, `[[`, 0, "log_match")))
+  list(parts = parts, H = block_diagonal(variances), H_numeric = H, d_c = d_c,
+       log_match = sum(vapply(parts, `[[`, 0, "log_match")),
+       penalty = matrix(t(vapply(parts, `[[`, numeric(3L), "penalty")), ncol = 3L))
 }
 
 block_diagonal <- function(blocks) {

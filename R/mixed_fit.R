@@ -83,26 +83,45 @@ kde_mixed <- function(x, bw, H, kernel, weights, backend, precision, adjust, lam
   seal_mixed(object)
 }
 
+# Whether a backend sums the discrete kernels fused into the Gaussian's
+# pairs (src/kde_backend.h's discrete columns): the numeric columns' tiles
+# then skip, and a factor costs one term per pair whatever its levels. The
+# others sum the embedded points (mixed.R).
+mixed_fused <- function(backend) backend == "cpu"
+
+# The Gaussian fit that a mixed fit's sums run on: the numeric columns
+# with the discrete columns fused (`fused`) or the embedded points, each
+# point weighted by its Racine-Li-Yan normaliser; with nothing numeric,
+# one zero column. `log_total`: the log of what that weighting took out.
+mixed_inner <- function(parts, design, weights, backend, precision, data_name,
+                        order = NULL, tolerance = NULL, fused = mixed_fused(backend)) {
+  log_norm <- mixed_log_norm(design, parts$codes)
+  kernel_weights <- weights * exp(min(log_norm) - log_norm)
+  x <- if (fused) parts$x else mixed_embed(design, parts$x, parts$codes)
+  H <- if (fused) design$H_numeric else design$H
+  if (ncol(x) == 0L) { # nothing varies: one zero column, factor 1
+    x <- matrix(0, nrow(parts$codes), 1L)
+    H <- matrix(1, 1L, 1L)
+  }
+  discrete <- if (fused && ncol(parts$codes) > 0L) {
+    # a match's factor is 1 up to rounding (Aitchison-Aitken at its largest lambda)
+    list(codes = parts$codes * 1, penalty = pmin(design$penalty, 0))
+  }
+  inner <- new_kde_gpu(x, kernel_weights / sum(kernel_weights),
+                       list(H = H, type = "full", method = "mixed"), "gaussian", backend,
+                       fit_precision(precision, "gaussian", weights, backend), NULL, data_name,
+                       order = order, tolerance = tolerance, discrete = discrete)
+  inner$log_total <- log(sum(kernel_weights)) - min(log_norm)
+  inner
+}
+
 # The fit of the parts (numeric matrix, level ranks) at H and lambda: the
-# Gaussian estimate of the embedded points (`inner`) and the constant that
-# turns its log-densities into the product kernel's.
+# Gaussian fit its sums run on (`inner`, mixed_inner()) and the constant
+# that turns its log-densities into the product kernel's.
 new_kde_mixed <- function(parts, columns, kernels, lambda, bandwidth, weights, backend,
                           precision, call, data_name, order = NULL, tolerance = NULL) {
   design <- mixed_design(columns, kernels, lambda, bandwidth$H)
-  embedded <- mixed_embed(design, parts$x, parts$codes)
-  H_inner <- design$H
-  if (ncol(embedded) == 0L) { # nothing varies: one zero column, factor 1
-    embedded <- matrix(0, nrow(embedded), 1L)
-    H_inner <- matrix(1, 1L, 1L)
-  }
-  # Racine-Li-Yan's per-point normalisers go into the weights
-  log_norm <- mixed_log_norm(design, parts$codes)
-  kernel_weights <- weights * exp(min(log_norm) - log_norm)
-  log_total <- log(sum(kernel_weights)) - min(log_norm)
-  inner <- new_kde_gpu(embedded, kernel_weights / sum(kernel_weights),
-                       list(H = H_inner, type = "full", method = "mixed"), "gaussian",
-                       backend, fit_precision(precision, "gaussian", weights, backend), NULL,
-                       data_name, order = order, tolerance = tolerance)
+  inner <- mixed_inner(parts, design, weights, backend, precision, data_name, order, tolerance)
   log_const_numeric <- if (design$d_c > 0L) whitening(bandwidth$H, "gaussian")$log_const else 0
   structure(list(
     x = parts$x, codes = parts$codes, columns = columns, kernels = kernels, lambda = lambda,
@@ -116,7 +135,7 @@ new_kde_mixed <- function(parts, columns, kernels, lambda, bandwidth, weights, b
     kernel = "gaussian", backend = backend, precision = inner$precision,
     call = call, data.name = data_name,
     inner = inner,
-    offset = log_const_numeric + design$log_match + log_total - inner$log_const,
+    offset = log_const_numeric + design$log_match + inner$log_total - inner$log_const,
     id = new_data_id(), device = new.env(parent = emptyenv())
   ), class = "kde_mixed")
 }
@@ -147,14 +166,31 @@ check_mixed <- function(object, arg = "object") {
 }
 
 # log f_{-i}(x_i) of a mixed fit at H and lambda: the Gaussian's
-# leave-one-out sums of the embedded points, in the product kernel's
-# constants, each renormalised by the other points' weight 1 - w_i.
+# leave-one-out sums, in the product kernel's constants, each renormalised
+# by the other points' weight 1 - w_i.
 mixed_leave_one_out <- function(object, engine = NULL, tolerance = NULL) {
-  inner <- object$inner
+  sums <- mixed_sums(object, engine)
+  inner <- sums$inner
   renormalised <- leave_one_out_log_density(inner, engine, tolerance)
   v <- inner$weights
-  sums <- ifelse(v < 1, renormalised + log1p(-pmin(v, 1)), -Inf)
-  renormalise_leave_one_out(sums + object$offset, object$weights)
+  log_sums <- ifelse(v < 1, renormalised + log1p(-pmin(v, 1)), -Inf)
+  renormalise_leave_one_out(log_sums + sums$offset, object$weights)
+}
+
+# The Gaussian fit an evaluation runs on and its offset: the fit's own,
+# but the embedded points' on a cluster (its workers remake fits from
+# their points alone), made once per fit.
+mixed_sums <- function(object, engine = NULL) {
+  inner <- object$inner
+  if (is.null(engine) || is.null(inner$discrete)) return(list(inner = inner, offset = object$offset))
+  if (is.null(object$device$embedded)) {
+    design <- mixed_design(object$columns, object$kernels, object$lambda, object$H)
+    object$device$embedded <- mixed_inner(list(x = object$x, codes = object$codes), design,
+                                          object$weights, object$backend, object$precision,
+                                          object$data.name, fused = FALSE)
+  }
+  embedded <- object$device$embedded
+  list(inner = embedded, offset = object$offset + inner$log_const - embedded$log_const)
 }
 
 # ---- maximum-likelihood cross-validation --------------------------------

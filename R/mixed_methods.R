@@ -134,14 +134,19 @@ predict.kde_mixed <- function(object, newdata, log = FALSE, leave_one_out = FALS
 mixed_log_density <- function(object, parts, leave_one_out, cluster, tolerance) {
   engine <- cluster_engine(cluster)
   if (leave_one_out) return(mixed_leave_one_out(object, engine, tolerance))
-  inner <- object$inner
-  query <- if (is.null(parts)) inner$x else {
-    design <- mixed_design(object$columns, object$kernels, object$lambda, object$H)
-    embedded <- mixed_embed(design, parts$x, parts$codes)
-    if (ncol(embedded) == 0L) matrix(0, nrow(parts$codes), 1L) else embedded
+  sums <- mixed_sums(object, engine)
+  inner <- sums$inner
+  if (is.null(parts)) parts <- list(x = object$x, codes = object$codes)
+  if (!is.null(inner$discrete)) { # the numbers, then the codes
+    x <- if (ncol(parts$x) == 0L) matrix(0, nrow(parts$codes), 1L) else parts$x
+    return(evaluate_log_density(inner, cbind(x, parts$codes * 1), tolerance = tolerance) +
+             sums$offset)
   }
+  design <- mixed_design(object$columns, object$kernels, object$lambda, object$H)
+  query <- mixed_embed(design, parts$x, parts$codes)
+  if (ncol(query) == 0L) query <- matrix(0, nrow(parts$codes), 1L)
   unname(predict(inner, query, log = TRUE, cluster = cluster, tolerance = tolerance)) +
-    object$offset
+    sums$offset
 }
 
 # The query's numeric matrix and level ranks, checked against the fit.

@@ -191,7 +191,7 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
   if (!cuda_allowed(&status)) raise_status(&status);
   kde_cuda_model *model = arg_cuda_model(handle, &n_train, &dim);
   kde_query_set q = arg_query_set(query, center, transform, log_const,
-                                  leave_one_out, tolerance, dim, n_train,
+                                  leave_one_out, tolerance, dim, 0, n_train,
                                   arg_threads(threads));
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   progress_begin(progress_delay);

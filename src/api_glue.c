@@ -150,22 +150,45 @@ kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
     Rf_error("`train` must have at least one row and one column");
   arg_weights(weight, t.n_train, &t);
   t.inv_scale2 = arg_inv_scale2(scale, t.n_train);
+  t.n_discrete = 0;
+  t.codes = t.discrete_penalty = NULL;
   return t;
+}
+
+/* Mixed data: the last rows of `penalty` (NULL: none) columns of the
+ * training matrix are discrete codes (kde_training_set). */
+void arg_discrete(SEXP penalty, kde_training_set *t)
+{
+  if (Rf_isNull(penalty)) return;
+  int64_t rows, cols;
+  const double *p = arg_matrix_shape(penalty, "discrete", &rows, &cols);
+  if (cols != 3 || rows < 1 || rows >= t->dim)
+    Rf_error("`discrete` must be a k x 3 matrix, k below the columns of `train`");
+  if (t->kernel != KDE_GAUSSIAN)
+    Rf_error("`discrete` columns combine with the Gaussian kernel only");
+  for (int64_t i = 0; i < rows * 3; i++)
+    if (!(p[i] <= 0))
+      Rf_error("`discrete` penalties must be at most 0 (-Inf allowed)");
+  t->n_discrete = rows;
+  t->dim -= rows;
+  t->codes = t->train + t->dim * t->n_train;
+  t->discrete_penalty = p;
 }
 
 /* The queries, and their whitening (center and transform both NULL when
  * they are whitened already). */
 kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
                             SEXP log_const, SEXP leave_one_out,
-                            SEXP tolerance, int64_t dim,
+                            SEXP tolerance, int64_t dim, int64_t n_discrete,
                             int64_t n_train, int threads)
 {
   kde_query_set q;
   int64_t query_dim;
   q.query = arg_matrix(query, "query", threads, &q.n_query, &query_dim);
-  if (query_dim != dim)
+  if (query_dim != dim + n_discrete)
     Rf_error("`query` must have %lld columns, like `train`, not %lld",
-             (long long) dim, (long long) query_dim);
+             (long long) (dim + n_discrete), (long long) query_dim);
+  q.codes = n_discrete > 0 ? q.query + dim * q.n_query : NULL;
   if (Rf_isNull(transform) != Rf_isNull(center))
     Rf_error("`center` and `transform` must both be given or both be NULL");
   q.center = q.transform = NULL;
@@ -322,7 +345,8 @@ SEXP evaluate_on_cpu(const kde_training_set *train, const kde_cpu_tiles *tiles, 
                      SEXP tolerance, int n_threads, SEXP progress_delay)
 {
   kde_query_set q = arg_query_set(query, center, transform, log_const, leave_one_out,
-                                  tolerance, train->dim, train->n_train, n_threads);
+                                  tolerance, train->dim, train->n_discrete, train->n_train,
+                                  n_threads);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   kde_status status;
   kde_status_clear(&status);

@@ -30,10 +30,15 @@ void arg_weights(SEXP weight, int64_t n, kde_training_set *train);
 const double *arg_inv_scale2(SEXP scale, int64_t n);
 kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
                                   SEXP kernel, SEXP tile_size, int threads);
+/* Mixed data: the last nrow(penalty) columns of the training set are
+ * discrete codes, and penalty their kde_training_set.discrete_penalty
+ * (NULL: none). */
+void arg_discrete(SEXP penalty, kde_training_set *t);
+/* The queries: dim coordinates, then n_discrete codes, per row. */
 kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
                             SEXP log_const, SEXP leave_one_out,
-                            SEXP tolerance, int64_t dim, int64_t n_train,
-                            int threads);
+                            SEXP tolerance, int64_t dim, int64_t n_discrete,
+                            int64_t n_train, int threads);
 int arg_threads(SEXP threads);
 /* The CUDA model behind a fit's handle (api_cuda.c), and its shape. */
 struct kde_cuda_model;

@@ -61,10 +61,11 @@ static double *owned_copy(const double *src, int64_t n, int *failed)
 }
 
 SEXP kdegpu_cpu_model_create(SEXP train, SEXP weight, SEXP scale, SEXP kernel,
-                             SEXP tile_size, SEXP threads)
+                             SEXP tile_size, SEXP discrete, SEXP threads)
 {
   int n_threads = arg_threads(threads);
   kde_training_set t = arg_training_set(train, weight, scale, kernel, tile_size, n_threads);
+  arg_discrete(discrete, &t);
   kde_cpu_model *model = (kde_cpu_model *) calloc(1, sizeof(kde_cpu_model));
   int failed = model == NULL;
   if (!failed) {
@@ -82,10 +83,11 @@ SEXP kdegpu_cpu_model_create(SEXP train, SEXP weight, SEXP scale, SEXP kernel,
     Rf_error("out of memory making the CPU model of %lld points",
              (long long) t.n_train);
   }
-  SEXP keep = PROTECT(Rf_allocVector(VECSXP, 3));
+  SEXP keep = PROTECT(Rf_allocVector(VECSXP, 4));
   SET_VECTOR_ELT(keep, 0, train);
   SET_VECTOR_ELT(keep, 1, weight);
   SET_VECTOR_ELT(keep, 2, scale);
+  SET_VECTOR_ELT(keep, 3, discrete);
   SEXP handle = PROTECT(R_MakeExternalPtr(model, cpu_model_tag(), keep));
   R_RegisterCFinalizerEx(handle, cpu_model_finalizer, TRUE);
   UNPROTECT(2);

@@ -51,7 +51,27 @@ typedef struct {
   /* CPU threads the CUDA backend may use for its host work (0: all that
    * are allowed); the CPU backend takes its threads as an argument. */
   int host_threads;
+  /* Discrete columns (mixed data, R/mixed.R; 0: none, Gaussian kernel
+   * only). Each pair's term is multiplied by exp(sum_k p_k), p_k = 0 where
+   * the pair's codes in column k match and mismatch[k] + per_level[k] *
+   * |c_q - c_x| where they differ (the discrete kernels relative to a
+   * match; at most 0, -inf allowed). The skipping's bounds hold with them:
+   * the upper bounds ignore factors that are at most 1, and the lower
+   * bound takes every column's smallest, worst[k]. */
+  int64_t n_discrete;
+  const double *codes;              /* n_train x n_discrete: level ranks */
+  const double *discrete_penalty;   /* n_discrete x 3, column-major:
+                                       mismatch, per_level, worst */
 } kde_training_set;
+
+/* log of the smallest factor a pair's discrete columns can give, the sum
+ * of their worst penalties (prune.h's log_lower_factor); 0 without. */
+static inline double kde_discrete_log_lower_factor(const kde_training_set *t)
+{
+  double sum = 0.0;
+  for (int64_t k = 0; k < t->n_discrete; k++) sum += t->discrete_penalty[2 * t->n_discrete + k];
+  return sum;
+}
 
 /* Points per spatial tile of the training set: the CPU backend's unit of
  * skipping, and the CUDA backend's unit of padding and splitting (kUnit),
@@ -71,6 +91,9 @@ typedef struct {
    * when the queries are whitened already. */
   const double *center;
   const double *transform;
+  /* n_query x n_discrete: the queries' level ranks (NULL when the
+   * training set has no discrete columns) */
+  const double *codes;
   double log_const;          /* added to every result */
   /* Leave one out: the queries are the training points and the term
    * j == i is excluded exactly (not subtracted afterwards). */

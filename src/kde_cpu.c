@@ -70,6 +70,30 @@ static ALWAYS_INLINE void tile_squared_distances(const double *train,
   }
 }
 
+/* Mixed data: the log weights of a chunk of training points times each
+ * pair's discrete factors with one query (kde_training_set): p_k = 0 on a
+ * match, mismatch[k] + per_level[k] * |c_q - c_x| otherwise. */
+static ALWAYS_INLINE void discrete_log_weights(const kde_training_set *t,
+                                               int64_t chunk_begin, int64_t chunk_len,
+                                               const double *query_codes,
+                                               double *log_weight)
+{
+  const int64_t n = t->n_train, k_n = t->n_discrete;
+  memcpy(log_weight, t->log_weight + chunk_begin, (size_t) chunk_len * sizeof(double));
+  for (int64_t k = 0; k < k_n; k++) {
+    const double *codes = t->codes + k * n + chunk_begin;
+    const double qk = query_codes[k];
+    const double mismatch = t->discrete_penalty[k];
+    const double per_level = t->discrete_penalty[k_n + k];
+#pragma omp simd
+    for (int64_t j = 0; j < chunk_len; j++) {
+      const double distance = fabs(codes[j] - qk);
+      /* a select, not a product: per_level * 0 is NaN at -inf */
+      log_weight[j] += distance == 0 ? 0.0 : mismatch + per_level * distance;
+    }
+  }
+}
+
 /* One query against one tile, as a log-sum-exp state. `self` is the tile
  * position of the query's own training point under leave-one-out, -1
  * otherwise; that term is dropped exactly, not subtracted afterwards. */
@@ -121,15 +145,19 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
                                                int64_t chunk, double *scratch,
                                                kde_lse *state)
 {
-  const int64_t dim = t->dim, n = t->n_train, m = qs->n_query;
+  const int64_t dim = t->dim, n = t->n_train, m = qs->n_query, k_n = t->n_discrete;
   double *s2 = scratch;                       /* chunk */
   double *exponent = scratch + chunk;         /* chunk */
   double *points = scratch + 2 * chunk;       /* QUERY_BLOCK x dim, by row */
+  double *mixed_log_weight = points + QUERY_BLOCK * dim; /* chunk (mixed data) */
+  double *codes = mixed_log_weight + chunk;   /* QUERY_BLOCK x k_n, by row */
 
   for (int64_t b = 0; b < block_len; b++) {
     state[b] = kde_lse_empty();
     for (int64_t k = 0; k < dim; k++)
       points[b * dim + k] = qs->query[query_rows[b] + k * m];
+    for (int64_t k = 0; k < k_n; k++)
+      codes[b * k_n + k] = qs->codes[query_rows[b] + k * m];
   }
   for (int64_t v = 0; v < n_visit;) {
     int64_t last = visit[v];
@@ -153,9 +181,13 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
 #pragma omp simd
           for (int64_t j = 0; j < chunk_len; j++) s2[j] *= inv[j];
         }
-        kde_lse part = tile_state(kernel, s2, t->weight + chunk_begin,
-                                  t->log_weight + chunk_begin, chunk_len, self,
-                                  exponent);
+        const double *log_weight = t->log_weight + chunk_begin;
+        if (k_n > 0) {
+          discrete_log_weights(t, chunk_begin, chunk_len, codes + b * k_n, mixed_log_weight);
+          log_weight = mixed_log_weight;
+        }
+        kde_lse part = tile_state(kernel, s2, t->weight + chunk_begin, log_weight,
+                                  chunk_len, self, exponent);
         state[b] = kde_lse_merge(state[b], part);
       }
     }
@@ -271,7 +303,8 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   if (train->kernel < 0 || train->kernel >= KDE_N_KERNELS ||
       train->n_train < 1 || train->dim < 1 || query->n_query < 0 ||
       (query->leave_one_out && query->n_query != train->n_train) ||
-      train->tile_size < 0 || !(query->tolerance >= 0)) {
+      train->tile_size < 0 || !(query->tolerance >= 0) ||
+      (train->n_discrete > 0 && (train->kernel != KDE_GAUSSIAN || query->codes == NULL))) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "internal: invalid problem passed to the CPU backend");
     return;
@@ -347,14 +380,17 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
     plan.log_weight_rest = tiles->log_rest;
     plan.inv_scale2_lo = tiles->scale_lo;
     plan.inv_scale2_hi = tiles->scale_hi;
+    plan.log_lower_factor = kde_discrete_log_lower_factor(train);
     plan.tolerance = query->tolerance;
     plan.leave_one_out = query->leave_one_out;
   }
 
-  /* per thread: distances and exponents of a tile, the block's points and
+  /* per thread: distances and exponents of a tile, the block's points,
+   * (mixed data) a tile's log weights and the block's codes, the block's
    * box, the pruning scratch; and the list of tiles to visit */
+  const int64_t mixed = train->n_discrete > 0 ? chunk + QUERY_BLOCK * train->n_discrete : 0;
   const int64_t scratch_per_thread =
-      2 * chunk + QUERY_BLOCK * dim + 2 * dim + 2 * n_tiles;
+      2 * chunk + QUERY_BLOCK * dim + mixed + 2 * dim + 2 * n_tiles;
   CPU_ALLOC(buf.scratch, (int64_t) n_threads * scratch_per_thread);
   CPU_ALLOC(buf.visit, (int64_t) n_threads * n_tiles);
 
@@ -379,7 +415,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
         const int64_t *rows = buf.query_order + first;
         int64_t n_visit = n_tiles;
         if (spatial) {
-          double *q_lo = scratch + 2 * chunk + QUERY_BLOCK * dim;
+          double *q_lo = scratch + 2 * chunk + QUERY_BLOCK * dim + mixed;
           double *q_hi = q_lo + dim;
           for (int64_t k = 0; k < dim; k++) {
             const double *col = query->query + k * m;

@@ -26,6 +26,10 @@ typedef struct {
    * 1 / lambda_j^2, the squared inverse of its widest and its narrowest
    * kernel's radius: kde_tile_boxes() of inv_scale2 as a 1-column matrix. */
   const double *inv_scale2_lo, *inv_scale2_hi;
+  /* log of the smallest factor the pairs' other terms can take (at most
+   * 0; -inf: none is proven): the discrete columns' worst penalty
+   * (kde_training_set), added to the lower bound only. 0 otherwise. */
+  double log_lower_factor;
   double tolerance;               /* relative; 0: skip only exact zeros */
   int leave_one_out;
   int derivative;                 /* KDE_PRUNE_*: which sums the plan serves */
@@ -83,7 +87,7 @@ KDE_HD double kde_prune_log_upper(const kde_prune_plan *p, int64_t t, double min
 KDE_HD double kde_prune_log_lower(const kde_prune_plan *p, int64_t t, double max2)
 {
   const double *weight = p->leave_one_out ? p->log_weight_rest : p->log_weight;
-  return weight[t] + kde_log_profile(p->kernel, max2);
+  return weight[t] + kde_log_profile(p->kernel, max2) + p->log_lower_factor;
 }
 
 /* A tile is beyond a compact kernel's support when min2 exceeds 1 by more

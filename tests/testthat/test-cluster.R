@@ -65,6 +65,21 @@ test_that("leave-one-out and logLik over a cluster equal the single-process ones
                     predict(fit_c, log = TRUE, leave_one_out = TRUE)), 1e-12)
 })
 
+test_that("mixed data over a cluster equal the single-process sums (fused or embedded)", {
+  cl <- shared_cluster()
+  set.seed(4)
+  x <- data.frame(a = rnorm(300), b = rnorm(300),
+                  g = factor(sample(c("u", "v", "w"), 300, TRUE)),
+                  o = factor(sample(1:3, 300, TRUE), ordered = TRUE))
+  q <- x[sample(300, 40), ]
+  q$a <- q$a + 0.1
+  fit <- kde_gpu(x, H = diag(c(0.3, 0.2)), lambda = c(g = 0.2, o = 0.3), backend = "cpu")
+  expect_lt(rel_err(predict(fit, q, log = TRUE, cluster = cl), predict(fit, q, log = TRUE)),
+            1e-12)
+  expect_lt(rel_err(predict(fit, log = TRUE, leave_one_out = TRUE, cluster = cl),
+                    predict(fit, log = TRUE, leave_one_out = TRUE)), 1e-12)
+})
+
 test_that("leave-one-out of bounded fits over a cluster leaves out every image", {
   cl <- shared_cluster()
   data <- cluster_data_set(3)

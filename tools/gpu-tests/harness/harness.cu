@@ -234,6 +234,8 @@ static kde_training_set training_set(const dataset &t, int kernel)
   ts.inv_scale2 = NULL; /* fixed bandwidth */
   ts.tile_size = 0; /* points in no spatial order */
   ts.host_threads = 0;
+  ts.n_discrete = 0;
+  ts.codes = ts.discrete_penalty = NULL;
   return ts;
 }
 

@@ -134,6 +134,8 @@ kde_cuda_model *make_model(const training &t, int kernel, int precision, kde_sta
   ts.inv_scale2 = NULL; /* fixed bandwidth */
   ts.tile_size = KDE_TILE_POINTS;
   ts.host_threads = 0;
+  ts.n_discrete = 0;
+  ts.codes = ts.discrete_penalty = NULL;
   return kde_cuda_model_create_tuned(&ts, precision, &dev, 1, 0, 1e-4, NULL, st);
 }
 
@@ -188,6 +190,7 @@ void make_host_plan(const training &t, int kernel, double tolerance, int loo, ho
   h.plan.log_weight = h.lw.data();
   h.plan.log_weight_rest = h.lr.data();
   h.plan.inv_scale2_lo = h.plan.inv_scale2_hi = NULL;
+  h.plan.log_lower_factor = 0.0;
   h.plan.tolerance = tolerance;
   h.plan.leave_one_out = loo;
   h.plan.derivative = KDE_PRUNE_DENSITY;
