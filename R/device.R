@@ -59,11 +59,11 @@ cuda_model <- function(object, tolerance = resolve_tolerance(NULL, object)) {
     if (!is.null(cache$handle)) .Call(C_kdegpu_cuda_model_release, cache$handle)
     cache$handle <- NULL # a failed creation leaves none behind
     cache$handle <- .Call(
-      C_kdegpu_cuda_model_create, object$z, object$tile_weights, object$tile_scale,
-      object$tile_size,
+      C_kdegpu_cuda_model_create, training_queries(object), object$tile_weights,
+      object$tile_scale, object$tile_size,
       kernel_index(object$kernel),
       if (object$precision == "single") 1L else 0L, config$devices, config$budget,
-      tolerance, cpu_threads()
+      tolerance, object$discrete$penalty, cpu_threads()
     )
     cache$config <- config
     cache$expanded <- isTRUE(attr(cache$handle, "rounding") <= tolerance)

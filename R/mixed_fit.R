@@ -84,17 +84,22 @@ kde_mixed <- function(x, bw, H, kernel, weights, backend, precision, adjust, lam
 }
 
 # Whether a backend sums the discrete kernels fused into the Gaussian's
-# pairs (src/kde_backend.h's discrete columns): the numeric columns' tiles
-# then skip, and a factor costs one term per pair whatever its levels. The
-# others sum the embedded points (mixed.R).
-mixed_fused <- function(backend) backend == "cpu"
+# pairs (src/kde_backend.h's discrete columns) for these numeric and
+# discrete columns: the numeric columns' tiles then skip, and a factor
+# costs one term per pair whatever its levels. The CPU always; the GPU's
+# kernels up to 4 of each (kernel_discrete.cu). Otherwise the embedded
+# points (mixed.R).
+mixed_fused <- function(backend, d_c, n_discrete) {
+  backend == "cpu" || (max(d_c, 1L) <= 4L && n_discrete <= 4L)
+}
 
 # The Gaussian fit that a mixed fit's sums run on: the numeric columns
 # with the discrete columns fused (`fused`) or the embedded points, each
 # point weighted by its Racine-Li-Yan normaliser; with nothing numeric,
 # one zero column. `log_total`: the log of what that weighting took out.
 mixed_inner <- function(parts, design, weights, backend, precision, data_name,
-                        order = NULL, tolerance = NULL, fused = mixed_fused(backend)) {
+                        order = NULL, tolerance = NULL,
+                        fused = mixed_fused(backend, ncol(parts$x), ncol(parts$codes))) {
   log_norm <- mixed_log_norm(design, parts$codes)
   kernel_weights <- weights * exp(min(log_norm) - log_norm)
   x <- if (fused) parts$x else mixed_embed(design, parts$x, parts$codes)

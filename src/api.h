@@ -42,7 +42,7 @@ SEXP kdegpu_cuda_device_count(void);
 SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
                               SEXP tile_size, SEXP kernel, SEXP precision,
                               SEXP devices, SEXP memory_budget, SEXP max_rounding,
-                              SEXP threads);
+                              SEXP discrete, SEXP threads);
 SEXP kdegpu_cuda_model_valid(SEXP handle);
 SEXP kdegpu_cuda_model_release(SEXP handle);
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,

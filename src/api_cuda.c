@@ -103,11 +103,12 @@ static void cuda_model_finalizer(SEXP handle)
 SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
                               SEXP tile_size, SEXP kernel, SEXP precision,
                               SEXP devices, SEXP memory_budget, SEXP max_rounding,
-                              SEXP threads)
+                              SEXP discrete, SEXP threads)
 {
   int n_threads = arg_threads(threads);
   kde_training_set t = arg_training_set(train, weight, scale, kernel,
                                         tile_size, n_threads);
+  arg_discrete(discrete, &t);
   int prec = arg_int_scalar(precision, "precision");
   if (prec != KDE_PRECISION_DOUBLE && prec != KDE_PRECISION_SINGLE)
     Rf_error("`precision` must be 0 (double) or 1 (single)");
@@ -191,7 +192,8 @@ SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
   if (!cuda_allowed(&status)) raise_status(&status);
   kde_cuda_model *model = arg_cuda_model(handle, &n_train, &dim);
   kde_query_set q = arg_query_set(query, center, transform, log_const,
-                                  leave_one_out, tolerance, dim, 0, n_train,
+                                  leave_one_out, tolerance, dim,
+                                  kde_cuda_model_discrete(model), n_train,
                                   arg_threads(threads));
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) q.n_query));
   progress_begin(progress_delay);

@@ -32,7 +32,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_weighted_cov, 3),
   CALLDEF(kdegpu_cuda_info, 0),
   CALLDEF(kdegpu_cuda_device_count, 0),
-  CALLDEF(kdegpu_cuda_model_create, 10),
+  CALLDEF(kdegpu_cuda_model_create, 11),
   CALLDEF(kdegpu_cuda_model_valid, 1),
   CALLDEF(kdegpu_cuda_model_release, 1),
   CALLDEF(kdegpu_log_density_cuda, 9),

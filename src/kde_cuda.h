@@ -62,6 +62,10 @@ kde_cuda_model *kde_cuda_model_create(const kde_training_set *train,
  * another kernel or an adaptive fit), whichever form it took. */
 double kde_cuda_model_rounding(const kde_cuda_model *model);
 
+/* The model's discrete columns (kde_training_set; 0 for numeric data):
+ * its queries carry that many codes after their coordinates. */
+int64_t kde_cuda_model_discrete(const kde_cuda_model *model);
+
 /* Frees every device and host allocation of the model; NULL is a no-op. */
 void kde_cuda_model_free(kde_cuda_model *model);
 

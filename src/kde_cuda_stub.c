@@ -56,6 +56,12 @@ double kde_cuda_model_rounding(const kde_cuda_model *model)
   return 0;
 }
 
+int64_t kde_cuda_model_discrete(const kde_cuda_model *model)
+{
+  (void) model;
+  return 0;
+}
+
 void kde_cuda_model_free(kde_cuda_model *model) { (void) model; }
 
 const char *kde_cuda_model_path(const kde_cuda_model *model)

@@ -607,7 +607,7 @@ extern "C" void kde_cuda_derivative_sums(kde_cuda_model *model,
   }
   if (problem->kernel != model->kernel || problem->dim != model->dim ||
       problem->n_train != model->n_train || problem->train == NULL ||
-      problem->log_weight == NULL) {
+      problem->log_weight == NULL || model->n_discrete > 0) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "internal: the derivative sums' training set is not the CUDA model's");
     return;

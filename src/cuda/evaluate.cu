@@ -374,6 +374,10 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
                    " output buffer");
     return;
   }
+  if (model->n_discrete > 0 && query->n_query > 0 && query->codes == NULL) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "internal: a mixed-data model needs the queries' codes");
+    return;
+  }
   if ((query->center == NULL) != (query->transform == NULL)) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "the queries' whitening needs both a center and a"
@@ -425,6 +429,7 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
   if (order_evaluation_queries(model, query, device_plan, &oq, status) != 0) goto cleanup;
   if (oq.order != NULL) KDE_HOST_ALLOC(sorted_out, m, "the ordered results");
   sorted_query.query = oq.z;
+  sorted_query.codes = oq.codes;
   sorted_query.center = sorted_query.transform = NULL;
   pc.plan.kernel = model->kernel;
   pc.plan.dim = d;

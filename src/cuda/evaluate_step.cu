@@ -41,6 +41,7 @@ template <typename T> static kde_kernel_fn<T> select_kernel(const kde_cuda_model
     if (model->layout == KDE_LAYOUT_TC_WIDE) return select_tc_wide_kernel();
     if (model->layout == KDE_LAYOUT_TC_SMALL) return select_tc_small_kernel();
   }
+  if (model->n_discrete > 0) return select_discrete_kernel<T>(dim, model->n_discrete);
   if (plain_gaussian(model)) return select_plain_gaussian_kernel<T>(dim);
   if (model->adaptive)
     return dim <= 4 ? select_small_adaptive_kernel<T>(kernel, dim)
@@ -103,6 +104,12 @@ int upload_raw(const kde_cuda_model *model, const kde_query_set *query, kde_devi
                                  (size_t) query->n_query * sizeof(double),
                                  (size_t) rows * sizeof(double), (size_t) model->dim,
                                  cudaMemcpyDefault, rep->upload));
+  if (model->n_discrete > 0) /* mixed data: the codes in the rows after */
+    KDE_CUDA_TRY(cudaMemcpy2DAsync((double *) rep->raw.ptr + model->dim * job->ldq_max,
+                                   (size_t) job->ldq_max * sizeof(double), query->codes + first,
+                                   (size_t) query->n_query * sizeof(double),
+                                   (size_t) rows * sizeof(double), (size_t) model->n_discrete,
+                                   cudaMemcpyDefault, rep->upload));
   KDE_CUDA_TRY(cudaEventRecord(rep->raw_ready, rep->upload));
   job->raw_first = first;
   job->raw_rows = rows;
@@ -133,6 +140,8 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
   args.scale = model->scale;
   args.dst = (T *) rep->query.ptr;
   args.anchored = model->anchored;
+  args.n_discrete = model->n_discrete;
+  args.code_row = model->query_elems - model->n_discrete;
   args.offset = (double *) rep->acc.ptr + 2 * job->ldq_max;
   KDE_CUDA_TRY(cudaStreamWaitEvent(rep->stream, rep->raw_ready, 0));
   pack<<<blocks, kPackThreads, 0, rep->stream>>>(args);
@@ -230,6 +239,12 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
   args.visit = job->visiting ? (const int32_t *) rep->visit.ptr : NULL;
   args.visit_offset = job->visiting ? (const int64_t *) rep->visit_offset.ptr : NULL;
   args.anchor = (const T *) rep->anchor;
+  args.n_discrete = model->n_discrete;
+  args.code_row = model->query_elems - model->n_discrete;
+  for (int k = 0; k < kMaxDiscrete; k++) {
+    args.mismatch[k] = k < model->n_discrete ? (T) model->mismatch[k] : (T) 0;
+    args.per_level[k] = k < model->n_discrete ? (T) model->per_level[k] : (T) 0;
+  }
   grid = dim3((unsigned) blocks_q, (unsigned) splits, 1);
 
   if (job->stats != NULL) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));
@@ -336,7 +351,8 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
    * every unit, and when made here the decisions' bits and the boxes), half
    * for the partial states of the splits. The queries ordered on this
    * device stay there for the whole evaluation. */
-  per_query = (double) model->query_elems * tsz + (double) (d + 3) * sizeof(double);
+  per_query = (double) model->query_elems * tsz +
+              (double) (d + model->n_discrete + 3) * sizeof(double);
   if (job->prune != NULL) {
     const double all_units = (double) (model->n_points / kUnit);
     per_query += (0.9 * all_units * sizeof(int32_t) + sizeof(int64_t)) / kBlockQueries;
@@ -400,7 +416,8 @@ int reserve_scratch(const kde_cuda_model *model, kde_device_job *job, kde_status
 {
   kde_replica *rep = job->rep;
   const size_t rows = (size_t) job->ldq_max;
-  if (buffer_reserve(&rep->raw, rows * model->dim * sizeof(double), status) != 0 ||
+  if (buffer_reserve(&rep->raw, rows * (model->dim + model->n_discrete) * sizeof(double),
+                     status) != 0 ||
       buffer_reserve(&rep->query, rows * model->query_elems * sizeof(T), status) != 0 ||
       buffer_reserve(&rep->part, 2 * (size_t) job->split_cap * rows * sizeof(T),
                      status) != 0 ||

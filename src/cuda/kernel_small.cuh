@@ -27,11 +27,20 @@
 
 namespace kdegpu {
 
-template <int K, typename T, int D, int A, bool CHECK, int Q, int U>
+/* Mixed data: a thread's queries' codes and the columns' log2 factors
+ * (kde_args); nothing for C = 0. */
+template <typename T, int Q, int C> struct discrete_codes {
+  T code[Q][C];
+  T mismatch[C], per_level[C];
+};
+template <typename T, int Q> struct discrete_codes<T, Q, 0> {};
+
+template <int K, typename T, int D, int A, bool CHECK, int Q, int U, int C>
 __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
                                                    int j, const T (&q)[Q][D],
                                                    int64_t first,
                                                    const int64_t (&qg)[Q],
+                                                   const discrete_codes<T, Q, C> &dc,
                                                    T (&value)[Q][U])
 {
   constexpr bool LSE = kernel_sums_logs(K);
@@ -41,7 +50,8 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
    * Adaptive (A = kFitAdaptive): the difference form, s2 times the point's
    * 1 / lambda^2 from the row after aux. kFitPlain: the difference form. */
   constexpr bool EXPANDED = expanded_form(K, D, A);
-  constexpr int ROWS = D + 1 + scale_rows(A);
+  constexpr int CODES = D + 1 + scale_rows(A); /* the tile's first code row */
+  constexpr int ROWS = CODES + C;
   const T *base = tile + (j / kTileWidth) * ROWS * kTileWidth + (j % kTileWidth);
   T x[ROWS][U];
 #pragma unroll
@@ -64,6 +74,14 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
         }
         if (A == kFitAdaptive) s2 *= x[D + 1][p];
         v = pair_value<K, LSE>(s2, x[D][p]);
+        if constexpr (C > 0) {
+#pragma unroll
+          for (int k = 0; k < C; k++) {
+            const T delta = fabs(dc.code[i][k] - x[CODES + k][p]);
+            /* a select, not a product: per_level * 0 is NaN at -inf */
+            v += delta == (T) 0 ? (T) 0 : fma(dc.per_level[k], delta, dc.mismatch[k]);
+          }
+        }
       }
       if (CHECK && first + j + p == qg[i]) v = excluded_value<LSE, T>();
       value[i][p] = v;
@@ -78,12 +96,13 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
  * group k are computed while the exp2s of group k - 1 drain from the MUFU
  * pipe, and only then is group k - 1's lazy-max check resolved (in the rare
  * case by recomputing its values from shared memory). */
-template <int K, typename T, int D, int A, bool CHECK, int Q>
+template <int K, typename T, int D, int A, bool CHECK, int Q, int C>
 __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
                                            const T (&q)[Q][D], T (&m)[Q],
                                            compensated_sum<T> (&s)[Q], T (&ts)[Q],
                                            int64_t first,
-                                           const int64_t (&qg)[Q])
+                                           const int64_t (&qg)[Q],
+                                           const discrete_codes<T, Q, C> &dc)
 {
   constexpr int U = real_traits<T>::group;
   constexpr bool LSE = kernel_sums_logs(K);
@@ -93,22 +112,22 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
   if (!LSE) {
 #pragma unroll 2
     for (int g = 0; g < kSmallPointsPerWarp; g += U) {
-      small_group_values<K, T, D, A, CHECK>(tile, j0 + g, q, first, qg, value);
+      small_group_values<K, T, D, A, CHECK>(tile, j0 + g, q, first, qg, dc, value);
 #pragma unroll
       for (int i = 0; i < Q; i++) ts[i] += tree_sum(value[i]);
     }
     return;
   }
   T gsum[Q];
-  small_group_values<K, T, D, A, CHECK>(tile, j0, q, first, qg, value);
+  small_group_values<K, T, D, A, CHECK>(tile, j0, q, first, qg, dc, value);
   bool far = group_exps<POLY>(value, m, gsum);
 #pragma unroll 1
   for (int g = U; g <= kSmallPointsPerWarp; g += U) {
     if (g < kSmallPointsPerWarp)
-      small_group_values<K, T, D, A, CHECK>(tile, j0 + g, q, first, qg, value);
+      small_group_values<K, T, D, A, CHECK>(tile, j0 + g, q, first, qg, dc, value);
     if (__builtin_expect(far, 0)) { /* resolve group g - U */
       T again[Q][U];
-      small_group_values<K, T, D, A, CHECK>(tile, j0 + g - U, q, first, qg, again);
+      small_group_values<K, T, D, A, CHECK>(tile, j0 + g - U, q, first, qg, dc, again);
 #pragma unroll
       for (int i = 0; i < Q; i++)
         if (!(gsum[i] <= (T) kLazyLimit))
@@ -126,14 +145,16 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
  * thread, rows lane + 32 i); each warp takes a quarter of every tile.
  * Tiles are double-buffered with cp.async. A: the fit's variant
  * (kernel_facts.cuh); an adaptive fit's tiles have (D + 2) rows per point.
+ * C: mixed data's discrete columns (kernel_discrete.cu), C code rows after
+ * aux in the tiles.
  */
-template <int K, typename T, int D, int A>
+template <int K, typename T, int D, int A, int C = 0>
 __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     kde_small_kernel(const kde_args<T> a)
 {
   constexpr int Q = kQueriesPerThread;
   constexpr bool LSE = kernel_sums_logs(K);
-  constexpr int tile_elems = kUnit * (D + 1 + scale_rows(A));
+  constexpr int tile_elems = kUnit * (D + 1 + scale_rows(A) + C);
   extern __shared__ float4 smem_f4[];
   T *smem = reinterpret_cast<T *>(smem_f4);
 
@@ -157,6 +178,16 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     for (int k = 0; k < D; k++) q[i][k] = a.query[q0 + slot[i] + k * a.ldq];
   }
   const int64_t qg_lo = qg[0], qg_hi = qg[Q - 1];
+  discrete_codes<T, Q, C> dc;
+  if constexpr (C > 0) {
+#pragma unroll
+    for (int k = 0; k < C; k++) {
+      dc.mismatch[k] = a.mismatch[k];
+      dc.per_level[k] = a.per_level[k];
+#pragma unroll
+      for (int i = 0; i < Q; i++) dc.code[i][k] = a.query[q0 + slot[i] + (a.code_row + k) * a.ldq];
+    }
+  }
 
   T m[Q];
   compensated_sum<T> s[Q];
@@ -167,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int64_t p0 = block_split(a, split_count);
   const visit_units visits = block_visits(a, p0, split_count / kUnit);
   const int64_t n_tiles = visits.count;
-  const T *src = a.train + p0 * (D + 1 + scale_rows(A));
+  const T *src = a.train + p0 * (D + 1 + scale_rows(A) + C);
 
   if (n_tiles > 0)
     block_copy_async(smem, src + visits.unit(0) * tile_elems, tile_elems * sizeof(T));
@@ -198,9 +229,9 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     const bool check = a.leave_one_out && qg_lo < warp_first + kSmallPointsPerWarp &&
                        warp_first <= qg_hi;
     if (check)
-      small_tile<K, T, D, A, true>(tile, q, m, s, ts, tile_first, qg);
+      small_tile<K, T, D, A, true>(tile, q, m, s, ts, tile_first, qg, dc);
     else
-      small_tile<K, T, D, A, false>(tile, q, m, s, ts, tile_first, qg);
+      small_tile<K, T, D, A, false>(tile, q, m, s, ts, tile_first, qg, dc);
 #pragma unroll
     for (int i = 0; i < Q; i++) s[i] += ts[i];
     __syncthreads(); /* the next prefetch overwrites this buffer */

@@ -23,6 +23,8 @@
  *   kernel_plain.cu     the two FMA families for the Gaussian at d >= 3 in
  *                       the difference form (a fit the expanded form would
  *                       round too much for: model.cu)
+ *   kernel_discrete.cu  the small FMA kernel for mixed data: the Gaussian
+ *                       in the difference form times discrete factors
  *   kernel_tc_small.cu  kde_tc_small_kernel: tensor cores (bfloat16), the
  *                       single-precision Gaussian at d = 3
  *   kernel_tc_wide.cu   kde_tc_wide_kernel: tensor cores (3xFP16), the
@@ -158,6 +160,13 @@ struct kde_args {
    * unit; the queries' lo parts are rows dim .. 2 dim - 1 of `query`.
    * NULL: coordinates as they are. */
   const T *anchor;
+  /* Mixed data (kernel_discrete.cu; 0 columns otherwise): the queries'
+   * codes are rows code_row .. code_row + n_discrete - 1 of `query`, the
+   * points' the rows after aux in the tiles; a pair whose codes in column k
+   * differ by delta != 0 adds mismatch[k] + per_level[k] |delta| (log2). */
+  int n_discrete;
+  int64_t code_row;
+  T mismatch[kMaxDiscrete], per_level[kMaxDiscrete];
 };
 
 template <typename T> using kde_kernel_fn = void (*)(kde_args<T>);
@@ -179,6 +188,9 @@ struct kde_pack_args {
   double scale;             /* packed value = (z - model_center) scale */
   T *dst;
   int anchored;             /* also the lo parts, in rows dim .. 2 dim - 1 */
+  int n_discrete;           /* mixed data: raw rows dim .. dim + n_discrete - 1
+                               are codes, copied to rows code_row .. */
+  int64_t code_row;
   double *offset;           /* [rows]: |packed row|^2 / 2 (expanded form) */
 };
 
@@ -236,6 +248,9 @@ template <typename T> kde_kernel_fn<T> select_small_adaptive_kernel(int kernel, 
 template <typename T> kde_kernel_fn<T> select_wide_adaptive_kernel(int kernel);
 /* The Gaussian in the difference form at d >= 3 (kernel_plain.cu). */
 template <typename T> kde_kernel_fn<T> select_plain_gaussian_kernel(int dim);
+/* The Gaussian with discrete columns (kernel_discrete.cu), d = dim in
+ * 1..4 and 1..kMaxDiscrete of them; NULL otherwise. */
+template <typename T> kde_kernel_fn<T> select_discrete_kernel(int dim, int n_discrete);
 /* kde_tc_small_kernel (kernel_tc_small.cu): the Gaussian at d = kTcSmallDim. */
 kde_kernel_fn<float> select_tc_small_kernel();
 /* kde_tc_wide_kernel (kernel_tc_wide.cu): the Gaussian at d >= kTcWideMinDim. */

@@ -308,6 +308,11 @@ extern "C" double kde_cuda_model_rounding(const kde_cuda_model *model)
   return model->expanded_rounding;
 }
 
+extern "C" int64_t kde_cuda_model_discrete(const kde_cuda_model *model)
+{
+  return model->n_discrete;
+}
+
 extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *train,
                                                        int precision,
                                                        const int *devices,
@@ -373,6 +378,20 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   model->elem = precision == KDE_PRECISION_SINGLE ? sizeof(float) : sizeof(double);
   model->scale = kde_log2_coordinate_scale(train->kernel);
   model->adaptive = train->inv_scale2 != NULL;
+  model->n_discrete = (int) train->n_discrete;
+  if (train->n_discrete > 0 &&
+      (train->n_discrete > kMaxDiscrete || train->dim > 4 || train->kernel != KDE_GAUSSIAN ||
+       model->adaptive || train->codes == NULL || train->discrete_penalty == NULL)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "internal: discrete columns need the Gaussian, a fixed bandwidth,"
+                   " d <= 4 and at most %d of them", kMaxDiscrete);
+    goto cleanup;
+  }
+  for (int k = 0; k < model->n_discrete; k++) {
+    model->mismatch[k] = train->discrete_penalty[k] * kLog2e;
+    model->per_level[k] = train->discrete_penalty[train->n_discrete + k] * kLog2e;
+  }
+  model->log_lower_factor = kde_discrete_log_lower_factor(train);
   model->n_devices = n_devices;
   KDE_HOST_ALLOC(model->rep, n_devices, "the device list");
   KDE_HOST_ALLOC(model->center, model->dim, "the training mean");
@@ -386,7 +405,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   /* the expanded form would need a per-pair |q|^2 / lambda^2: adaptive
    * models take the difference form */
   model->expanded_rounding = NAN;
-  if (train->kernel == KDE_GAUSSIAN && !model->adaptive) {
+  /* discrete columns: the difference form (kernel_discrete.cu) */
+  if (train->kernel == KDE_GAUSSIAN && !model->adaptive && model->n_discrete == 0) {
     model->expanded_rounding = expanded_rounding(train, model);
     model->rounding_ok = tuning != NULL && tuning->form != 0
                              ? tuning->form == 1
@@ -448,7 +468,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
     model->tile_elems = (int64_t) kTileWidth * kTcPointWords;
   } else {
-    model->tile_elems = (model->dim + 1 + model->adaptive) * kTileWidth;
+    model->tile_elems = (model->dim + 1 + model->adaptive + model->n_discrete) * kTileWidth;
   }
   /* Pruning: the FMA kernel for d <= 4 and the d = 3 tensor-core kernel
    * visit per query block only the units that can matter, when the
@@ -464,8 +484,9 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     kde_tile_boxes(train->train, train->n_train, model->dim, kUnit, train->host_threads,
                    model->unit_lo, model->unit_hi);
   }
+  model->query_elems += model->n_discrete; /* the codes last */
   if (model->anchored) {
-    model->query_elems = 2 * model->dim; /* hi, then lo parts */
+    model->query_elems = 2 * model->dim + model->n_discrete; /* hi, lo parts, codes */
     anchor_bytes = (size_t) (model->n_points / kUnit * 2 * model->dim) * model->elem;
     host_anchor = malloc(anchor_bytes);
     if (host_anchor == NULL) {

@@ -87,6 +87,13 @@ struct kde_cuda_model {
   int anchored;
   int adaptive;         /* per-point scales: a row of 1 / lambda^2 after aux
                            (kernel_adaptive.cu), the plain layout only */
+  /* Mixed data (kde_training_set's discrete columns; kernel_discrete.cu):
+   * n_discrete code rows after aux in the plain layout's tiles, each
+   * column's factors in log2 units, and the skipping's lower-bound factor
+   * (natural log). 0 columns otherwise. */
+  int n_discrete;
+  double mismatch[kdegpu::kMaxDiscrete], per_level[kdegpu::kMaxDiscrete];
+  double log_lower_factor;
   int layout;           /* enum kde_layout */
   int k16;              /* KDE_LAYOUT_TC_WIDE: ceil(dim / 16) */
   int64_t tile_elems;   /* values per 32-point storage tile */

@@ -194,6 +194,7 @@ void ordered_queries_free(const kde_cuda_model *model, ordered_queries *oq)
     (void) cudaFree(oq->on_device);
   free(oq->host_sorted);
   free(oq->host_whitened);
+  free(oq->host_codes);
   free(oq->order);
   memset(oq, 0, sizeof *oq);
 }
@@ -240,6 +241,15 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
       z = oq->host_sorted;
     }
     oq->z = z;
+  }
+  oq->codes = query->codes;
+  if (model->n_discrete > 0 && oq->order != NULL) { /* mixed data: the codes follow */
+    const int64_t c = model->n_discrete;
+    KDE_HOST_ALLOC(oq->host_codes, m * c, "the ordered codes");
+    for (int64_t k = 0; k < c; k++)
+      for (int64_t i = 0; i < m; i++)
+        oq->host_codes[k * m + i] = query->codes[k * m + oq->order[i]];
+    oq->codes = oq->host_codes;
   }
   ok = 1;
 cleanup:

@@ -124,6 +124,9 @@ __global__ void kde_pack_kernel(const kde_pack_args<T> a)
     reinterpret_cast<float *>(a.dst)[tc_wide_scale_offset(a.ldq, a.k16) + row] = row_scale;
   }
   if (row < a.rows) a.offset[row] = 0.5 * norm2;
+  for (int k = 0; k < a.n_discrete; k++) /* mixed data: the codes as they are */
+    a.dst[(a.code_row + k) * a.ldq + row] =
+        row < a.rows ? (T) a.raw[(int64_t) (a.dim + k) * a.ldr + row] : (T) 0;
 }
 
 template <typename T> kde_pack_fn<T> select_pack_kernel(int layout)
@@ -286,7 +289,8 @@ template <typename T>
 void pack_train(const kde_training_set *train, const kde_cuda_model *model,
                 const T *anchors, T *dst)
 {
-  const int64_t n = train->n_train, d = model->dim, rows = d + 1 + model->adaptive;
+  const int64_t n = train->n_train, d = model->dim, codes = d + 1 + model->adaptive,
+                rows = codes + model->n_discrete;
   const int lse = kernel_sums_logs(model->kernel);
   /* tile by tile (each written while it is in cache) */
   parallel_ranges(model->n_points, kTileWidth, train->host_threads,
@@ -321,6 +325,8 @@ void pack_train(const kde_training_set *train, const kde_cuda_model *model,
       }
       tile[d * kTileWidth] = (T) aux;
       if (model->adaptive) tile[(d + 1) * kTileWidth] = j < n ? (T) train->inv_scale2[j] : (T) 1;
+      for (int64_t k = 0; k < model->n_discrete; k++) /* level ranks: exact in T */
+        tile[(codes + k) * kTileWidth] = j < n ? (T) train->codes[k * n + j] : (T) 0;
     }
   });
 }

@@ -65,7 +65,7 @@ kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica 
   /* an adaptive model's unit scales follow (model.cu) */
   p.inv_scale2_lo = model->adaptive ? p.log_weight_rest + n_units : NULL;
   p.inv_scale2_hi = model->adaptive ? p.log_weight_rest + 2 * n_units : NULL;
-  p.log_lower_factor = 0.0; /* no discrete columns on the GPU yet */
+  p.log_lower_factor = model->log_lower_factor;
   p.tolerance = tolerance;
   p.leave_one_out = leave_one_out;
   p.derivative = KDE_PRUNE_DENSITY;

@@ -111,7 +111,10 @@ typedef struct {
   const double *z;        /* ordered, whitened: n_query x dim, on the host or
                              on the first device (on_device) */
   int64_t *order;         /* the caller's row of each; NULL leaving one out */
+  const double *codes;    /* mixed data: their codes in that order, on the
+                             host (n_query x n_discrete), else NULL */
   double *host_sorted, *host_whitened, *on_device; /* what z points into */
+  double *host_codes;     /* what codes points into when reordered */
   double reserved;        /* device bytes on_device holds, on reserved_on */
   const kde_replica *reserved_on;
 } ordered_queries;

@@ -71,6 +71,10 @@ constexpr double kMaxWorkPerStep = 2e13;
  * allocation, nor the synchronisation of cudaFree, in a short call); larger
  * ones are freed at the end of the evaluation that needed them. */
 constexpr size_t kKeepScratchBytes = (size_t) 256 << 20;
+/* Discrete columns of a mixed-data fit that the GPU's kernels sum fused
+ * into the pairs (kernel_discrete.cu; kde_backend.h): a template argument
+ * each, as many kernels. */
+constexpr int kMaxDiscrete = 4;
 /* Threads per block of the query packing kernel. */
 constexpr int kPackThreads = 128;
 

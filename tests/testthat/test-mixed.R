@@ -94,6 +94,49 @@ test_that("lambda = 0 counts matching levels only, and the largest lambda ignore
   }
 })
 
+test_that("fused and embedded sums agree with the plain sum: skipped tiles, many or only factors", {
+  # n = 4000 points in tight clusters by level: far tiles skip (the lower
+  # bound takes the worst discrete factor), on every backend
+  set.seed(3115)
+  n <- 4000
+  g <- sample(3L, n, TRUE)
+  big <- data.frame(a = rnorm(n, 8 * g, 0.3), b = rnorm(n, sd = 0.3),
+                    g = factor(c("x", "y", "z")[g], levels = c("x", "y", "z")),
+                    o = factor(sample(1:4, n, TRUE), levels = 1:4, ordered = TRUE))
+  q <- big[sample(n, 60), ]
+  q$a <- q$a + rnorm(60, sd = 0.2)
+  H <- diag(c(0.05, 0.04))
+  kernels <- ref_kernels("aitchisonaitken", "racineliyan")
+  # five factor columns: beyond the GPU's fused kernels (the embedding serves)
+  set.seed(3116)
+  many <- data.frame(y = rnorm(200))
+  for (k in 1:5) many[[paste0("f", k)]] <- factor(sample(letters[1:3], 200, TRUE), levels = letters[1:3])
+  lambda_many <- stats::setNames(seq(0.1, 0.5, by = 0.1), paste0("f", 1:5))
+  kernels_many <- as.list(stats::setNames(rep("aitchisonaitken", 5), names(lambda_many)))
+  only <- many[paste0("f", 1:3)]
+  for (be in eval_backends()) {
+    for (lambda in list(c(g = 0.1, o = 0.2), c(g = 0, o = 0.05))) {
+      fit <- kde_on(be, big, H = H, lambda = lambda)
+      expect_log_density_equal(unname(predict(fit, q, log = TRUE)),
+                               ref_mixed(big, q, H, lambda, kernels), tol = be$tol,
+                               label = be_label(be, "clusters", paste(lambda, collapse = ",")))
+      # the other clusters' tiles were skipped (with a lambda of 0 the lower
+      # bound's worst factor is 0: nothing is)
+      if (lambda[["g"]] > 0) expect_lt(kdegpu:::pairs_share(fit$inner), 0.75)
+    }
+    fit <- kde_on(be, many, bw = 0.3, lambda = lambda_many)
+    expect_log_density_equal(unname(predict(fit, many[1:30, ], log = TRUE)),
+                             ref_mixed(many, many[1:30, ], matrix(0.09), lambda_many,
+                                       kernels_many), tol = be$tol,
+                             label = be_label(be, "five factors"))
+    fit <- kde_on(be, only, lambda = lambda_many[1:3])
+    expect_log_density_equal(unname(predict(fit, only[1:30, ], log = TRUE)),
+                             ref_mixed(only, only[1:30, ], NULL, lambda_many[1:3],
+                                       kernels_many[1:3]), tol = be$tol,
+                             label = be_label(be, "factors only"))
+  }
+})
+
 test_that("with normalised kernels the estimate sums (and integrates) to 1", {
   set.seed(3121)
   cats <- data.frame(g = factor(sample(letters[1:3], 60, TRUE), levels = letters[1:3]),
