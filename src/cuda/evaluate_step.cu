@@ -285,7 +285,8 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
   const int64_t units = job->u_hi - job->u_lo;
   double avail, per_query;
   int blocks_per_sm = 0;
-  const int rows_extra = 1 + model->adaptive; /* aux (and scale) rows per point */
+  /* aux (and scale, or codes) rows per point */
+  const int rows_extra = 1 + model->adaptive + model->n_discrete;
   kde_kernel_fn<T> fn = select_kernel<T>(model);
 
   KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
