@@ -103,8 +103,9 @@ test_that("fused and embedded sums agree with the plain sum: skipped tiles, many
   big <- data.frame(a = rnorm(n, 8 * g, 0.3), b = rnorm(n, sd = 0.3),
                     g = factor(c("x", "y", "z")[g], levels = c("x", "y", "z")),
                     o = factor(sample(1:4, n, TRUE), levels = 1:4, ordered = TRUE))
-  q <- big[sample(n, 60), ]
-  q$a <- q$a + rnorm(60, sd = 0.2)
+  # enough queries for the GPU's blocks of 128 to lie within one cluster
+  q <- big[sample(n, 600), ]
+  q$a <- q$a + rnorm(600, sd = 0.2)
   H <- diag(c(0.05, 0.04))
   kernels <- ref_kernels("aitchisonaitken", "racineliyan")
   # five factor columns: beyond the GPU's fused kernels (the embedding serves)
