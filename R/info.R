@@ -56,7 +56,13 @@ build_capability_table <- function() {
     row("moment sums (plug-in bandwidths, kde_test)", "cpu", "double", "gaussian"),
     row("sample", "cuda", "double", "all", max_dim = limits[["cuda_sample_max_dim"]],
         otherwise = sprintf("cpu (also below %d draws)", gpu_sample_min_size)),
-    row("sample", "cpu", "double", "all")
+    row("sample", "cpu", "double", "all"),
+    row("mixed data: discrete columns fused into the pairs", "cuda", "double, single",
+        "gaussian", max_dim = limits[["cuda_discrete_max"]], adaptive = FALSE, bounded = FALSE,
+        otherwise = sprintf(paste("more than %d numeric or discrete columns: each level an",
+                                  "embedded Gaussian"), limits[["cuda_discrete_max"]])),
+    row("mixed data: discrete columns fused into the pairs", "cpu", "double", "gaussian",
+        adaptive = FALSE, bounded = FALSE)
   )
 }
 

@@ -87,10 +87,11 @@ kde_mixed <- function(x, bw, H, kernel, weights, backend, precision, adjust, lam
 # pairs (src/kde_backend.h's discrete columns) for these numeric and
 # discrete columns: the numeric columns' tiles then skip, and a factor
 # costs one term per pair whatever its levels. The CPU always; the GPU's
-# kernels up to 4 of each (kernel_discrete.cu). Otherwise the embedded
-# points (mixed.R).
+# kernels up to the capability table's max_dim of each (kernel_discrete.cu).
+# Otherwise the embedded points (mixed.R).
 mixed_fused <- function(backend, d_c, n_discrete) {
-  backend == "cpu" || (max(d_c, 1L) <= 4L && n_discrete <= 4L)
+  limit <- capability("mixed data: discrete columns fused into the pairs", backend)$max_dim
+  is.na(limit) || (max(d_c, 1L) <= limit && n_discrete <= limit)
 }
 
 # The Gaussian fit that a mixed fit's sums run on: the numeric columns

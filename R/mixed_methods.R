@@ -23,13 +23,18 @@
 #' A factor's levels are its declared `levels()`, used or not.
 #'
 #' The estimate is computed exactly, by the same fused engines as a numeric
-#' fit (both backends, several GPUs, clusters, leave-one-out, `tolerance`):
-#' each discrete kernel is, up to its value at a match, a Gaussian in an
-#' embedding of the levels (an unordered factor's c levels as the corners
-#' of a regular simplex, an ordered factor's as thermometer codes), so the
-#' product is one Gaussian sum over the points with a block-diagonal
-#' covariance, never a loop over combinations of levels. A factor of c
-#' levels costs c - 1 coordinates per pair (Wang-van Ryzin 2(c - 1)).
+#' fit (both backends, several GPUs, leave-one-out, `tolerance`), never by a
+#' loop over combinations of levels: each pair's Gaussian term on the
+#' numeric columns is multiplied, inside the kernels, by one factor per
+#' discrete column (its kernel relative to a match), so the numeric
+#' columns' tiles skip as any fit's (the skipping's lower bound taken with
+#' each factor's smallest value, so a `lambda` of 0 skips nothing) and a
+#' factor costs one term per pair whatever its number of levels. The GPU's
+#' kernels take up to 4 numeric and 4 discrete columns; beyond that, and on
+#' cluster workers, each discrete kernel is summed as a Gaussian in an
+#' embedding of the levels (the corners of a regular simplex for an
+#' unordered factor, thermometer codes for an ordered one), which costs c -
+#' 1 coordinates per pair for c levels (Wang-van Ryzin 2(c - 1)).
 #'
 #' Bandwidths: by default everything, H (full, or `bw = "mlcv-diagonal"`,
 #' `"mlcv-scalar"`) and each lambda, maximises the leave-one-out

@@ -143,6 +143,7 @@ SEXP kdegpu_limits(void)
 {
   static const struct { const char *name; int value; } limits[] = {
     {"cuda_derivative_max_dim", KDE_CUDA_DERIVATIVE_MAX_DIM},
+    {"cuda_discrete_max", KDE_CUDA_DISCRETE_MAX},
     {"cuda_plan_max_dim", KDE_CUDA_PLAN_MAX_DIM},
     {"cuda_sample_max_dim", KDE_SAMPLE_MAX_DIM},
     {"derivative_result_max_dim", KDE_DERIVATIVE_RESULT_MAX_DIM},

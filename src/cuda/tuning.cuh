@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kde_limits.h"
+
 namespace kdegpu {
 
 /* 4 warps: enough to share one tile load, small enough that several blocks
@@ -74,7 +76,7 @@ constexpr size_t kKeepScratchBytes = (size_t) 256 << 20;
 /* Discrete columns of a mixed-data fit that the GPU's kernels sum fused
  * into the pairs (kernel_discrete.cu; kde_backend.h): a template argument
  * each, as many kernels. */
-constexpr int kMaxDiscrete = 4;
+constexpr int kMaxDiscrete = KDE_CUDA_DISCRETE_MAX;
 /* Threads per block of the query packing kernel. */
 constexpr int kPackThreads = 128;
 

@@ -11,8 +11,9 @@ test_that("the capability table lists every operation on both backends, limits f
     expect_setequal(table$backend[table$operation == op], c("cuda", "cpu"))
   }
   limits <- .Call(kdegpu:::C_kdegpu_limits)
-  expect_identical(names(limits), c("cuda_derivative_max_dim", "cuda_plan_max_dim",
-                                    "cuda_sample_max_dim", "derivative_result_max_dim"))
+  expect_identical(names(limits), c("cuda_derivative_max_dim", "cuda_discrete_max",
+                                    "cuda_plan_max_dim", "cuda_sample_max_dim",
+                                    "derivative_result_max_dim"))
   expect_true(all(limits >= 1L))
   row <- table[table$operation == "tile skipping" & table$backend == "cuda", ]
   expect_identical(row$max_dim, limits[["cuda_plan_max_dim"]])
