@@ -440,6 +440,7 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
   pc.plan.log_weight_rest = model->unit_log_rest;
   pc.plan.inv_scale2_lo = model->unit_scale_lo; /* NULL unless adaptive */
   pc.plan.inv_scale2_hi = model->unit_scale_hi;
+  pc.plan.log_lower_factor = model->log_lower_factor; /* mixed data's, else 0 */
   pc.plan.tolerance = query->tolerance;
   pc.plan.leave_one_out = query->leave_one_out;
   pc.queries = oq.z; /* read by the host plan only: on the host when it runs */
