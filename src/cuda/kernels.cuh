@@ -9,7 +9,7 @@
  *
  * Where things are (src/cuda/)
  * ----------------------------
- * Four kernel families, in six translation units; each exports a selector
+ * Four kernel families, in seven translation units; each exports a selector
  * (declared here) that hands out its instantiation for a runtime (kernel,
  * d), and evaluate_step.cu's select_kernel() is the one place that picks:
  *   kernel_small.cu     kde_small_kernel: FMA, d = 1..4, any kernel, float
