@@ -221,7 +221,7 @@ mixed_pilot_points <- 20000
 # relative to it (what a larger sample's search starts from).
 select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, shape, backend,
                          given = NULL, method = "mlcv", checked = FALSE,
-                         precision = "double", pilot_points = mixed_pilot_points,
+                         pilot_points = mixed_pilot_points,
                          curvature = FALSE) {
   d_c <- ncol(parts$x)
   free_H <- is.null(bandwidth) && d_c > 0L
@@ -234,7 +234,7 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
   top <- mapply(lambda_max, kernels, lengths(columns$levels))
   top <- ifelse(kernels == "wangvanryzin", 1, top) # its plogis stays below 1
   start <- mixed_search_start(parts, columns, kernels, weights, bandwidth, lambda, shape,
-                              backend, given, method, precision, pilot_points)
+                              backend, given, method, pilot_points)
   n_H <- if (!free_H) 0L else switch(shape, scalar = 1L, diagonal = d_c, full = d_c * (d_c + 1L) / 2L)
   # theta: the H part relative to `base`, the lambdas' logits
   H_of <- function(theta, base = start$H) {
@@ -259,7 +259,7 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
   order <- NULL
   criterion <- function(H, lambda) {
     fit <- new_kde_mixed(parts, columns, kernels, lambda, list(H = H, type = "full"),
-                         weights, backend, precision, NULL, "x", order = order,
+                         weights, backend, "double", NULL, "x", order = order,
                          tolerance = NULL)
     on.exit(release_device_copy(fit$inner))
     if (is.null(order)) order <<- fit$inner$order
@@ -351,7 +351,7 @@ curvature_factor <- function(A) {
 # moving the session's random numbers), moved to this size by the rate
 # (pilot_points: mixed_pilot_points; smaller in the tests).
 mixed_search_start <- function(parts, columns, kernels, weights, bandwidth, lambda, shape,
-                               backend, given, method, precision, pilot_points) {
+                               backend, given, method, pilot_points) {
   d_c <- ncol(parts$x)
   free_H <- is.null(bandwidth) && d_c > 0L
   top <- mapply(lambda_max, kernels, lengths(columns$levels))
@@ -362,7 +362,7 @@ mixed_search_start <- function(parts, columns, kernels, weights, bandwidth, lamb
                                codes = parts$codes[keep, , drop = FALSE]),
                           columns, kernels, weights[keep] / sum(weights[keep]), bandwidth,
                           lambda, shape, backend, given, method, checked = TRUE,
-                          precision = precision, pilot_points = pilot_points,
+                          pilot_points = pilot_points,
                           curvature = TRUE)
     rate <- (length(keep) / length(positive))^(2 / (d_c + 4))
     # kept inside the logistic's open range
