@@ -15,6 +15,9 @@
 # multi (bench/gpu_multi.R on a machine with two GPUs,
 # to $OUT/gpu-multi.csv), harness (the CUDA
 # harness's correctness mode), plan (its device-plan mode against prune.c),
+# ceiling (the harness's ceiling mode: issue 32's kernel rows, each form's
+# pairs per second at tolerance 0 with the SM clock and the exp unit's limit
+# at that clock, to $OUT/ceiling.csv),
 # bench (bench/gpu.R, written to $OUT/gpu.csv), prune (bench/prune.R, to
 # $OUT/prune.csv), derivatives and bandwidth (bench/<step>.R, to
 # $OUT/<step>.csv), large (bench/prune_large.R: issue 15's n = 1e7 and 1e8
@@ -38,7 +41,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit mixed; do
+  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit mixed ceiling; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -82,6 +85,19 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
         Rscript -e "$run_tests" ;;
     harness)
       step harness env SANITIZE=0 PROFILE=0 MODE=test OUT="$out/harness" bash tools/gpu-tests/harness/run.sh ;;
+    ceiling) # issue 32's kernel rows, with the SM clock they ran at
+      step ceiling env SANITIZE=0 PROFILE=0 MODE=ceiling CEILING_CSV="$out/ceiling-rows.csv" \
+        OUT="$out/harness-ceiling" bash tools/gpu-tests/harness/run.sh
+      clock=$(awk -F', ' 'NR>1 && $5+0 > 50 {print $2+0}' "$out/harness-ceiling/clocks.csv" \
+        | sort -n | uniq -c | sort -rn | awk 'NR==1 {print $2}')
+      card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+      sms=$(grep -o '[0-9]* SMs' "$out/harness-ceiling/harness.log" | head -n 1 | cut -d' ' -f1)
+      awk -v card="$card" -v clock="${clock:-NA}" -v sms="${sms:-132}" -v date="$(date -u +%F)" \
+        -v commit="${KDEGPU_COMMIT:-unknown}" 'BEGIN {FS = OFS = ","}
+        NR == 1 {print $0, "device", "sm_clock_mhz", "exp_limit", "share_of_limit", "date", "commit"; next}
+        { limit = sms * 16 * clock * 1e6; share = clock == "NA" ? "NA" : sprintf("%.3f", $8 / limit)
+          print $0, "\"" card "\"", clock, sprintf("%.3e", limit), share, date, commit }' \
+        "$out/ceiling-rows.csv" > "$out/ceiling.csv" ;;
     bench)
       step bench env KDEGPU_BENCH_DERIVATIVES=0 Rscript bench/gpu.R "$out/gpu.csv" ;; # see derivatives
     plan)

@@ -68,11 +68,12 @@ __device__ __forceinline__ void flush_tile_sums(S (&s)[Q], T (&ts)[Q])
 }
 
 /* Lazy-max pieces, for LSE kernels. group_exps: g[i] = sum_p exp2(value[i][p]
- * - m[i]), the last POLY of each thread's Q x U terms by poly_exp2; returns
+ * - m[i]) (exp2(value[i][p]) for RELATIVE values, which are value - m
+ * already), the last POLY of each thread's Q x U terms by poly_exp2; returns
  * whether some query's group sum passed kLazyLimit. group_fix_one: for those
  * queries only, m[i] becomes the group's maximum, the earlier sums s and ts
  * are rescaled, and g[i] is summed again. */
-template <int POLY, typename T, int Q, int U>
+template <int POLY, bool RELATIVE = false, typename T, int Q, int U>
 __device__ __forceinline__ bool group_exps(const T (&value)[Q][U], const T (&m)[Q],
                                            T (&g)[Q])
 {
@@ -81,9 +82,10 @@ __device__ __forceinline__ bool group_exps(const T (&value)[Q][U], const T (&m)[
   for (int i = 0; i < Q; i++) {
     T e[U];
 #pragma unroll
-    for (int p = 0; p < U; p++)
-      e[p] = i * U + p >= Q * U - POLY ? poly_exp2(value[i][p] - m[i])
-                                       : fast_exp2(value[i][p] - m[i]);
+    for (int p = 0; p < U; p++) {
+      const T x = RELATIVE ? value[i][p] : value[i][p] - m[i];
+      e[p] = i * U + p >= Q * U - POLY ? poly_exp2(x) : fast_exp2(x);
+    }
     g[i] = tree_sum(e);
     far |= !(g[i] <= (T) kLazyLimit);
   }

@@ -102,52 +102,60 @@ __device__ __forceinline__ float fast_exp2(float x)
 
 /* Double precision, without the library's branches for extreme arguments:
  * 2^x = 2^n 2^f with n = rint(x) (the 1.5 * 2^52 shifter) and |f| <= 1/2,
- * 2^f = exp(f log 2) by its Taylor series to degree 13 (truncation below
- * 4e-18), 2^n built in the exponent field. At most 2 ulp from exp2 (tested
- * on 2e7 arguments). x < -1022 gives 0 (as ftz in single: such terms are
- * below 2^-1022 of the running max), x > 1023 gives 2^1023, which is all
- * the lazy-max check needs to see. */
+ * 2^f by its degree-11 minimax polynomial for relative error (3e-18 with
+ * exact coefficients, 3e-17 as doubles), 2^n added to p's exponent field.
+ * At most 0.95 ulp from exp2 (2e8 arguments against long double; Taylor's
+ * degree 13 gave 0.86). The range checks read x's high word on the integer
+ * pipe, so that the FP64 pipe, the double kernels' limit, issues only the
+ * 15 adds and FMAs: x >= 1024 (and +inf) is taken as 1023, which still
+ * trips the lazy-max check; x below about -1020 (and -inf) gives 0 (as ftz
+ * in single: such terms are below 2^-1020 of the running max). */
 __device__ __forceinline__ double fast_exp2(double x)
 {
-  const double xc = fmin(fmax(x, -1022.0), 1023.0);
+  const int hi = __double2hiint(x);
+  const bool big = hi >= 0x40900000;               /* x >= 1024 */
+  const bool tiny = (unsigned) hi > 0xC08FE000u;   /* x < -1020 (about) */
+  const double xc = big ? 1023.0 : x;
   const double shifter = 6755399441055744.0;
   const double t = xc + shifter;
   const int n = __double2loint(t);
   const double f = xc - (t - shifter);
-  double p = 0x1.816193166d0f9p-40; /* (log 2)^k / k!, k = 13 .. 0 */
-  p = fma(p, f, 0x1.c3bd650fc2986p-36);
-  p = fma(p, f, 0x1.e8cac7351bb25p-32);
-  p = fma(p, f, 0x1.e4cf5158b8ecap-28);
-  p = fma(p, f, 0x1.b5253d395e7c4p-24);
-  p = fma(p, f, 0x1.62c0223a5c824p-20);
-  p = fma(p, f, 0x1.ffcbfc588b0c7p-17);
-  p = fma(p, f, 0x1.430912f86c787p-13);
-  p = fma(p, f, 0x1.5d87fe78a6731p-10);
-  p = fma(p, f, 0x1.3b2ab6fba4e77p-7);
-  p = fma(p, f, 0x1.c6b08d704a0c0p-5);
-  p = fma(p, f, 0x1.ebfbdff82c58fp-3);
+  double p = 0x1.e79bb90d68fa4p-32;
+  p = fma(p, f, 0x1.e61b5374e2831p-28);
+  p = fma(p, f, 0x1.b5267ce416d96p-24);
+  p = fma(p, f, 0x1.62bfc79b39429p-20);
+  p = fma(p, f, 0x1.ffcbfba97c3e2p-17);
+  p = fma(p, f, 0x1.4309130ed98edp-13);
+  p = fma(p, f, 0x1.5d87fe78cd6e8p-10);
+  p = fma(p, f, 0x1.3b2ab6fba0116p-7);
+  p = fma(p, f, 0x1.c6b08d7049fe8p-5);
+  p = fma(p, f, 0x1.ebfbdff82c5a4p-3);
   p = fma(p, f, 0x1.62e42fefa39efp-1);
   p = fma(p, f, 1.0);
-  const double r = p * __hiloint2double((n + 1023) << 20, 0);
-  return x < -1022.0 ? 0.0 : r;
+  const double r = __hiloint2double(__double2hiint(p) + (int) ((unsigned) n << 20),
+                                    __double2loint(p));
+  return tiny ? 0.0 : r;
 }
 
-/* exp2 on the FMA pipe (Cody-Waite: 2^n 2^f, |f| <= 1/2, Taylor to degree
- * 6, relative error ~2e-7, like MUFU.EX2's 2 ulp), for a share of the terms
- * while the MUFU is saturated. Arguments are clamped to [-125, 126]: above,
- * a result of 2^126 still trips the lazy-max check; below, 0 as with ftz. */
+/* exp2 on the FMA pipe (Cody-Waite: 2^n 2^f, |f| <= 1/2, 2^f by its
+ * degree-6 minimax polynomial for relative error, 2e-9, with p(0) = 1), for
+ * a share of the terms while the MUFU is saturated. At most 0.95 ulp from
+ * exp2 over every float argument in [-125, 126] whose exp2 is normal
+ * (checked exhaustively: the harness's exp2 check; Taylor's degree 6 gave
+ * 2.7 ulp). Arguments are clamped to [-125, 126]: above, a result of 2^126
+ * still trips the lazy-max check; below, 0 as with ftz. */
 __device__ __forceinline__ float poly_exp2(float x)
 {
   const float xc = fminf(fmaxf(x, -125.0f), 126.0f);
   const float shifter = 12582912.0f; /* 1.5 x 2^23: adding rounds to an integer */
   const float t = xc + shifter;
   const float f = xc - (t - shifter);
-  float p = 1.5403530393381608e-4f;
-  p = fmaf(p, f, 1.3333558146428443e-3f);
-  p = fmaf(p, f, 9.6181291076284772e-3f);
-  p = fmaf(p, f, 5.5504108664821580e-2f);
-  p = fmaf(p, f, 2.4022650695910071e-1f);
-  p = fmaf(p, f, 6.9314718055994531e-1f);
+  float p = 1.5353362890196235e-4f;
+  p = fmaf(p, f, 1.3398875094744961e-3f);
+  p = fmaf(p, f, 9.6184373595470437e-3f);
+  p = fmaf(p, f, 5.5503324695085253e-2f);
+  p = fmaf(p, f, 2.4022647913573195e-1f);
+  p = fmaf(p, f, 6.9314720285574971e-1f);
   p = fmaf(p, f, 1.0f);
   const float r = __int_as_float(__float_as_int(p) + (int) ((unsigned) __float_as_int(t) << 23));
   return x < -125.0f ? 0.0f : r;

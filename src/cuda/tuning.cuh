@@ -82,8 +82,14 @@ constexpr int kPackThreads = 128;
 
 /* Single-precision Gaussian: of the 32 exp2s a thread computes per group,
  * this many run as a polynomial on the FMA pipe (poly_exp2) rather than on
- * the MUFU, which is the busier pipe. Measured on an H100 at d = 3:
- * 0: 2.71e12, 2: 2.79e12, 4: 2.83e12, 8: 2.54e12 evaluations/s. */
+ * the MUFU, which is the busier pipe. Measured on an H100 at d = 3 (the
+ * expanded form): 0: 2.71e12, 2: 2.79e12, 4: 2.83e12, 8: 2.54e12
+ * evaluations/s; the difference form at d = 1 / 2 / 3 (one H200, harness
+ * ceiling): 0: 2.76 / 2.27 / 1.97e12, 2: 2.82 / 2.32 / 2.02e12, 4: 2.86 /
+ * 2.31 / 2.00e12, 8: 2.55 / 2.13 / 1.86e12. These kernels issue about 7.6
+ * instructions a pair at d = 1 at three quarters of the issue slots (ncu:
+ * 3.8 warps per scheduler, a quarter of cycles with none eligible), so
+ * neither pipe's count decides: latency does. */
 constexpr int kPolyExps = 4;
 /* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
  * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12
@@ -92,9 +98,12 @@ constexpr int kTcPolyExps = 4;
 
 template <typename T> struct real_traits;
 /* group: training points per lazy-max check. min_blocks: blocks per SM the
- * register allocation must allow: 4 x 4 warps in float; double needs more
- * registers per thread (its exp2 is a 14-term polynomial) and has the ILP
- * to run at 2 x 4 warps (16 independent exp2 chains per warp and group). */
+ * register allocation must allow: 4 x 4 warps in float (5 spilled at d = 3
+ * and gained 1-2 % at d <= 2; a group of 4 whose next group's values
+ * interleave with its exp2s lost 5 %: harness ceiling, one H200); double
+ * needs more registers per thread (its exp2 is a 12-term polynomial) and
+ * has the ILP to run at 2 x 4 warps (16 independent exp2 chains per warp
+ * and group). */
 template <> struct real_traits<float> {
   static constexpr int group = 8;
   static constexpr int min_blocks = 4;

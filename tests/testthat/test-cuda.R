@@ -56,6 +56,30 @@ test_that("CUDA: single precision at n = 1e5 is within 1e-5 of double", {
   }
 })
 
+test_that("CUDA: fits whose tiles mix equal, unequal and zero weights match plain R (d = 1, 2, 3)", {
+  skip_without_gpu()
+  # The difference-form kernels take a warp's 64 points with one weight
+  # per query, and others per pair: equal weights on the left half of the
+  # data, unequal ones (some zero) on the right, so a fit has both kinds of
+  # tiles, and tiles of each kind lie near every query.
+  for (d in 1:3) {
+    x <- ref_data(6000, d, seed = 830 + d)
+    set.seed(840 + d)
+    w <- ifelse(x[, 1] < 0, 1, rexp(nrow(x)) * (runif(nrow(x)) > 0.1))
+    q <- ref_queries(x, 400, seed = 850 + d)
+    for (precision in c("double", "single")) {
+      fit <- kde_gpu(x, weights = w, backend = "cuda", precision = precision)
+      ref <- ref_log_density(x, q, fit$H, "gaussian", weights = w)
+      expect_log_density_equal(predict(fit, q, log = TRUE), ref,
+                               tol = if (precision == "single") 1e-5 else 1e-11,
+                               label = sprintf("d = %d, %s", d, precision))
+      expect_log_density_equal(predict(fit, q, log = TRUE, tolerance = 0), ref,
+                               tol = if (precision == "single") 1e-5 else 1e-11,
+                               label = sprintf("d = %d, %s, tolerance 0", d, precision))
+    }
+  }
+})
+
 # Whether the first GPU has the tensor-core kernels' mma.sync (sm_80 on).
 gpu_has_tensor_cores <- function() {
   cc <- kdegpu_info()$gpus$compute_capability[[1L]]

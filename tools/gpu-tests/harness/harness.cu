@@ -11,6 +11,8 @@
  *                    a GPU)
  *   harness plan...  the device plan (harness_plan.cu: plan, plancheck,
  *                    planbench, planbig, planquick)
+ *   harness ceiling  issue 32's kernel rows (harness_ceiling.cu)
+ *   harness exp2     the polynomial exp2 against exp2, every float argument
  *
  * The reference is a plain double-precision loop over all training points
  * using the kernels.h functions on the original coordinates, computed on the
@@ -39,6 +41,9 @@
 
 /* The device plan's checks and timings (harness_plan.cu). */
 int plan_mode(const std::string &mode);
+/* Issue 32's kernel rows (harness_ceiling.cu). */
+int ceiling_mode();
+int exp2_mode();
 
 /* How the next models are made, and what the last evaluation did. */
 static kde_cuda_tuning tuning;
@@ -731,6 +736,10 @@ int main(int argc, char **argv)
       }
   } else if (mode.compare(0, 4, "plan") == 0) {
     failures += plan_mode(mode);
+  } else if (mode == "ceiling") {
+    failures += ceiling_mode();
+  } else if (mode == "exp2") {
+    failures += exp2_mode();
   } else if (mode == "quick") {
     correctness(true);
   } else if (mode == "kbench") {
@@ -856,6 +865,7 @@ int main(int argc, char **argv)
   } else {
     if (mode == "all" || mode == "test") {
       correctness(false);
+      failures += exp2_mode();
       tensor_core_tests();
       multi_device();
       errors_and_interrupts();

@@ -36,11 +36,14 @@ host_objects() { for f in $host_sources; do printf '%s\n' "$here/build/host_$f.o
 CC=${CC:-cc}
 
 build() {
-  : > "$here/build/ptxas.txt"
-  for f in $(sources); do
-    "$NVCC" $flags -Xptxas -v -c "$f" -o "$here/build/$(basename "${f%.cu}").o" \
-      2>> "$here/build/ptxas.txt" || { cat "$here/build/ptxas.txt"; return 1; }
-  done
+  # the backend's objects in parallel (BUILD_JOBS, default the cores), each
+  # with its ptxas report, gathered in build/ptxas.txt
+  export NVCC flags here
+  sources | xargs -P "${BUILD_JOBS:-$(nproc)}" -I{} sh -c \
+    '"$NVCC" $flags -Xptxas -v -c "$1" -o "$here/build/$(basename "${1%.cu}").o" \
+       2> "$here/build/$(basename "${1%.cu}").ptxas"' _ {} || {
+    cat "$here"/build/*.ptxas; return 1; }
+  cat "$here"/build/*.ptxas > "$here/build/ptxas.txt"
   for f in $host_sources; do
     "$CC" -O2 -fopenmp -std=gnu11 -I"$root/inst/include" -I"$root/src" \
       -c "$root/src/$f.c" -o "$here/build/host_$f.o" || return 1
