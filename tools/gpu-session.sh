@@ -32,7 +32,9 @@
 # timings), gpuderiv (tools/gpu-tests/check_gpuderiv.R: the derivative
 # sums' tests, cuda vs cpu, kde_modes and timings), sanitize
 # (compute-sanitizer memcheck on a short R workload), mixed (bench/mixed.R: mixed
-# data's cv.ml, MIXED_SIZES, to $OUT/mixed.csv).
+# data's cv.ml, MIXED_SIZES, to $OUT/mixed.csv), inference (bench/inference.R:
+# kde_test, conditional densities and quantiles, kde_classifier at n = 1e6,
+# to $OUT/inference.csv).
 set -uo pipefail
 final=${OUT:-/tmp/kdegpu-out}
 out=$(mktemp -d)
@@ -41,7 +43,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit mixed ceiling; do
+  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit mixed ceiling inference; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -62,12 +64,15 @@ step() {
 summary=()
 # A warm machine keeps R and the package from the call before: unpack and
 # install only when they are not there (REINSTALL=1 forces the install).
-if ! command -v Rscript >/dev/null 2>&1; then
-  bash .gpu/unpack-r-bundle.sh .gpu/rbundle.tar.xz > "$out/unpack.log" 2>&1 || { cat "$out/unpack.log"; exit 1; }
-fi
+# NO_R=1: neither, for steps that need no R (harness, ceiling, plan).
 export CUDA_ARCH=${CUDA_ARCH:-90} MAKEFLAGS=${MAKEFLAGS:--j8}
-if [ -n "${REINSTALL:-}" ] || ! Rscript -e 'library(kdegpu)' >/dev/null 2>&1; then
-  step install R CMD INSTALL . || { tail -n 40 "$out/install.log"; exit 1; }
+if [ -z "${NO_R:-}" ]; then
+  if ! command -v Rscript >/dev/null 2>&1; then
+    bash .gpu/unpack-r-bundle.sh .gpu/rbundle.tar.xz > "$out/unpack.log" 2>&1 || { cat "$out/unpack.log"; exit 1; }
+  fi
+  if [ -n "${REINSTALL:-}" ] || ! Rscript -e 'library(kdegpu)' >/dev/null 2>&1; then
+    step install R CMD INSTALL . || { tail -n 40 "$out/install.log"; exit 1; }
+  fi
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/gpu.txt" 2>&1
 
@@ -112,6 +117,8 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
       step bandwidth Rscript bench/bandwidth.R "$out/bandwidth.csv" ;;
     mixed)
       step mixed Rscript bench/mixed.R "$out/mixed.csv" "${MIXED_SIZES:-1e4,1e5,1e6}" ;;
+    inference)
+      step inference Rscript bench/inference.R "$out/inference.csv" ;;
     large)
       step large Rscript bench/prune_large.R "$out/prune-large.csv" ;;
     cdf)
