@@ -38,6 +38,7 @@
 #include "kdegpu/kernels.h"
 #include "kde_cuda.h"
 #include "cuda/tuning_hooks.h"
+#include "harness_data.h"
 
 /* The device plan's checks and timings (harness_plan.cu). */
 int plan_mode(const std::string &mode);
@@ -58,23 +59,9 @@ static const char *kernel_names[KDE_N_KERNELS] = {
 
 /* ---- random data --------------------------------------------------------- */
 
-struct rng {
-  uint64_t s;
-  explicit rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next()
-  {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return (next() >> 11) * 0x1.0p-53; }
-  double normal()
-  {
-    double u = uniform(), v = uniform();
-    if (u < 1e-300) u = 1e-300;
-    return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
-  }
+/* the plan modes' generator, seeded as this file always was */
+struct rng : harness_data::prng {
+  explicit rng(uint64_t seed) : prng(seed, 1) {}
 };
 
 struct dataset {
@@ -227,21 +214,11 @@ static compare_result compare(const std::vector<double> &got,
 
 static int failures = 0;
 
+/* points in no spatial order */
 static kde_training_set training_set(const dataset &t, int kernel)
 {
-  kde_training_set ts;
-  ts.kernel = kernel;
-  ts.n_train = t.n;
-  ts.dim = t.d;
-  ts.train = t.x.data();
-  ts.weight = t.w.data();
-  ts.log_weight = t.lw.data();
-  ts.inv_scale2 = NULL; /* fixed bandwidth */
-  ts.tile_size = 0; /* points in no spatial order */
-  ts.host_threads = 0;
-  ts.n_discrete = 0;
-  ts.codes = ts.discrete_penalty = NULL;
-  return ts;
+  return harness_data::fixed_training_set(t.n, t.d, t.x.data(), t.w.data(), t.lw.data(),
+                                          kernel, 0);
 }
 
 static int evaluate(const dataset &t, const dataset &q, int kernel, int precision,

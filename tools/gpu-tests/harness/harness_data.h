@@ -25,7 +25,7 @@ constexpr int64_t kBlock = 128;      /* kBlockQueries */
 
 struct prng {
   uint64_t s;
-  explicit prng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 7) {}
+  explicit prng(uint64_t seed, uint64_t offset = 7) : s(seed * 0x9E3779B97F4A7C15ull + offset) {}
   uint64_t next()
   {
     uint64_t z = (s += 0x9E3779B97F4A7C15ull);
@@ -104,23 +104,52 @@ inline training ordered_training(int64_t n, int64_t d, int kernel, bool clustere
   return t;
 }
 
-inline kde_cuda_model *make_model(const training &t, int kernel, int precision, kde_status *st,
-                                  const kde_cuda_tuning *tuning = NULL)
+/* A fixed-bandwidth training set of n points (column-major n x d), in
+ * tiles of tile_size points of a spatial order (0: none). */
+inline kde_training_set fixed_training_set(int64_t n, int64_t d, const double *x,
+                                           const double *w, const double *lw, int kernel,
+                                           int64_t tile_size)
 {
   kde_training_set ts;
-  int dev = 0;
   ts.kernel = kernel;
-  ts.n_train = t.n;
-  ts.dim = t.d;
-  ts.train = t.x.data();
-  ts.weight = t.w.data();
-  ts.log_weight = t.lw.data();
-  ts.inv_scale2 = NULL; /* fixed bandwidth */
-  ts.tile_size = KDE_TILE_POINTS;
+  ts.n_train = n;
+  ts.dim = d;
+  ts.train = x;
+  ts.weight = w;
+  ts.log_weight = lw;
+  ts.inv_scale2 = NULL;
+  ts.tile_size = tile_size;
   ts.host_threads = 0;
   ts.n_discrete = 0;
   ts.codes = ts.discrete_penalty = NULL;
+  return ts;
+}
+
+inline kde_cuda_model *make_model(const training &t, int kernel, int precision, kde_status *st,
+                                  const kde_cuda_tuning *tuning = NULL)
+{
+  int dev = 0;
+  const kde_training_set ts = fixed_training_set(t.n, t.d, t.x.data(), t.w.data(),
+                                                 t.lw.data(), kernel, KDE_TILE_POINTS);
   return kde_cuda_model_create_tuned(&ts, precision, &dev, 1, 0, 1e-4, tuning, st);
+}
+
+/* log sum_j w_j k(|q_i - x_j|^2) in double over every training point but
+ * self (-1: none); z is m x d, column-major. */
+inline double reference(const training &t, int kernel, const double *z, int64_t m, int64_t i,
+                 int64_t self)
+{
+  kde_lse s = kde_lse_empty();
+  for (int64_t j = 0; j < t.n; j++) {
+    if (j == self) continue;
+    double s2 = 0;
+    for (int64_t k = 0; k < t.d; k++) {
+      const double diff = z[i + k * m] - t.x[j + k * t.n];
+      s2 += diff * diff;
+    }
+    s = kde_lse_add(s, t.lw[j] + kde_log_profile(kernel, s2));
+  }
+  return kde_lse_log(s);
 }
 
 } // namespace harness_data

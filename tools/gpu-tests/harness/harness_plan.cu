@@ -114,23 +114,6 @@ double plan_on_host(const host_plan &h, const std::vector<double> &sorted, int64
 
 int failures = 0;
 
-/* log sum_j w_j k(|q - x_j|^2) in double over every training point. */
-double reference(const training &t, int kernel, const double *z, int64_t m, int64_t i,
-                 int64_t self)
-{
-  kde_lse s = kde_lse_empty();
-  for (int64_t j = 0; j < t.n; j++) {
-    if (j == self) continue;
-    double s2 = 0;
-    for (int64_t k = 0; k < t.d; k++) {
-      const double diff = z[i + k * m] - t.x[j + k * t.n];
-      s2 += diff * diff;
-    }
-    s = kde_lse_add(s, t.lw[j] + kde_log_profile(kernel, s2));
-  }
-  return kde_lse_log(s);
-}
-
 /* One case: the plan compared, the order checked, the results bounded. */
 void check_case(int kernel, int precision, int64_t d, bool clustered, int loo, bool whiten,
                 bool weighted, int64_t n, int64_t m)
