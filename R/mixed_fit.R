@@ -105,10 +105,8 @@ mixed_inner <- function(parts, design, weights, backend, precision, data_name,
   kernel_weights <- weights * exp(min(log_norm) - log_norm)
   x <- if (fused) parts$x else mixed_embed(design, parts$x, parts$codes)
   H <- if (fused) design$H_numeric else design$H
-  if (ncol(x) == 0L) { # nothing varies: one zero column, factor 1
-    x <- matrix(0, nrow(parts$codes), 1L)
-    H <- matrix(1, 1L, 1L)
-  }
+  if (ncol(x) == 0L) H <- matrix(1, 1L, 1L) # nothing varies: one zero column, factor 1
+  x <- numeric_or_zero_column(x, nrow(parts$codes))
   discrete <- if (fused && ncol(parts$codes) > 0L) {
     # a match's factor is 1 up to rounding (Aitchison-Aitken at its largest lambda)
     list(codes = parts$codes * 1, penalty = pmin(design$penalty, 0))
@@ -120,6 +118,11 @@ mixed_inner <- function(parts, design, weights, backend, precision, data_name,
   inner$log_total <- log(sum(kernel_weights)) - min(log_norm)
   inner
 }
+
+# The inner fit's coordinates: x, or with no numeric column (nothing
+# varies continuously) one column of zeros, so that the Gaussian sums count
+# the discrete factors alone.
+numeric_or_zero_column <- function(x, n) if (ncol(x) == 0L) matrix(0, n, 1L) else x
 
 # The fit of the parts (numeric matrix, level ranks) at H and lambda: the
 # Gaussian fit its sums run on (`inner`, mixed_inner()) and the constant

@@ -143,13 +143,12 @@ mixed_log_density <- function(object, parts, leave_one_out, cluster, tolerance) 
   inner <- sums$inner
   if (is.null(parts)) parts <- list(x = object$x, codes = object$codes)
   if (!is.null(inner$discrete)) { # the numbers, then the codes
-    x <- if (ncol(parts$x) == 0L) matrix(0, nrow(parts$codes), 1L) else parts$x
+    x <- numeric_or_zero_column(parts$x, nrow(parts$codes))
     return(evaluate_log_density(inner, cbind(x, parts$codes * 1), tolerance = tolerance) +
              sums$offset)
   }
   design <- mixed_design(object$columns, object$kernels, object$lambda, object$H)
-  query <- mixed_embed(design, parts$x, parts$codes)
-  if (ncol(query) == 0L) query <- matrix(0, nrow(parts$codes), 1L)
+  query <- numeric_or_zero_column(mixed_embed(design, parts$x, parts$codes), nrow(parts$codes))
   unname(predict(inner, query, log = TRUE, cluster = cluster, tolerance = tolerance)) +
     sums$offset
 }
