@@ -268,11 +268,14 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     for (int i = 0; i < Q; i++) ts[i] = 0;
     const bool check = a.leave_one_out && qg_lo < warp_first + kSmallPointsPerWarp &&
                        warp_first <= qg_hi;
+    /* the uniform path for the fixed-bandwidth fits without discrete
+     * columns only: each path is as many kernels again to compile */
+    constexpr bool UNIFORM_PATH = LSE && !EXPANDED && A != kFitAdaptive && C == 0;
     T aux_u = 0;
     bool uniform = false;
-    if constexpr (LSE && !EXPANDED)
+    if constexpr (UNIFORM_PATH)
       uniform = warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
-    if constexpr (LSE && !EXPANDED) {
+    if constexpr (UNIFORM_PATH) {
       if (uniform) {
         if (check) small_tile<K, T, D, A, true, true>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
         else small_tile<K, T, D, A, false, true>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
