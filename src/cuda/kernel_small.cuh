@@ -273,9 +273,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     constexpr bool UNIFORM_PATH = LSE && !EXPANDED && A != kFitAdaptive && C == 0;
     T aux_u = 0;
     bool uniform = false;
-    if constexpr (UNIFORM_PATH)
-      uniform = warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
     if constexpr (UNIFORM_PATH) {
+      uniform = warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
       if (uniform) {
         if (check) small_tile<K, T, D, A, true, true>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
         else small_tile<K, T, D, A, false, true>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
