@@ -191,6 +191,15 @@ discrete_kernel_matrix <- function(kernel, levels, lambda) {
     racineliyan = sweep(lambda^distance, 2L, colSums(lambda^distance), "/"))
 }
 
+# Each categorical column's discrete_kernel_matrix() at the fit's lambdas.
+discrete_kernel_matrices <- function(columns, kernels, lambda) {
+  kind <- columns$kind[columns$kind != "numeric"]
+  lapply(seq_along(kernels), function(k) {
+    discrete_kernel_matrix(part_kernel(kernels[[k]], kind[[k]]), length(columns$levels[[k]]),
+                           lambda[[k]])
+  })
+}
+
 # The kernel name the parts above use: Li-Racine's unordered kernel is
 # not its ordered one.
 part_kernel <- function(kernel, kind) {

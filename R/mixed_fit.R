@@ -275,8 +275,7 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
       on.exit(release_device_copy(margin$inner), add = TRUE)
       loo <- loo - mixed_leave_one_out(margin)
     }
-    w <- weights * length(weights)
-    -sum(ifelse(w > 0, w * loo, 0))
+    -as.numeric(loo_log_lik(loo, weights, 0L))
   }
   theta0 <- c(rep(0, n_H), if (free_lambda) stats::qlogis(start$lambda / top))
   # nlm's steps in u = R (theta - theta0), R'R the pilot's Hessian: there

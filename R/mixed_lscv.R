@@ -7,11 +7,7 @@
 
 # int sum_l f(x, l)^2 dx at H and lambda.
 mixed_integral_squared <- function(parts, columns, kernels, lambda, H, weights, backend) {
-  kind <- columns$kind[columns$kind != "numeric"]
-  matrices <- lapply(seq_along(kernels), function(k) {
-    discrete_kernel_matrix(part_kernel(kernels[[k]], kind[[k]]), length(columns$levels[[k]]),
-                           lambda[[k]])
-  })
+  matrices <- discrete_kernel_matrices(columns, kernels, lambda)
   combinations <- as.matrix(expand.grid(lapply(columns$levels, seq_along)))
   total <- 0
   for (row in seq_len(nrow(combinations))) {

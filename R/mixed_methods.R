@@ -269,11 +269,8 @@ sample.kde_mixed <- function(x, size, replace = TRUE, prob = NULL, ...) {
   if (missing(size)) stop_arg("size", "is missing: how many points to draw?")
   size <- check_count(size, "size")
   columns <- x$columns
-  kind <- columns$kind[columns$kind != "numeric"]
-  matrices <- lapply(seq_along(x$kernels), function(k) {
-    discrete_kernel_matrix(part_kernel(x$kernels[[k]], kind[[k]]), length(columns$levels[[k]]),
-                           x$lambda[[k]])
-  })
+  matrices <- discrete_kernel_matrices(columns, x$kernels, x$lambda)
+  categorical_kind <- columns$kind[columns$kind != "numeric"]
   # each point's mass: its weight times its kernels' totals over the levels
   log_mass <- log(x$weights)
   for (k in seq_along(matrices)) log_mass <- log_mass + log(colSums(matrices[[k]]))[x$codes[, k]]
@@ -295,7 +292,7 @@ sample.kde_mixed <- function(x, size, replace = TRUE, prob = NULL, ...) {
                               prob = matrices[[k]][, r])
     }
     out[[name]] <- factor(columns$levels[[k]][drawn], levels = columns$levels[[k]],
-                          ordered = kind[[k]] == "ordered")
+                          ordered = categorical_kind[[k]] == "ordered")
   }
   as.data.frame(out, stringsAsFactors = FALSE, optional = TRUE)
 }

@@ -44,9 +44,9 @@ template <typename T> static kde_kernel_fn<T> select_kernel(const kde_cuda_model
   if (model->n_discrete > 0) return select_discrete_kernel<T>(dim, model->n_discrete);
   if (plain_gaussian(model)) return select_plain_gaussian_kernel<T>(dim);
   if (model->adaptive)
-    return dim <= 4 ? select_small_adaptive_kernel<T>(kernel, dim)
+    return dim <= kSmallMaxDim ? select_small_adaptive_kernel<T>(kernel, dim)
                     : select_wide_adaptive_kernel<T>(kernel);
-  if (dim <= 4) return select_small_kernel<T>(kernel, dim);
+  if (dim <= kSmallMaxDim) return select_small_kernel<T>(kernel, dim);
   return select_wide_kernel<T>(kernel);
 }
 
@@ -141,7 +141,7 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
   args.dst = (T *) rep->query.ptr;
   args.anchored = model->anchored;
   args.n_discrete = model->n_discrete;
-  args.code_row = model->query_elems - model->n_discrete;
+  args.code_row = model->code_row;
   args.offset = (double *) rep->acc.ptr + 2 * job->ldq_max;
   KDE_CUDA_TRY(cudaStreamWaitEvent(rep->stream, rep->raw_ready, 0));
   pack<<<blocks, kPackThreads, 0, rep->stream>>>(args);
@@ -240,7 +240,7 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
   args.visit_offset = job->visiting ? (const int64_t *) rep->visit_offset.ptr : NULL;
   args.anchor = (const T *) rep->anchor;
   args.n_discrete = model->n_discrete;
-  args.code_row = model->query_elems - model->n_discrete;
+  args.code_row = model->code_row;
   for (int k = 0; k < kMaxDiscrete; k++) {
     args.mismatch[k] = k < model->n_discrete ? (T) model->mismatch[k] : (T) 0;
     args.per_level[k] = k < model->n_discrete ? (T) model->per_level[k] : (T) 0;

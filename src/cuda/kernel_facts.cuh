@@ -41,6 +41,25 @@ __host__ __device__ constexpr bool expanded_form(int kernel, int d, int A)
   return kernel == KDE_GAUSSIAN && d >= 3 && A == kFitFixed;
 }
 
+/* Whether the FMA kernels hold the queries times 1/sqrt(2) (scaled_query):
+ * the Gaussian's difference form in a fixed-bandwidth fit, whose pair value
+ * log2 w - s2 / 2 is then aux - sum_k u_k^2 with u_k = q_k / sqrt2 - x_k /
+ * sqrt2 formed by one FMA, without the multiply by -1/2 (one instruction a
+ * pair fewer: +4-12% single, d = 1..3). An adaptive fit scales s2 per point
+ * and keeps -s2 / 2. */
+__host__ __device__ constexpr bool halved_difference(int kernel, int d, int A)
+{
+  return kernel == KDE_GAUSSIAN && !expanded_form(kernel, d, A) && A != kFitAdaptive;
+}
+
+/* 1/sqrt(2) rounded to T. In float its square is 1/2 (1 - 3.4e-8), so a
+ * halved-difference exponent is off by 3.4e-8 of itself, below the
+ * rounding of the coordinates that form it (6e-8 of each). */
+template <typename T> __host__ __device__ constexpr T inv_sqrt2()
+{
+  return (T) 0.70710678118654752440;
+}
+
 } // namespace kdegpu
 
 #endif /* KDEGPU_CUDA_KERNEL_FACTS_CUH */

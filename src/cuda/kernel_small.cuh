@@ -57,7 +57,8 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
    * aux + q.x = log2 w + log2 k + |q|^2 / 2; the host subtracts |q|^2 / 2.
    * (log2 k = -s2 / 2 for the pre-scaled coordinates, kde_log_profile.)
    * Adaptive (A = kFitAdaptive): the difference form, s2 times the point's
-   * 1 / lambda^2 from the row after aux. kFitPlain: the difference form. */
+   * 1 / lambda^2 from the row after aux. kFitPlain: the difference form,
+   * for the Gaussian halved (halved_difference: q holds q / sqrt2). */
   constexpr bool EXPANDED = expanded_form(K, D, A);
   constexpr int CODES = D + 1 + scale_rows(A); /* the tile's first code row */
   constexpr int ROWS = CODES + C;
@@ -77,14 +78,23 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
 #pragma unroll
         for (int k = 0; k < D; k++) v = fma(q[i][k], x[k][p], v);
       } else {
-        T s2 = 0;
+        if constexpr (halved_difference(K, D, A)) { /* q holds q / sqrt2 */
+          v = UNIFORM ? rel_base[i] : x[D][p];
 #pragma unroll
-        for (int k = 0; k < D; k++) {
-          const T diff = q[i][k] - x[k][p];
-          s2 = fma(diff, diff, s2);
+          for (int k = 0; k < D; k++) {
+            const T u = fma(x[k][p], -inv_sqrt2<T>(), q[i][k]);
+            v = fma(-u, u, v);
+          }
+        } else {
+          T s2 = 0;
+#pragma unroll
+          for (int k = 0; k < D; k++) {
+            const T diff = q[i][k] - x[k][p];
+            s2 = fma(diff, diff, s2);
+          }
+          if (A == kFitAdaptive) s2 *= x[D + 1][p];
+          v = pair_value<K, LSE>(s2, UNIFORM ? rel_base[i] : x[D][p]);
         }
-        if (A == kFitAdaptive) s2 *= x[D + 1][p];
-        v = pair_value<K, LSE>(s2, UNIFORM ? rel_base[i] : x[D][p]);
         if constexpr (C > 0) {
 #pragma unroll
           for (int k = 0; k < C; k++) {
@@ -205,8 +215,10 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   /* q: the queries as the pairs use them; in the difference form, per tile,
    * relative to its unit's anchor: (hi - anchor hi) + (lo - anchor lo),
    * hi and lo read again from the block's rows (in L1: registers are short),
-   * which for a model without anchors is hi */
+   * which for a model without anchors is hi; times 1/sqrt(2) for the
+   * halved difference (kernel_facts.cuh) */
   constexpr bool EXPANDED = expanded_form(K, D, A);
+  constexpr T q_scale = halved_difference(K, D, A) ? inv_sqrt2<T>() : (T) 1;
   T q[Q][D];
   int slot[Q];
   int64_t qg[Q];
@@ -215,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     slot[i] = lane + 32 * i;
     qg[i] = a.query_base + q0 + slot[i];
 #pragma unroll
-    for (int k = 0; k < D; k++) q[i][k] = a.query[q0 + slot[i] + k * a.ldq];
+    for (int k = 0; k < D; k++) q[i][k] = a.query[q0 + slot[i] + k * a.ldq] * q_scale;
   }
   const int64_t qg_lo = qg[0], qg_hi = qg[Q - 1];
   discrete_codes<T, Q, C> dc;
@@ -254,8 +266,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
       for (int i = 0; i < Q; i++)
 #pragma unroll
         for (int k = 0; k < D; k++)
-          q[i][k] = (a.query[q0 + slot[i] + k * a.ldq] - c[k]) +
-                    (a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k]);
+          q[i][k] = ((a.query[q0 + slot[i] + k * a.ldq] - c[k]) +
+                     (a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k])) * q_scale;
     }
     async_wait_all_but_newest();
     __syncthreads();

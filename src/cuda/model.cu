@@ -380,7 +380,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   model->adaptive = train->inv_scale2 != NULL;
   model->n_discrete = (int) train->n_discrete;
   if (train->n_discrete > 0 &&
-      (train->n_discrete > kMaxDiscrete || train->dim > 4 || train->kernel != KDE_GAUSSIAN ||
+      (train->n_discrete > kMaxDiscrete || train->dim > kSmallMaxDim || train->kernel != KDE_GAUSSIAN ||
        model->adaptive || train->codes == NULL || train->discrete_penalty == NULL)) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "internal: discrete columns need the Gaussian, a fixed bandwidth,"
@@ -460,11 +460,11 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
       tc_wide_smem_bytes(ceil_div(model->dim, 16)) <= min_smem_optin &&
       train_fits_f16(train, model))
     model->layout = KDE_LAYOUT_TC_WIDE;
-  model->query_elems = model->dim;
+  model->code_row = model->dim; /* the query's coordinates, then its codes */
   if (model->layout == KDE_LAYOUT_TC_WIDE) {
     model->k16 = (int) ceil_div(model->dim, 16);
     model->tile_elems = (int64_t) model->k16 * 512 + kTileWidth;
-    model->query_elems = (int64_t) model->k16 * 16 + 1; /* + the row scale */
+    model->code_row = (int64_t) model->k16 * 16 + 1; /* + the row scale */
   } else if (model->layout == KDE_LAYOUT_TC_SMALL) {
     model->tile_elems = (int64_t) kTileWidth * kTcPointWords;
   } else {
@@ -473,10 +473,10 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   /* Pruning: the FMA kernel for d <= 4 and the d = 3 tensor-core kernel
    * visit per query block only the units that can matter, when the
    * training set comes in a spatial order whose tiles are the units. */
-  prunes = train->tile_size == kUnit && model->dim <= 4 &&
+  prunes = train->tile_size == kUnit && model->dim <= kSmallMaxDim &&
            (model->layout == KDE_LAYOUT_PLAIN || model->layout == KDE_LAYOUT_TC_SMALL);
   model->anchored = model->layout == KDE_LAYOUT_PLAIN && !model->expanded &&
-                    model->dim <= 4 && !(tuning != NULL && tuning->no_anchor);
+                    model->dim <= kSmallMaxDim && !(tuning != NULL && tuning->no_anchor);
   /* The units' boxes: the pruning's, and the centres of the anchors */
   if (prunes || model->anchored) {
     KDE_HOST_ALLOC(model->unit_lo, model->n_points / kUnit * model->dim, "the units' boxes");
@@ -484,9 +484,9 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     kde_tile_boxes(train->train, train->n_train, model->dim, kUnit, train->host_threads,
                    model->unit_lo, model->unit_hi);
   }
-  model->query_elems += model->n_discrete; /* the codes last */
+  if (model->anchored) model->code_row = 2 * model->dim; /* hi and lo parts */
+  model->query_elems = model->code_row + model->n_discrete;
   if (model->anchored) {
-    model->query_elems = 2 * model->dim + model->n_discrete; /* hi, lo parts, codes */
     anchor_bytes = (size_t) (model->n_points / kUnit * 2 * model->dim) * model->elem;
     host_anchor = malloc(anchor_bytes);
     if (host_anchor == NULL) {

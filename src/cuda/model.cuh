@@ -98,6 +98,7 @@ struct kde_cuda_model {
   int k16;              /* KDE_LAYOUT_TC_WIDE: ceil(dim / 16) */
   int64_t tile_elems;   /* values per 32-point storage tile */
   int64_t query_elems;  /* values per query row on the device */
+  int64_t code_row;     /* the first of them that holds a discrete code */
   int resident;         /* whole training set on every device */
   void *host_train;     /* packed copy, kept when streaming */
   double *whitening;    /* host copy of the last queries' whitening */

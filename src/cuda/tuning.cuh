@@ -32,6 +32,9 @@ constexpr int kTileWidth = 32;
  * device range is whole units. Also the small-d shared tile. */
 constexpr int kUnit = 256;
 constexpr int kSmallPointsPerWarp = kUnit / kWarps;
+/* The FMA kernel with the queries in registers (kernel_small.cuh) serves
+ * d = 1..kSmallMaxDim; the wide kernel the rest. */
+constexpr int kSmallMaxDim = 4;
 /* Wide kernel (d >= 5): each thread computes a 4-query x 8-point block. */
 constexpr int kWidePoints = 8;
 /* A split gets at least this many units, so that its first groups (which set
