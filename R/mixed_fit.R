@@ -235,11 +235,10 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
     check_mixed_ties(parts$x[, response, drop = FALSE], weights, shape)
   }
   top <- mapply(lambda_max, kernels, lengths(columns$levels))
-  top <- ifelse(kernels == "wangvanryzin", 1, top) # its plogis stays below 1
   start <- mixed_search_start(parts, columns, kernels, weights, bandwidth, lambda, shape,
                               backend, given, method, pilot_points)
   n_H <- if (!free_H) 0L else switch(shape, scalar = 1L, diagonal = d_c, full = d_c * (d_c + 1L) / 2L)
-  # theta: the H part relative to `base`, the lambdas' logits
+  # theta: the H part relative to `base`, the lambdas' angles (lambda_of)
   H_of <- function(theta, base = start$H) {
     if (!free_H) return(bandwidth$H)
     switch(shape,
@@ -252,10 +251,13 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
         tcrossprod(t(chol(base)) %*% L)
       })
   }
-  # each lambda as top * plogis(t): nlm searches an open space
+  # each lambda as top sin(t)^2: nlm searches an open space that reaches
+  # [0, top], and lambda's slope in t, 2 sqrt(lambda (top - lambda)), stays
+  # usable near the ends (a logistic's, lambda (1 - lambda / top), left a
+  # lambda of 1e-6 crawling for a hundred evaluations)
   lambda_of <- function(theta) {
     if (!free_lambda) return(lambda)
-    stats::setNames(top * stats::plogis(theta[n_H + seq_along(kernels)]), names(kernels))
+    stats::setNames(top * sin(theta[n_H + seq_along(kernels)])^2, names(kernels))
   }
   # the first fit's spatial order serves every fit of the search (any
   # order gives the same sums; the embedding's dimension stays the same)
@@ -277,7 +279,7 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
     }
     -as.numeric(loo_log_lik(loo, weights, 0L))
   }
-  theta0 <- c(rep(0, n_H), if (free_lambda) stats::qlogis(start$lambda / top))
+  theta0 <- c(rep(0, n_H), if (free_lambda) asin(sqrt(start$lambda / top)))
   # nlm's steps in u = R (theta - theta0), R'R the pilot's Hessian: there
   # its first steps are about the right size and shape
   R <- if (is.null(start$curvature)) diag(length(theta0)) else start$curvature
@@ -301,7 +303,7 @@ select_mixed <- function(parts, columns, kernels, weights, bandwidth, lambda, sh
   value <- found$minimum * size
   H <- H_of(theta)
   hessian <- if (curvature) {
-    # theta relative to the optimum: the H part from 0 at H, the logits as they are
+    # theta relative to the optimum: the H part from 0 at H, the angles as they are
     optimum <- c(rep(0, n_H), theta[n_H + seq_len(length(theta) - n_H)])
     finite_hessian(function(v) scaled(H_of(v, H), lambda_of(v)), optimum, found$minimum)
   }
@@ -367,8 +369,8 @@ mixed_search_start <- function(parts, columns, kernels, weights, bandwidth, lamb
                           pilot_points = pilot_points,
                           curvature = TRUE)
     rate <- (length(keep) / length(positive))^(2 / (d_c + 4))
-    # kept inside the logistic's open range
-    moved <- pmin(pmax(pilot$lambda * rate, 1e-6 * top), (1 - 1e-6) * top)
+    # off 0, where sin(t)^2 has no slope for the search to follow
+    moved <- pmin(pmax(pilot$lambda * rate, 1e-4 * top), top)
     # the pilot's Hessian in coordinates relative to its optimum serves
     # here relative to the moved optimum (the same coordinates, scaled)
     return(list(H = if (free_H) pilot$H * rate, lambda = moved,
