@@ -85,15 +85,15 @@ constexpr int kPackThreads = 128;
 
 /* Single-precision Gaussian: of the 32 exp2s a thread computes per group,
  * this many run as a polynomial on the FMA pipe (poly_exp2) rather than on
- * the MUFU, which is the busier pipe. Measured on an H100 at d = 3 (the
- * expanded form): 0: 2.71e12, 2: 2.79e12, 4: 2.83e12, 8: 2.54e12
- * evaluations/s; the difference form at d = 1 / 2 / 3 (one H200, harness
- * ceiling): 0: 2.76 / 2.27 / 1.97e12, 2: 2.82 / 2.32 / 2.02e12, 4: 2.86 /
- * 2.31 / 2.00e12, 8: 2.55 / 2.13 / 1.86e12. These kernels issue about 7.6
- * instructions a pair at d = 1 at three quarters of the issue slots (ncu:
- * 3.8 warps per scheduler, a quarter of cycles with none eligible), so
- * neither pipe's count decides: latency does. */
-constexpr int kPolyExps = 4;
+ * the MUFU, which is the busier pipe. The halved difference form at d = 1 /
+ * 2 / 3 (one H200, harness ceiling, 1980 MHz): 0: 3.01 / 2.46 / 2.11e12
+ * pairs/s, 2: 3.14 / 2.50 / 2.16e12, 4: 3.11 / 2.49 / 2.16e12, 8: 2.81 /
+ * 2.31 / 1.96e12 (before the halving, 4 led by 1%; the expanded form at d
+ * = 3 on an H100: 2: 2.79e12, 4: 2.83e12). These kernels issue
+ * about 7 instructions a pair at d = 1 at three quarters of the issue slots
+ * (ncu: 3.8 warps per scheduler, a quarter of cycles with none eligible),
+ * so neither pipe's count decides: latency does. */
+constexpr int kPolyExps = 2;
 /* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
  * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12
  * to 3.11e12, 2: 3.11e12, 4: 3.10e12, 8: 2.76e12, 12: 2.49e12. */
