@@ -7,7 +7,7 @@
 
 test_that("a long evaluation draws a progress bar at each chunk and clears it", {
   x <- ref_data(2e4, 2, seed = 640)
-  q <- ref_queries(x, 12000, seed = 641)
+  q <- ref_queries(x, 40000, seed = 641)
   fit <- kde_gpu(x, bw = 0.3, backend = "cpu")
   quiet <- with_kde_options(list(kdegpu.progress = FALSE, kdegpu.threads = 1),
                             predict(fit, q, log = TRUE))
@@ -20,8 +20,9 @@ test_that("a long evaluation draws a progress bar at each chunk and clears it", 
   expect_identical(shown, quiet)
   text <- paste(err, collapse = "")
   draws <- regmatches(text, gregexpr("kdegpu: \\[=*\\s*\\] +[0-9]+%", text))[[1]]
-  # drawn at the slices' ends: 4.8e8 pair-coordinates on one thread take
-  # several slices, and the share done only grows
+  # drawn at the slices' ends: 1.6e9 pair-coordinates on one thread take
+  # several slices (0.7 s on a 2-core VM; a third of it drew only one bar
+  # there), and the share done only grows
   percent <- as.numeric(sub("%", "", sub(".* ", "", draws)))
   expect_gte(length(percent), 2)
   expect_true(all(diff(percent) >= 0) && all(percent > 0 & percent < 100))
