@@ -41,7 +41,7 @@ __host__ __device__ constexpr bool expanded_form(int kernel, int d, int A)
   return kernel == KDE_GAUSSIAN && d >= 3 && A == kFitFixed;
 }
 
-/* Whether the FMA kernels hold the queries times 1/sqrt(2) (scaled_query):
+/* Whether the FMA kernels hold the queries times 1/sqrt(2) (kernel_small.cuh):
  * the Gaussian's difference form in a fixed-bandwidth fit, whose pair value
  * log2 w - s2 / 2 is then aux - sum_k u_k^2 with u_k = q_k / sqrt2 - x_k /
  * sqrt2 formed by one FMA, without the multiply by -1/2 (one instruction a

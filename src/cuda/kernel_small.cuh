@@ -57,8 +57,9 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
    * aux + q.x = log2 w + log2 k + |q|^2 / 2; the host subtracts |q|^2 / 2.
    * (log2 k = -s2 / 2 for the pre-scaled coordinates, kde_log_profile.)
    * Adaptive (A = kFitAdaptive): the difference form, s2 times the point's
-   * 1 / lambda^2 from the row after aux. kFitPlain: the difference form,
-   * for the Gaussian halved (halved_difference: q holds q / sqrt2). */
+   * 1 / lambda^2 from the row after aux. kFitPlain: the difference form.
+   * The Gaussian's difference form at a fixed bandwidth is halved
+   * (halved_difference: q holds q / sqrt2). */
   constexpr bool EXPANDED = expanded_form(K, D, A);
   constexpr int CODES = D + 1 + scale_rows(A); /* the tile's first code row */
   constexpr int ROWS = CODES + C;
