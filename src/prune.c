@@ -36,6 +36,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "prune.h"
 #include "spatial.h"
@@ -153,4 +154,110 @@ void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,
     log_total[i] = total > 0 ? log(total) : -INFINITY;
     log_rest[i] = total - largest > 0 ? log(total - largest) : -INFINITY;
   }
+}
+
+int kde_prune_groups_make(const kde_prune_plan *plan, int64_t group_tiles,
+                          kde_prune_groups *g)
+{
+  const int64_t d = plan->dim, n_tiles = plan->n_tiles;
+  memset(g, 0, sizeof *g);
+  g->group_tiles = group_tiles;
+  g->n_groups = (n_tiles + group_tiles - 1) / group_tiles;
+  const size_t count = (size_t) (g->n_groups > 0 ? g->n_groups : 1);
+  g->lo = malloc(count * (size_t) d * sizeof(double));
+  g->hi = malloc(count * (size_t) d * sizeof(double));
+  g->log_weight_min = malloc(count * sizeof(double));
+  g->log_weight_sum = malloc(count * sizeof(double));
+  if (g->lo == NULL || g->hi == NULL || g->log_weight_min == NULL ||
+      g->log_weight_sum == NULL) {
+    kde_prune_groups_free(g);
+    return -1;
+  }
+  for (int64_t k = 0; k < g->n_groups; k++) {
+    const int64_t t0 = k * group_tiles;
+    const int64_t t1 = t0 + group_tiles < n_tiles ? t0 + group_tiles : n_tiles;
+    double *lo = g->lo + k * d, *hi = g->hi + k * d;
+    kde_lse total = kde_lse_empty();
+    double least = INFINITY;
+    for (int64_t j = 0; j < d; j++) {
+      lo[j] = INFINITY;
+      hi[j] = -INFINITY;
+    }
+    for (int64_t t = t0; t < t1; t++) {
+      for (int64_t j = 0; j < d; j++) {
+        lo[j] = fmin(lo[j], plan->lo[t * d + j]);
+        hi[j] = fmax(hi[j], plan->hi[t * d + j]);
+      }
+      total = kde_lse_add(total, plan->log_weight[t]);
+      least = fmin(least, plan->log_weight[t]);
+    }
+    g->log_weight_min[k] = least;
+    g->log_weight_sum[k] = kde_lse_log(total);
+  }
+  return 0;
+}
+
+void kde_prune_groups_free(kde_prune_groups *g)
+{
+  free(g->lo);
+  free(g->hi);
+  free(g->log_weight_min);
+  free(g->log_weight_sum);
+  memset(g, 0, sizeof *g);
+}
+
+/* A tile t of group G is visited when its bound W_t k(min2_t) reaches the
+ * budget tolerance * L (kde_tiles_to_visit). min2_t is at most h2, the
+ * largest squared distance from a point of G's box to Q, so W_t k(min2_t)
+ * >= (G's smallest W_t) k(h2). Every tile's max2 (to Q's farthest corner)
+ * is at least far2, the least over the points of G's box of the squared
+ * distance to Q's farthest corner, so L <= sum_G W_G k(far2) (times the
+ * lower-bound factor). Tiles for which the first exceeds tolerance times
+ * the second are visited by any plan. Per coordinate both are a distance
+ * from an interval to an interval, so they add over the coordinates. */
+int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
+                     const double *q_lo, const double *q_hi, double share)
+{
+  const int64_t d = plan->dim;
+  const int compact = kde_kernel_is_compact(plan->kernel);
+  if (plan->inv_scale2_lo != NULL || plan->derivative != KDE_PRUNE_DENSITY ||
+      (!compact && !(plan->tolerance > 0)))
+    return 1;
+  kde_lse upper_l = kde_lse_empty();
+  if (!compact) {
+    for (int64_t k = 0; k < g->n_groups; k++) {
+      const double *lo = g->lo + k * d, *hi = g->hi + k * d;
+      double far2 = 0.0;
+      for (int64_t j = 0; j < d; j++) {
+        /* the point of [lo, hi] nearest Q's middle is the nearest to both
+         * of Q's ends at once */
+        const double mid = 0.5 * (q_lo[j] + q_hi[j]);
+        const double p = fmin(fmax(mid, lo[j]), hi[j]);
+        const double reach = fmax(fabs(p - q_lo[j]), fabs(p - q_hi[j]));
+        far2 += reach * reach;
+      }
+      upper_l = kde_lse_add(upper_l, g->log_weight_sum[k] + kde_log_profile(plan->kernel, far2) +
+                                         plan->log_lower_factor);
+    }
+  }
+  /* a margin for the plan's own rounding of the same quantities */
+  const double log_budget = compact ? 0.0 : log(plan->tolerance) + kde_lse_log(upper_l) + 1e-9;
+  int64_t visited = 0;
+  for (int64_t k = 0; k < g->n_groups; k++) {
+    const double *lo = g->lo + k * d, *hi = g->hi + k * d;
+    double h2 = 0.0;
+    for (int64_t j = 0; j < d; j++) {
+      const double below = q_lo[j] - lo[j], above = hi[j] - q_hi[j];
+      const double reach = fmax(0.0, fmax(below, above));
+      h2 += reach * reach;
+    }
+    const int surely = compact ? h2 < 1.0
+                               : g->log_weight_min[k] + kde_log_profile(plan->kernel, h2) >
+                                     log_budget;
+    if (surely) {
+      const int64_t t0 = k * g->group_tiles;
+      visited += t0 + g->group_tiles < plan->n_tiles ? g->group_tiles : plan->n_tiles - t0;
+    }
+  }
+  return (double) visited < share * (double) plan->n_tiles;
 }

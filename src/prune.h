@@ -151,6 +151,27 @@ int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
                           int64_t block, int threads, int64_t *offsets,
                           int32_t *visit);
 
+/* Groups of group_tiles consecutive tiles (a coarse level of the tiles'
+ * spatial order) that tell in microseconds whether a plan can pay: each
+ * group's box (n_groups x dim, row-major as the tiles'), its smallest tile
+ * log weight and its log total weight. */
+typedef struct {
+  int64_t n_groups, group_tiles;
+  double *lo, *hi;
+  double *log_weight_min, *log_weight_sum;
+} kde_prune_groups;
+
+/* The groups of plan's tiles; 0, or -1 when out of memory (g then empty). */
+int kde_prune_groups_make(const kde_prune_plan *plan, int64_t group_tiles,
+                          kde_prune_groups *g);
+void kde_prune_groups_free(kde_prune_groups *g);
+
+/* 0 when the groups prove that the density's plan for the query box
+ * [q_lo, q_hi] (fixed bandwidth) would visit at least `share` of the tiles,
+ * so that planning cannot pay; 1 otherwise. */
+int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
+                     const double *q_lo, const double *q_hi, double share);
+
 #ifdef __cplusplus
 }
 #endif

@@ -156,8 +156,11 @@ __device__ __forceinline__ int64_t block_split(const kde_args<T> &a, int64_t &co
 
 /* The units of kUnit points that this block visits in its split (which
  * starts at point p0 and holds `units` units): all of them, or, with a
- * pruning plan (a.visit), those of its query block's list that fall in the
- * split. unit(t) is the t-th, as an index from the split's start. */
+ * pruning plan (a.visit), an even share of those of its query block's list
+ * that fall in the launch (a list gathers near the queries: shared out by
+ * unit ranges, a few splits would visit all of it while the others wait).
+ * unit(t) is the t-th, as an index from the split's start (negative where
+ * the unit lies before it). */
 struct visit_units {
   const int32_t *list; /* NULL: every unit */
   int64_t first;       /* position in list of the split's first visit */
@@ -183,8 +186,8 @@ __device__ __forceinline__ int64_t lower_bound_unit(const int32_t *list, int64_t
 
 /* The units this block visits in its split of `units` units from p0: all,
  * or its share of the plan's list. For the density's arguments (kde_args)
- * and the derivative sums' (deriv_args): both name train_base, visit and
- * visit_offset alike. */
+ * and the derivative sums' (deriv_args): both name n_points, train_base,
+ * visit and visit_offset alike. */
 template <typename Args>
 __device__ __forceinline__ visit_units block_visits(const Args &a, int64_t p0, int64_t units)
 {
@@ -196,10 +199,14 @@ __device__ __forceinline__ visit_units block_visits(const Args &a, int64_t p0, i
     v.count = units;
     return v;
   }
+  const int64_t launch_first = a.train_base / kUnit;
   const int64_t lo = a.visit_offset[blockIdx.x], hi = a.visit_offset[blockIdx.x + 1];
+  const int64_t from = lower_bound_unit(a.visit, lo, hi, launch_first);
+  const int64_t length =
+      lower_bound_unit(a.visit, from, hi, launch_first + a.n_points / kUnit) - from;
   v.list = a.visit;
-  v.first = lower_bound_unit(a.visit, lo, hi, v.base);
-  v.count = lower_bound_unit(a.visit, v.first, hi, v.base + units) - v.first;
+  v.first = from + length * blockIdx.y / gridDim.y;
+  v.count = from + length * (blockIdx.y + 1) / gridDim.y - v.first;
   return v;
 }
 

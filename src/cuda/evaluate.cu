@@ -130,6 +130,26 @@ static int active_jobs(const kde_device_job *jobs, int n_dev)
   return active;
 }
 
+/* Whether a plan can pay for the ordered queries: not where they are few
+ * (ordered on the host) and the units' groups prove that each of their
+ * query blocks would visit at least the share of the units at which a plan
+ * is dropped (prune.h's kde_plan_may_pay); then the plan would be all cost
+ * (for one query block against 1e7 points, 8% of the whole sum on an
+ * H200). */
+static int plan_can_pay(const kde_cuda_model *model, const kde_prune_plan *plan,
+                        const ordered_queries &oq, int64_t m)
+{
+  const int64_t d = model->dim;
+  double box[2 * kPlanMaxDim];
+  if (oq.on_device != NULL || model->unit_groups.n_groups == 0 || d > kPlanMaxDim) return 1;
+  for (int64_t begin = 0; begin < m; begin += kBlockQueries) {
+    const int64_t end = begin + kBlockQueries < m ? begin + kBlockQueries : m;
+    kde_rows_box(oq.z, m, d, begin, end, box, box + d);
+    if (kde_plan_may_pay(plan, &model->unit_groups, box, box + d, kPlanDropShare)) return 1;
+  }
+  return 0;
+}
+
 /* After a job's step: wait for it (at once when it was polled done), count
  * its pairs and time, and collect a finished batch. */
 static int finish_step(kde_device_job *job, double *query_offset,
@@ -455,10 +475,11 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
             .count();
     const int64_t *order = oq.order;
     double *result = order != NULL ? sorted_out : out;
+    const prune_context *prune = plan_can_pay(model, &pc.plan, oq, m) ? &pc : NULL;
     if (model->precision == KDE_PRECISION_SINGLE)
-      log_density_impl<float>(model, &sorted_query, &pc, interrupted, result, stats, status);
+      log_density_impl<float>(model, &sorted_query, prune, interrupted, result, stats, status);
     else
-      log_density_impl<double>(model, &sorted_query, &pc, interrupted, result, stats, status);
+      log_density_impl<double>(model, &sorted_query, prune, interrupted, result, stats, status);
     const auto t_scatter = std::chrono::steady_clock::now();
     if (status->code == KDE_OK && order != NULL)
       kde_scatter_rows(sorted_out, order, m, query->host_threads, out);

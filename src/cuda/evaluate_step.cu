@@ -196,6 +196,7 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
         goto cleanup;
       job->visiting = bp.visiting;
       job->batch_pairs = bp.pairs;
+      job->batch_list_units = bp.units_per_block;
     }
     *job->pairs += job->visiting ? job->batch_pairs
                                  : (double) job->n_batch * (double) (job->u_hi - job->u_lo) *
@@ -219,7 +220,17 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
   }
 
   blocks_q = job->ldq / kBlockQueries;
-  splits = choose_splits(job, blocks_q, shard_units);
+  {
+    /* a planned batch's splits share out its lists (block_visits): as many
+     * as the lists' length fills, not the shard's */
+    int64_t work_units = shard_units;
+    if (job->visiting) {
+      const double listed = ceil(job->batch_list_units * (double) shard_units /
+                                 (double) (job->u_hi - job->u_lo));
+      if (listed < (double) work_units) work_units = listed > 1 ? (int64_t) listed : 1;
+    }
+    splits = choose_splits(job, blocks_q, work_units);
+  }
   args.train = train;
   args.n_points = shard_units * kUnit;
   args.split_points = ceil_div(shard_units, splits) * kUnit;
@@ -250,9 +261,13 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
   if (job->stats != NULL) KDE_CUDA_TRY(cudaEventRecord(job->ev_start, rep->stream));
   ((kde_kernel_fn<T>) job->fn)<<<grid, kThreads, job->smem, rep->stream>>>(args);
   KDE_CUDA_LAUNCHED("main kernel");
+  /* threads per query in the merge: up to a warp, or a block where there
+   * are more splits than its threads (then the batch has few queries) */
   lanes_log2 = 0;
   while ((1 << lanes_log2) < splits && lanes_log2 < 5) lanes_log2++;
-  merge<<<(unsigned) ceil_div(job->n_batch << lanes_log2, 256), 256, 0, rep->stream>>>(
+  if (splits > kMergeThreads) lanes_log2 = kMergeBlockLanesLog2;
+  merge<<<(unsigned) ceil_div(job->n_batch << lanes_log2, kMergeThreads), kMergeThreads, 0,
+          rep->stream>>>(
       args.part_max, args.part_sum, job->ldq, splits, job->n_batch, acc,
       acc + job->ldq_max, job->shard == 0, lanes_log2);
   KDE_CUDA_LAUNCHED("merge kernel");

@@ -264,6 +264,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   free(model->unit_log_rest);
   free(model->unit_scale_lo);
   free(model->unit_scale_hi);
+  kde_prune_groups_free(&model->unit_groups);
   free(model);
   if (prev >= 0) (void) cudaSetDevice(prev);
 }
@@ -571,6 +572,22 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     KDE_HOST_ALLOC(model->unit_log_rest, n_units, "the units' weights");
     kde_tile_log_weights(train->weight, train->n_train, kUnit, model->unit_log_weight,
                          model->unit_log_rest);
+    {
+      kde_prune_plan units;
+      memset(&units, 0, sizeof units);
+      units.dim = model->dim;
+      units.n_tiles = n_units;
+      units.lo = model->unit_lo;
+      units.hi = model->unit_hi;
+      units.log_weight = model->unit_log_weight;
+      const int64_t per_group = ceil_div(n_units, kPlanTestGroups);
+      if (kde_prune_groups_make(&units, per_group > kPlanTestMinUnits ? per_group
+                                                                      : kPlanTestMinUnits,
+                                &model->unit_groups) != 0) {
+        kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the units' groups");
+        goto cleanup;
+      }
+    }
     if (model->adaptive) {
       KDE_HOST_ALLOC(model->unit_scale_lo, n_units, "the units' scales");
       KDE_HOST_ALLOC(model->unit_scale_hi, n_units, "the units' scales");

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kde_cuda.h"
+#include "prune.h"
 #include "tuning.cuh"
 
 /* A device allocation that evaluations reuse while it is large enough. */
@@ -111,6 +112,9 @@ struct kde_cuda_model {
   /* an adaptive model's units' smallest and largest 1 / lambda^2 (NULL
    * otherwise), for prune.h's kde_prune_scale */
   double *unit_scale_lo, *unit_scale_hi;
+  /* groups of units (prune.h), for the test of whether a few queries'
+   * plan can pay (evaluate.cu); empty when the model visits every unit */
+  kde_prune_groups unit_groups;
   int whitening_serial; /* bumped when it changes; 0: none yet */
   int n_devices;
   kde_replica *rep;

@@ -208,9 +208,8 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
   oq->z = query->query;
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   if (!query->leave_one_out) KDE_HOST_ALLOC(oq->order, m, "the queries' order");
-  /* one query block (a few queries): no order makes it more compact, and
-   * the host whitens it in microseconds */
-  if (on_device && m > kBlockQueries) {
+  /* a few queries: the host whitens and orders them in microseconds */
+  if (on_device && m > kHostOrderMaxQueries) {
     kde_replica *rep = &model->rep[0];
     /* half of what the model leaves of the budget: the ordering's buffers,
      * then the ordered queries for the evaluation */

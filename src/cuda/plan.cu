@@ -321,13 +321,21 @@ __device__ __forceinline__ int64_t chunk_end_unit(const plan_chunks &c, int64_t 
   return end < n ? end : n;
 }
 
-/* L of block b from its chunks' parts, in chunk order. */
+/* L of block b from its chunks' parts, for every lane of the calling
+ * warp: lane l merges parts l, l + 32, ... in order, then the lanes merge
+ * by xor-butterfly (a fixed order: the same L on every run). */
 static __device__ kde_lse merged_lower(const plan_chunks &c, int64_t b)
 {
   const double *part = c.part_lse + b * c.chunks * 2;
-  kde_lse lower = kde_lse_make(part[0], part[1]);
-  for (int64_t k = 1; k < c.chunks; k++)
+  kde_lse lower = kde_lse_empty();
+  for (int64_t k = threadIdx.x % 32; k < c.chunks; k += 32)
     lower = kde_lse_merge(lower, kde_lse_make(part[2 * k], part[2 * k + 1]));
+  for (int o = 16; o > 0; o >>= 1) {
+    kde_lse other;
+    other.max = __shfl_xor_sync(0xffffffffu, lower.max, o);
+    other.sum = __shfl_xor_sync(0xffffffffu, lower.sum, o);
+    lower = kde_lse_merge(lower, other);
+  }
   return lower;
 }
 
@@ -355,7 +363,10 @@ __global__ void __launch_bounds__(kPlanThreads)
   __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
   __shared__ double s_budget;
   const int64_t chunk = blockIdx.x, b = blockIdx.y;
-  if (threadIdx.x == 0) s_budget = budget_of(p, merged_lower(c, b));
+  if (threadIdx.x < 32) {
+    const double budget = budget_of(p, merged_lower(c, b));
+    if (threadIdx.x == 0) s_budget = budget;
+  }
   __syncthreads();
   const double log_budget = s_budget;
   if (!(log_budget > -INFINITY)) return; /* every unit visited: no buckets */
@@ -381,7 +392,10 @@ __global__ void __launch_bounds__(kPlanThreads)
   double log_budget = 0.0;
   int first_skipped = KDE_PRUNE_BUCKETS;
   if (how == kDecideBounds) {
-    if (threadIdx.x == 0) s_budget = budget_of(p, merged_lower(c, b));
+    if (threadIdx.x < 32) {
+      const double budget = budget_of(p, merged_lower(c, b));
+      if (threadIdx.x == 0) s_budget = budget;
+    }
     __syncthreads();
     log_budget = s_budget;
     if (!(log_budget > -INFINITY)) how = kDecideAll;
@@ -553,7 +567,7 @@ static double planned_pairs(int64_t n_batch, int64_t blocks, int64_t total, int6
 /* Visiting almost every unit: the plain sweep costs less. */
 static int nearly_all(int64_t total, int64_t blocks, int64_t job_units)
 {
-  return (double) total >= 0.9 * (double) blocks * (double) job_units;
+  return (double) total >= kPlanDropShare * (double) blocks * (double) job_units;
 }
 
 int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
@@ -566,6 +580,7 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   plan.derivative = host_plan->derivative;
   out->visiting = 0;
   out->pairs = 0;
+  out->units_per_block = 0;
   if (plan_count(&plan, (const double *) rep->plan_box.ptr, ceil_div(n_batch, kBlockQueries),
                  rep, &counts, status) != 0)
     return -1;
@@ -573,6 +588,8 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   if (plan_fill(&plan, &counts, rep, status) != 0) return -1;
   out->pairs = planned_pairs(n_batch, counts.blocks, counts.total, counts.last_count,
                              job_units, plan.n_tiles);
+  out->units_per_block = (double) counts.total * (double) job_units /
+                         ((double) plan.n_tiles * (double) counts.blocks);
   out->visiting = 1;
   return 0;
 }
@@ -587,6 +604,7 @@ int plan_batch_host(const kde_prune_plan *plan, const double *queries, int64_t n
   int ok = 0;
   out->visiting = 0;
   out->pairs = 0;
+  out->units_per_block = 0;
   KDE_HOST_ALLOC(offsets, blocks + 1, "the pruning plan");
   if (kde_plan_query_blocks(plan, queries, n_query, first, n_batch, kBlockQueries, threads,
                             offsets, NULL) != 0) {
@@ -616,6 +634,8 @@ int plan_batch_host(const kde_prune_plan *plan, const double *queries, int64_t n
                                cudaMemcpyHostToDevice, rep->stream));
   out->pairs = planned_pairs(n_batch, blocks, offsets[blocks], offsets[blocks] - offsets[blocks - 1],
                              job_units, plan->n_tiles);
+  out->units_per_block = (double) offsets[blocks] * (double) job_units /
+                         ((double) plan->n_tiles * (double) blocks);
   out->visiting = 1;
   ok = 1;
 cleanup:

@@ -31,11 +31,17 @@ constexpr int kPlanMaxDim = KDE_CUDA_PLAN_MAX_DIM;
  * box pair without starving the small grids of a short batch. */
 constexpr int kPlanThreads = 256;
 /* A batch of few query blocks is planned in chunks of units, no more
- * chunks than one per this many mask words (32 units each: four
- * block-strides of kPlanThreads), in about this many CUDA blocks in all:
- * enough to fill an H100 or H200 (132 SMs). */
-constexpr int64_t kPlanChunkWords = 32;
+ * chunks than one per this many mask words (32 units each: one
+ * block-stride of kPlanThreads, so that a thread's units are not a chain
+ * of double-precision latencies), in about this many CUDA blocks in all:
+ * enough to fill an H100 or H200 (132 SMs). 8 words: the plan of one query
+ * block against 1e7 points took 78 us in 39 chunks of 32 words, about 8%
+ * of the full sum of its 128 queries (H200). */
+constexpr int64_t kPlanChunkWords = 8;
 constexpr int64_t kPlanFillBlocks = 1024;
+/* A batch's plan that visits at least this share of its units is dropped:
+ * the plain sweep costs less than the lists. */
+constexpr double kPlanDropShare = 0.9;
 
 /* The decision's inputs on one replica (prune.c's kde_prune_plan, its
  * arrays on that device; uploaded with the model). */
@@ -76,6 +82,7 @@ typedef struct {
                    the batch sweeps every unit (a plan that would visit
                    nearly all of them is not used) */
   double pairs; /* the pairs its lists evaluate, when visiting */
+  double units_per_block; /* the lists' mean length within the job's units */
 } batch_plan;
 
 /* The plan of the n_batch queries whose boxes plan_block_boxes left in
@@ -121,7 +128,7 @@ typedef struct {
 
 /* Orders an evaluation's queries: with on_device, on the first device
  * (order_queries), kept there (other devices copy their batches from it,
- * device to device); otherwise, for a single query block, or when the
+ * device to device); otherwise, for at most kHostOrderMaxQueries, or when the
  * device lacks the room, on the host (kde_whiten, kde_kd_sort, as the CPU
  * backend).
  * Returns 0, or -1 with the status set and nothing left allocated. */

@@ -56,6 +56,23 @@ constexpr int64_t kTcWideMinDim = 16;
 constexpr int64_t kTcSmallDim = 3;
 /* Wide kernel shared memory cap: leaves room for 2+ blocks per SM. */
 constexpr size_t kWideSmemCap = 100 * 1024;
+/* The merge of the splits' states: blocks of kMergeThreads, 2^k threads per
+ * query for k up to 5 (a warp), or the whole block (k = 8) for a step of
+ * more than kMergeThreads splits and few queries. */
+constexpr int kMergeThreads = 256;
+constexpr int kMergeBlockLanesLog2 = 8;
+static_assert(kMergeThreads == 1 << kMergeBlockLanesLog2, "a block per query");
+/* A pruned evaluation of at most this many queries is put in spatial order
+ * on the host (a k-d order in about 60 us for 1000 queries); larger ones on
+ * the device, whose order costs about 0.3 ms in syncs and copies whatever
+ * the count (1000 queries against 1e7 points: 6% of the full sum, H200). */
+constexpr int64_t kHostOrderMaxQueries = 1024;
+/* The test of whether a plan can pay for a few queries (prune.h's
+ * kde_plan_may_pay) takes the units in about this many groups of
+ * consecutive units, at least kPlanTestMinUnits each: microseconds on the
+ * host, where the device's plan costs tens (evaluate.cu). */
+constexpr int64_t kPlanTestGroups = 1024;
+constexpr int64_t kPlanTestMinUnits = 16;
 /* Below this many queries per device, split the training set, not the
  * queries, across devices. */
 constexpr int64_t kMinQueriesPerDevice = 16384;

@@ -37,6 +37,7 @@ case "$mode" in
     bash tools/gpu-tests/emulate/run.sh derivatives --build-only || status=1
     run "derivative kernels, gaussian" tools/gpu-tests/emulate/build/derivatives 0
     run "derivative plan" bash tools/gpu-tests/emulate/run.sh derivatives_plan
+    run "whether a plan can pay" bash tools/gpu-tests/emulate/run.sh plan_pays
     checks=$(grep -cE ' (float|visited) ' "$log")
     ;;
   device)
