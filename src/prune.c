@@ -164,29 +164,42 @@ int kde_prune_groups_make(const kde_prune_plan *plan, int64_t group_tiles,
   g->group_tiles = group_tiles;
   g->n_groups = (n_tiles + group_tiles - 1) / group_tiles;
   const size_t count = (size_t) (g->n_groups > 0 ? g->n_groups : 1);
+  double *centre = calloc((size_t) (d > 0 ? d : 1), sizeof(double));
   g->lo = malloc(count * (size_t) d * sizeof(double));
   g->hi = malloc(count * (size_t) d * sizeof(double));
+  g->inner_lo = malloc(count * (size_t) d * sizeof(double));
+  g->inner_hi = malloc(count * (size_t) d * sizeof(double));
   g->log_weight_min = malloc(count * sizeof(double));
   g->log_weight_sum = malloc(count * sizeof(double));
-  if (g->lo == NULL || g->hi == NULL || g->log_weight_min == NULL ||
-      g->log_weight_sum == NULL) {
+  if (centre == NULL || g->lo == NULL || g->hi == NULL || g->inner_lo == NULL ||
+      g->inner_hi == NULL || g->log_weight_min == NULL || g->log_weight_sum == NULL) {
+    free(centre);
     kde_prune_groups_free(g);
     return -1;
   }
+  /* the centre: the mean of the tiles' middles (any point would do) */
+  for (int64_t t = 0; t < n_tiles; t++)
+    for (int64_t j = 0; j < d; j++)
+      centre[j] += 0.5 * (plan->lo[t * d + j] + plan->hi[t * d + j]) / (double) n_tiles;
   for (int64_t k = 0; k < g->n_groups; k++) {
     const int64_t t0 = k * group_tiles;
     const int64_t t1 = t0 + group_tiles < n_tiles ? t0 + group_tiles : n_tiles;
     double *lo = g->lo + k * d, *hi = g->hi + k * d;
+    double *inner_lo = g->inner_lo + k * d, *inner_hi = g->inner_hi + k * d;
     kde_lse total = kde_lse_empty();
     double least = INFINITY;
     for (int64_t j = 0; j < d; j++) {
-      lo[j] = INFINITY;
-      hi[j] = -INFINITY;
+      lo[j] = inner_lo[j] = INFINITY;
+      hi[j] = inner_hi[j] = -INFINITY;
     }
     for (int64_t t = t0; t < t1; t++) {
       for (int64_t j = 0; j < d; j++) {
-        lo[j] = fmin(lo[j], plan->lo[t * d + j]);
-        hi[j] = fmax(hi[j], plan->hi[t * d + j]);
+        const double a = plan->lo[t * d + j], b = plan->hi[t * d + j];
+        const double inner = fmin(fmax(centre[j], a), b);
+        lo[j] = fmin(lo[j], a);
+        hi[j] = fmax(hi[j], b);
+        inner_lo[j] = fmin(inner_lo[j], inner);
+        inner_hi[j] = fmax(inner_hi[j], inner);
       }
       total = kde_lse_add(total, plan->log_weight[t]);
       least = fmin(least, plan->log_weight[t]);
@@ -194,6 +207,7 @@ int kde_prune_groups_make(const kde_prune_plan *plan, int64_t group_tiles,
     g->log_weight_min[k] = least;
     g->log_weight_sum[k] = kde_lse_log(total);
   }
+  free(centre);
   return 0;
 }
 
@@ -201,20 +215,58 @@ void kde_prune_groups_free(kde_prune_groups *g)
 {
   free(g->lo);
   free(g->hi);
+  free(g->inner_lo);
+  free(g->inner_hi);
   free(g->log_weight_min);
   free(g->log_weight_sum);
   memset(g, 0, sizeof *g);
 }
 
 /* A tile t of group G is visited when its bound W_t k(min2_t) reaches the
- * budget tolerance * L (kde_tiles_to_visit). min2_t is at most h2, the
- * largest squared distance from a point of G's box to Q, so W_t k(min2_t)
- * >= (G's smallest W_t) k(h2). Every tile's max2 (to Q's farthest corner)
+ * budget tolerance * L (kde_tiles_to_visit). min2_t is at most the squared
+ * distance from any point of the tile to Q, so at most h2, the largest
+ * squared distance to Q from the box of G's inner points (one per tile),
+ * and W_t k(min2_t) >= (G's smallest W_t) k(h2). Every tile's max2 (to Q's farthest corner)
  * is at least far2, the least over the points of G's box of the squared
  * distance to Q's farthest corner, so L <= sum_G W_G k(far2) (times the
  * lower-bound factor). Tiles for which the first exceeds tolerance times
  * the second are visited by any plan. Per coordinate both are a distance
  * from an interval to an interval, so they add over the coordinates. */
+/* (fmin and fmax are calls where NaNs must be kept: these take finite
+ * boxes, and run per group per query block) */
+static inline double smaller(double a, double b) { return a < b ? a : b; }
+static inline double larger(double a, double b) { return a > b ? a : b; }
+
+static double group_far2(const double *q_lo, const double *q_hi, const double *lo,
+                         const double *hi, int64_t d)
+{
+  double far2 = 0.0;
+  for (int64_t j = 0; j < d; j++) {
+    /* the point of [lo, hi] nearest Q's middle is the nearest to both of
+     * Q's ends at once; its distance to the farther end */
+    const double mid = 0.5 * (q_lo[j] + q_hi[j]);
+    const double p = smaller(larger(mid, lo[j]), hi[j]);
+    const double reach = p < mid ? q_hi[j] - p : p - q_lo[j];
+    far2 += reach * reach;
+  }
+  return far2;
+}
+
+static double group_h2(const double *q_lo, const double *q_hi, const double *lo,
+                       const double *hi, int64_t d)
+{
+  double h2 = 0.0;
+  for (int64_t j = 0; j < d; j++) {
+    const double reach = larger(0.0, larger(q_lo[j] - lo[j], hi[j] - q_hi[j]));
+    h2 += reach * reach;
+  }
+  return h2;
+}
+
+/* Called per query block before a few queries' evaluation, so kept to
+ * arithmetic: L's bound takes an exp only for the groups within e^-40 of
+ * the largest term and counts each of the others as that much (still an
+ * upper bound); the count stops once it decides. */
 int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
                      const double *q_lo, const double *q_hi, double share)
 {
@@ -223,41 +275,39 @@ int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
   if (plan->inv_scale2_lo != NULL || plan->derivative != KDE_PRUNE_DENSITY ||
       (!compact && !(plan->tolerance > 0)))
     return 1;
-  kde_lse upper_l = kde_lse_empty();
+  double log_budget = 0.0;
   if (!compact) {
+    const double cut = -40.0, below_cut = 4.248354255291589e-18; /* e^-40 */
+    double top = -INFINITY, sum = 0.0;
+    for (int64_t k = 0; k < g->n_groups; k++)
+      top = larger(top, g->log_weight_sum[k] +
+                            kde_log_profile(plan->kernel,
+                                            group_far2(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d)));
+    if (!(top > -INFINITY)) return 0; /* no lower bound: every unit is visited */
     for (int64_t k = 0; k < g->n_groups; k++) {
-      const double *lo = g->lo + k * d, *hi = g->hi + k * d;
-      double far2 = 0.0;
-      for (int64_t j = 0; j < d; j++) {
-        /* the point of [lo, hi] nearest Q's middle is the nearest to both
-         * of Q's ends at once */
-        const double mid = 0.5 * (q_lo[j] + q_hi[j]);
-        const double p = fmin(fmax(mid, lo[j]), hi[j]);
-        const double reach = fmax(fabs(p - q_lo[j]), fabs(p - q_hi[j]));
-        far2 += reach * reach;
-      }
-      upper_l = kde_lse_add(upper_l, g->log_weight_sum[k] + kde_log_profile(plan->kernel, far2) +
-                                         plan->log_lower_factor);
+      const double x = g->log_weight_sum[k] +
+                       kde_log_profile(plan->kernel,
+                                       group_far2(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d)) -
+                       top;
+      sum += x > cut ? exp(x) : below_cut;
     }
+    /* a margin for the plan's own rounding of the same quantities */
+    log_budget = log(plan->tolerance) + top + log(sum) + plan->log_lower_factor + 1e-9;
   }
-  /* a margin for the plan's own rounding of the same quantities */
-  const double log_budget = compact ? 0.0 : log(plan->tolerance) + kde_lse_log(upper_l) + 1e-9;
-  int64_t visited = 0;
+  const double needed = share * (double) plan->n_tiles;
+  double visited = 0.0, left = (double) plan->n_tiles;
   for (int64_t k = 0; k < g->n_groups; k++) {
-    const double *lo = g->lo + k * d, *hi = g->hi + k * d;
-    double h2 = 0.0;
-    for (int64_t j = 0; j < d; j++) {
-      const double below = q_lo[j] - lo[j], above = hi[j] - q_hi[j];
-      const double reach = fmax(0.0, fmax(below, above));
-      h2 += reach * reach;
-    }
+    const int64_t t0 = k * g->group_tiles;
+    const double tiles = (double) (t0 + g->group_tiles < plan->n_tiles ? g->group_tiles
+                                                                       : plan->n_tiles - t0);
+    const double h2 = group_h2(q_lo, q_hi, g->inner_lo + k * d, g->inner_hi + k * d, d);
     const int surely = compact ? h2 < 1.0
                                : g->log_weight_min[k] + kde_log_profile(plan->kernel, h2) >
                                      log_budget;
-    if (surely) {
-      const int64_t t0 = k * g->group_tiles;
-      visited += t0 + g->group_tiles < plan->n_tiles ? g->group_tiles : plan->n_tiles - t0;
-    }
+    if (surely) visited += tiles;
+    left -= tiles;
+    if (visited >= needed) return 0;
+    if (visited + left < needed) return 1;
   }
-  return (double) visited < share * (double) plan->n_tiles;
+  return 1;
 }

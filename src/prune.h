@@ -153,11 +153,14 @@ int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
 
 /* Groups of group_tiles consecutive tiles (a coarse level of the tiles'
  * spatial order) that tell in microseconds whether a plan can pay: each
- * group's box (n_groups x dim, row-major as the tiles'), its smallest tile
- * log weight and its log total weight. */
+ * group's box (n_groups x dim, row-major as the tiles'); the box of its
+ * tiles' points nearest the data's centre (each tile's box clamps the
+ * centre: a point of the tile, and for the sparse outer tiles, whose boxes
+ * are wide, their inner corner); its smallest tile log weight and its log
+ * total weight. */
 typedef struct {
   int64_t n_groups, group_tiles;
-  double *lo, *hi;
+  double *lo, *hi, *inner_lo, *inner_hi;
   double *log_weight_min, *log_weight_sum;
 } kde_prune_groups;
 
