@@ -122,9 +122,9 @@ bandwidth_rule <- function(x, weights, rule) {
   }
   # Negligible weights count as 0, for every rule alike.
   significant <- significant_weights(weights)
-  weights[!significant] <- 0
+  if (!all(significant)) weights[!significant] <- 0
   weights <- weights / sum(weights)
-  check_spread(x, significant, rule)
+  check_spread(x, weights, rule)
   per_column <- function(f) vapply(seq_len(d), function(k) f(x[, k], weights), 0)
   H <- switch(rule,
     nrd0 = diag(per_column(weighted_bw_nrd0)^2, d),
@@ -132,7 +132,7 @@ bandwidth_rule <- function(x, weights, rule) {
     scott = , silverman = {
       # Weighted covariance; with equal weights exactly cov(x) and n.
       S <- weighted_cov(x, weights)
-      n_eff <- 1 / sum(weights^2)
+      n_eff <- 1 / sum_of_squares(weights)
       factor <- if (rule == "scott") 1 else (4 / (d + 2))^(2 / (d + 4))
       factor * n_eff^(-2 / (d + 4)) * S
     }
@@ -151,20 +151,20 @@ bandwidth_rule <- function(x, weights, rule) {
 # equal (one point of positive weight, or a constant column). In 1-D rule
 # "nrd0" takes bw.nrd0()'s fallback (weighted_bw_nrd0()); the other rules
 # (bw.nrd() gives 0 there, which density() refuses) and every rule in d > 1
-# have no scale to take, and say so.
-check_spread <- function(x, significant, rule) {
+# have no scale to take, and say so. One pass in C (src/covariance.c),
+# which for data with a spread ends within a few rows.
+check_spread <- function(x, weights, rule) {
   if (ncol(x) == 1L && rule == "nrd0") return(invisible())
-  rows <- which(significant)
-  if (length(rows) == 1L) {
+  spread <- .Call(C_kdegpu_weighted_spread, x, as.double(weights))
+  if (spread$positive == 1) {
     stop_arg("x", sprintf(paste0(
-      "has one point of positive weight (row %d; the other weights are 0 or below ",
+      "has one point of positive weight (row %.0f; the other weights are 0 or below ",
       "rounding of the total), so rule \"%s\" has no spread to scale ",
-      "the bandwidth by; give `bw` or `H`%s."), rows, rule,
+      "the bandwidth by; give `bw` or `H`%s."), spread$first, rule,
       if (ncol(x) == 1L) " (or `bw = \"nrd0\"`, whose fallback, as bw.nrd0()'s, handles it)" else ""))
   }
-  constant <- vapply(seq_len(ncol(x)), function(k) all(x[rows, k] == x[rows[1L], k]), NA)
-  if (any(constant)) {
-    k <- which(constant)[1L]
+  if (any(spread$constant)) {
+    k <- which(spread$constant)[1L]
     column <- if (ncol(x) == 1L) "" else if (!is.null(colnames(x))) {
       sprintf("column %d (`%s`) ", k, colnames(x)[k])
     } else {
@@ -173,7 +173,7 @@ check_spread <- function(x, significant, rule) {
     stop_arg("x", sprintf(paste0(
       "%shas no spread: all its values of positive weight are %s, so rule \"%s\" ",
       "cannot scale the bandwidth by it; give `bw` or `H`%s."),
-      column, format(x[rows[1L], k]), rule,
+      column, format(x[spread$first, k]), rule,
       if (ncol(x) == 1L) " (or `bw = \"nrd0\"`, whose fallback, as bw.nrd0()'s, handles it)" else
         ", or drop the column"))
   }

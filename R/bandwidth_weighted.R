@@ -28,11 +28,16 @@ weighted_spread <- function(x, weights) {
 # with 1 - w_i of the largest weight summed from the others: accurate where
 # one weight is nearly all the weight (1 - sum(w^2) cancels there).
 unbiased_divisor <- function(weights) {
-  rest <- 1 - weights
   top <- which.max(weights)
+  # no weight near 1: 1 - sum(w^2) >= 1/2 cancels nothing (one pass, no copy)
+  if (weights[[top]] <= 0.5) return(sum(weights) - sum_of_squares(weights))
+  rest <- 1 - weights
   rest[top] <- sum(weights[-top])
   sum(weights * rest)
 }
+
+# sum(w^2) without the vector w^2 (a dot product).
+sum_of_squares <- function(w) sum(crossprod(w))
 
 # The points whose weight counts in a rule: positive, and not among those
 # whose weights all together are below rounding of the total weight (a
@@ -40,8 +45,10 @@ unbiased_divisor <- function(weights) {
 # move the quartiles or the centre as if it were a point's share).
 significant_weights <- function(weights) {
   positive <- weights > 0
-  # none is negligible unless the smallest is (the usual case, without a sort)
-  if (min(weights[positive]) > sum(weights) * .Machine$double.eps / 2) return(positive)
+  # none is negligible unless the smallest is (the usual case, without a
+  # sort, and without a copy where every weight is positive)
+  smallest <- if (all(positive)) min(weights) else min(weights[positive])
+  if (smallest > sum(weights) * .Machine$double.eps / 2) return(positive)
   sorted <- sort(weights[positive])
   below <- !duplicated(sorted, fromLast = TRUE) &
     cumsum(sorted) <= sum(sorted) * .Machine$double.eps / 2

@@ -18,7 +18,7 @@ spatial_order_wanted <- function(backend = "cpu", d = 1L) {
 # fits are not spatially ordered.
 spatial_order_for <- function(x, weights, H, kernel, backend) {
   if (!spatial_order_wanted(backend, ncol(x))) return(NULL)
-  z <- whiten(list(center = colSums(x * weights), transform = whitening(H, kernel)$transform), x)
+  z <- whiten(list(center = weighted_centre(x, weights), transform = whitening(H, kernel)$transform), x)
   .Call(C_kdegpu_spatial_order, z, cpu_threads())
 }
 
@@ -104,6 +104,14 @@ resolve_tolerance <- function(tolerance, object) {
 #'   precision the backend computes in.
 #' @export
 default_tolerance <- c(double = 1e-14, single = 1e-7)
+
+# sum_i w_i x_i, the centre a fit whitens about: a product with the weights
+# (no n x d copy of x, as colSums(x * weights) made).
+weighted_centre <- function(x, weights) {
+  centre <- drop(crossprod(weights, x))
+  names(centre) <- colnames(x)
+  centre
+}
 
 whiten <- function(object, x) {
   .Call(C_kdegpu_whiten, x, as.double(object$center), object$transform, cpu_threads())

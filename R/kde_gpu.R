@@ -402,7 +402,7 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
   H <- bandwidth$H
   dimnames(H) <- list(colnames(x), colnames(x))
   white <- whitening(H, kernel)
-  center <- colSums(x * weights)
+  center <- weighted_centre(x, weights)
   object <- structure(list(
     x = x,
     weights = weights,

@@ -37,6 +37,7 @@ SEXP kdegpu_lse_rows(SEXP parts);
 SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_weighted_cov(SEXP x, SEXP weights, SEXP threads);
+SEXP kdegpu_weighted_spread(SEXP x, SEXP weights);
 SEXP kdegpu_cuda_info(void);
 SEXP kdegpu_cuda_device_count(void);
 SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,

@@ -46,8 +46,11 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
   for (int64_t k = 0; k < d; k++) {
     const double *col = x + k * n;
     double top = 0;
-    for (int64_t i = 0; i < n; i++)
-      if (w[i] > 0) top = fmax(top, fabs(col[i]));
+    for (int64_t i = 0; i < n; i++) {
+      /* (fmax is a call where NaNs must be kept; x is finite) */
+      const double a = fabs(col[i]);
+      if (w[i] > 0 && a > top) top = a;
+    }
     scale[k] = top > 0 ? ldexp(1.0, ilogb(top)) : 1.0;
   }
   /* the mean of u = (x - x_first) / scale, block by block */
@@ -91,4 +94,24 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
   free(mean);
   free(part);
   return 0;
+}
+
+int64_t kde_weighted_spread(const double *x, int64_t n, int64_t d, const double *w,
+                            int64_t *first, int *constant)
+{
+  int64_t positive = 0;
+  *first = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (!(w[i] > 0)) continue;
+    if (*first < 0) *first = i;
+    positive++;
+  }
+  for (int64_t k = 0; k < d; k++) {
+    const double *col = x + k * n;
+    constant[k] = *first >= 0;
+    /* data with spread differ within a few rows: the loop ends there */
+    for (int64_t i = *first + 1; constant[k] && i < n; i++)
+      if (w[i] > 0 && col[i] != col[*first]) constant[k] = 0;
+  }
+  return positive;
 }

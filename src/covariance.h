@@ -12,4 +12,10 @@
 int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int threads,
                      double *S);
 
+/* Where the points of positive weight w_i lie: returns their number, sets
+ * *first to the first one's row (-1: none) and constant[k] to 1 where
+ * column k of x (n x d, column-major) takes one value on all of them. */
+int64_t kde_weighted_spread(const double *x, int64_t n, int64_t d, const double *w,
+                            int64_t *first, int *constant);
+
 #endif /* KDEGPU_COVARIANCE_H */

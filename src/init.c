@@ -30,6 +30,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_first_nonfinite, 2),
   CALLDEF(kdegpu_whiten, 4),
   CALLDEF(kdegpu_weighted_cov, 3),
+  CALLDEF(kdegpu_weighted_spread, 2),
   CALLDEF(kdegpu_cuda_info, 0),
   CALLDEF(kdegpu_cuda_device_count, 0),
   CALLDEF(kdegpu_cuda_model_create, 11),
