@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kde_status.h"
+#include "prune.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -119,6 +120,7 @@ typedef struct {
   int64_t n_tiles;
   double *lo, *hi, *log_weight, *log_rest;
   double *scale_lo, *scale_hi; /* NULL unless adaptive */
+  kde_prune_groups groups;     /* for the test of whether a plan can pay */
 } kde_cpu_tiles;
 
 /* 0, or -1 (out of memory, nothing left allocated). */

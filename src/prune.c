@@ -156,10 +156,11 @@ void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,
   }
 }
 
-int kde_prune_groups_make(const kde_prune_plan *plan, int64_t group_tiles,
-                          kde_prune_groups *g)
+int kde_prune_groups_make(const kde_prune_plan *plan, kde_prune_groups *g)
 {
   const int64_t d = plan->dim, n_tiles = plan->n_tiles;
+  int64_t group_tiles = (n_tiles + KDE_PRUNE_TEST_GROUPS - 1) / KDE_PRUNE_TEST_GROUPS;
+  if (group_tiles < KDE_PRUNE_TEST_MIN_TILES) group_tiles = KDE_PRUNE_TEST_MIN_TILES;
   memset(g, 0, sizeof *g);
   g->group_tiles = group_tiles;
   g->n_groups = (n_tiles + group_tiles - 1) / group_tiles;

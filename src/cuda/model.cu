@@ -580,10 +580,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
       units.lo = model->unit_lo;
       units.hi = model->unit_hi;
       units.log_weight = model->unit_log_weight;
-      const int64_t per_group = ceil_div(n_units, kPlanTestGroups);
-      if (kde_prune_groups_make(&units, per_group > kPlanTestMinUnits ? per_group
-                                                                      : kPlanTestMinUnits,
-                                &model->unit_groups) != 0) {
+      if (kde_prune_groups_make(&units, &model->unit_groups) != 0) {
         kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the units' groups");
         goto cleanup;
       }

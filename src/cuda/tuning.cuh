@@ -67,13 +67,6 @@ static_assert(kMergeThreads == 1 << kMergeBlockLanesLog2, "a block per query");
  * the device, whose order costs about 0.3 ms in syncs and copies whatever
  * the count (1000 queries against 1e7 points: 6% of the full sum, H200). */
 constexpr int64_t kHostOrderMaxQueries = 1024;
-/* The test of whether a plan can pay for a few queries (prune.h's
- * kde_plan_may_pay) takes the units in about this many groups of
- * consecutive units, at least kPlanTestMinUnits each: about 3 us per query
- * block on the host (15 us with 1024 groups), where the device's plan of one
- * block against 1e7 points took 70 us (evaluate.cu). */
-constexpr int64_t kPlanTestGroups = 256;
-constexpr int64_t kPlanTestMinUnits = 16;
 /* Below this many queries per device, split the training set, not the
  * queries, across devices. */
 constexpr int64_t kMinQueriesPerDevice = 16384;

@@ -34,6 +34,21 @@ test_that("a few queries (1, 10, 100) against a fit of 2e4 points match the refe
   }
 })
 
+test_that("CPU: a few queries share a fit's tiles among threads, the same bits at any thread count", {
+  # 40 queries are 3 blocks of 16: each block's tiles are cut in parts that
+  # depend on the blocks and tiles alone (src/kde_cpu.c, FEW_BLOCKS), and
+  # the work (40 x 3e5 x 2) is enough for 2 threads
+  x <- ref_data(3e5, 2, seed = 930)
+  fit <- kde_gpu(x, backend = "cpu")
+  q <- rbind(ref_queries(x, 38, seed = 931), colMeans(x) + c(30, 0), colMeans(x))
+  by_threads <- lapply(1:2, function(t) {
+    with_kde_options(list(kdegpu.threads = t), predict(fit, q, log = TRUE))
+  })
+  expect_identical(by_threads[[2]], by_threads[[1]])
+  expect_log_density_equal(by_threads[[1]], ref_log_density(x, q, fit$H, "gaussian"),
+                           tol = 1e-12, label = "CPU, 40 queries against 3e5 points")
+})
+
 test_that("CUDA: a few queries against 3e5 points (a plan in chunks) match the reference within the tolerance", {
   skip_without_gpu()
   x <- ref_data(3e5, 3, seed = 920)
