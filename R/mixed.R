@@ -63,12 +63,15 @@ mixed_columns <- function(x, arg = "x") {
        levels = lapply(x[kind != "numeric"], levels))
 }
 
+# The kind ("factor" or "ordered") of each categorical column, in order.
+categorical_kinds <- function(columns) columns$kind[columns$kind != "numeric"]
+
 # A data frame holds mixed data when one of its columns is a factor.
 is_mixed_data <- function(x) is.data.frame(x) && any(vapply(x, is.factor, NA))
 
 # The kernel of each categorical column, by its kind.
 mixed_kernel_names <- function(columns, factor_kernel, ordered_kernel) {
-  kind <- columns$kind[columns$kind != "numeric"]
+  kind <- categorical_kinds(columns)
   stats::setNames(ifelse(kind == "ordered", ordered_kernel, factor_kernel), columns$categorical)
 }
 
@@ -193,7 +196,7 @@ discrete_kernel_matrix <- function(kernel, levels, lambda) {
 
 # Each categorical column's discrete_kernel_matrix() at the fit's lambdas.
 discrete_kernel_matrices <- function(columns, kernels, lambda) {
-  kind <- columns$kind[columns$kind != "numeric"]
+  kind <- categorical_kinds(columns)
   lapply(seq_along(kernels), function(k) {
     discrete_kernel_matrix(part_kernel(kernels[[k]], kind[[k]]), length(columns$levels[[k]]),
                            lambda[[k]])
@@ -218,7 +221,7 @@ mixed_parts <- function(x, columns) {
 # and the constants that turn its sums into the product kernel's.
 mixed_design <- function(columns, kernels, lambda, H) {
   d_c <- length(columns$numeric)
-  kind <- columns$kind[columns$kind != "numeric"]
+  kind <- categorical_kinds(columns)
   parts <- lapply(seq_along(kernels), function(k) {
     discrete_kernel_part(part_kernel(kernels[[k]], kind[[k]]),
                          length(columns$levels[[k]]), lambda[[k]])

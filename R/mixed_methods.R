@@ -270,7 +270,7 @@ sample.kde_mixed <- function(x, size, replace = TRUE, prob = NULL, ...) {
   size <- check_count(size, "size")
   columns <- x$columns
   matrices <- discrete_kernel_matrices(columns, x$kernels, x$lambda)
-  categorical_kind <- columns$kind[columns$kind != "numeric"]
+  categorical_kind <- categorical_kinds(columns)
   # each point's mass: its weight times its kernels' totals over the levels
   log_mass <- log(x$weights)
   for (k in seq_along(matrices)) log_mass <- log_mass + log(colSums(matrices[[k]]))[x$codes[, k]]
