@@ -290,18 +290,14 @@ SEXP kdegpu_weighted_spread(SEXP x, SEXP weights)
   /* x: the fit's data, already checked to be finite */
   const double *data = arg_matrix_shape(x, "x", &n, &d);
   const double *w = arg_double_vector(weights, "weights", n);
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, 3));
+  const char *names[] = {"positive", "first", "constant", ""};
+  SEXP out = PROTECT(Rf_mkNamed(VECSXP, names));
   SEXP constant = Rf_allocVector(LGLSXP, (R_xlen_t) d);
   SET_VECTOR_ELT(out, 2, constant);
   const int64_t positive = kde_weighted_spread(data, n, d, w, &first, LOGICAL(constant));
   SET_VECTOR_ELT(out, 0, Rf_ScalarReal((double) positive));
   SET_VECTOR_ELT(out, 1, Rf_ScalarReal((double) first + 1));
-  SEXP names = PROTECT(Rf_allocVector(STRSXP, 3));
-  SET_STRING_ELT(names, 0, Rf_mkChar("positive"));
-  SET_STRING_ELT(names, 1, Rf_mkChar("first"));
-  SET_STRING_ELT(names, 2, Rf_mkChar("constant"));
-  Rf_setAttrib(out, R_NamesSymbol, names);
-  UNPROTECT(2);
+  UNPROTECT(1);
   return out;
 }
 

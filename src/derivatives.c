@@ -16,10 +16,6 @@
 #include "threads.h"
 #include <kdegpu/kernels.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* One query's sums; v is scratch for dim values. Returns M. */
 static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
                       double *s0, double *k1sum, double *first, double *second)
@@ -181,11 +177,7 @@ void kde_cpu_derivative_sums(const kde_derivative_problem *p, int threads,
   while (kde_slice_next(&slice)) {
 #pragma omp parallel num_threads(n_threads)
     {
-#ifdef _OPENMP
-      const int thread = omp_get_thread_num();
-#else
-      const int thread = 0;
-#endif
+      const int thread = kde_thread_index();
       double *v = scratch + thread * per_thread, *f = v + d, *s = f + d;
       int64_t i, last;
       while (kde_slice_claim(&slice, 1, &i, &last)) {

@@ -28,10 +28,6 @@
 #include "whiten.h"
 #include <kdegpu/kernels.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Queries that share one pass over a training tile: the tile stays in L1
  * while this many queries read it; also the block whose box decides which
  * tiles it visits. */
@@ -475,11 +471,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
     int64_t *n_visit = buf.n_visit;
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
     for (int64_t block = 0; block < n_blocks; block++) {
-#ifdef _OPENMP
-      const int thread = omp_get_thread_num();
-#else
-      const int thread = 0;
-#endif
+      const int thread = kde_thread_index();
       const int64_t first = block * QUERY_BLOCK;
       n_visit[block] =
           block_tiles(block_plan, groups, query, buf.query_order + first,
@@ -499,11 +491,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
     while (kde_slice_next(&slice)) {
 #pragma omp parallel num_threads(n_threads)
       {
-#ifdef _OPENMP
-        const int thread = omp_get_thread_num();
-#else
-        const int thread = 0;
-#endif
+        const int thread = kde_thread_index();
         int64_t item, item_end;
         while (kde_slice_claim(&slice, 1, &item, &item_end)) {
           const int64_t block = item / parts, part = item % parts, first = block * QUERY_BLOCK;
@@ -535,11 +523,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
     while (kde_slice_next(&slice)) {
 #pragma omp parallel num_threads(n_threads) reduction(+ : pairs)
       {
-#ifdef _OPENMP
-        int thread = omp_get_thread_num();
-#else
-        int thread = 0;
-#endif
+        const int thread = kde_thread_index();
         double *scratch = buf.scratch + thread * scratch_per_thread;
         int64_t *visit = buf.visit + thread * n_tiles;
         int64_t block, block_end;

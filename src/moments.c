@@ -24,10 +24,6 @@
 #include "threads.h"
 #include "vector_math.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Doubles of per-chunk scratch (u, terms, monomial terms) that stay in L1
  * and L2 together: the chunk length is this over the multi-index count. */
 #define SCRATCH_DOUBLES 16384
@@ -224,11 +220,7 @@ void kde_cpu_moments(const kde_moment_problem *pr, int threads,
   while (kde_slice_next(&slice)) {
 #pragma omp parallel num_threads(n_threads)
     {
-#ifdef _OPENMP
-      const int thread = omp_get_thread_num();
-#else
-      const int thread = 0;
-#endif
+      const int thread = kde_thread_index();
       double *mine = scratch + thread * per_thread;
       double *acc = mine + chunk * (1 + dim + count);
       double *q = acc + count;

@@ -43,6 +43,15 @@ int kde_has_openmp(void)
 #endif
 }
 
+int kde_thread_index(void)
+{
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
 int kde_thread_count(int requested)
 {
 #ifdef _OPENMP

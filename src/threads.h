@@ -21,6 +21,10 @@ int kde_thread_count_for(int requested, double work);
 /* 1 when the CPU backend was built with OpenMP. */
 int kde_has_openmp(void);
 
+/* The calling thread's number in its parallel region (0 outside one, or
+ * without OpenMP): which per-thread scratch it uses. */
+int kde_thread_index(void);
+
 /* Registers the fork handler (from R_init_kdegpu, once). */
 void kde_threads_install_fork_handler(void);
 
