@@ -18,6 +18,13 @@
 
 /* Ranges at least this long are sorted as tasks of their own. */
 #define TASK_MIN_ROWS ((int64_t) 1 << 15)
+/* Ranges at least this long are partitioned by several tasks at once (the
+ * top levels of the tree, where fewer ranges than threads exist: with 16
+ * threads the first four levels were a serial half of the sort), in
+ * PARTITION_CHUNKS chunks. The partition's result does not depend on the
+ * chunks or the threads. */
+#define PARALLEL_MIN_ROWS ((int64_t) 1 << 17)
+#define PARTITION_CHUNKS 64
 
 static inline uint64_t next_random(uint64_t *state)
 {
@@ -53,6 +60,79 @@ static inline void swap_rows(const kd_rows *r, int64_t a, int64_t b)
   }
 }
 
+/* Whether key v goes before the boundary of a two-way partition: below
+ * the pivot (below = 1), or at most the pivot (below = 0). */
+static inline int goes_left(double v, double pivot, int below)
+{
+  return below ? v < pivot : v <= pivot;
+}
+
+/* Rows [lo, hi) with goes_left first, the others after; returns the
+ * boundary. Made in parallel: with the boundary b from the count, the
+ * i-th row before b that must move right (in position order) swaps with
+ * the i-th row from b on that must move left, so the result is the same
+ * for any chunks and threads. Each chunk of the left side finds where its
+ * partners start before any row moves, then swaps only its own. */
+static int64_t partition_parallel(const kd_rows *r, const double *key, int64_t lo, int64_t hi,
+                                  double pivot, int below)
+{
+  const int64_t len = hi - lo, chunk = (len + PARTITION_CHUNKS - 1) / PARTITION_CHUNKS;
+  int64_t count[PARTITION_CHUNKS], left_moves[PARTITION_CHUNKS + 1],
+      right_moves[PARTITION_CHUNKS + 1], start[PARTITION_CHUNKS];
+#pragma omp taskloop grainsize(1) shared(count)
+  for (int64_t c = 0; c < PARTITION_CHUNKS; c++) {
+    const int64_t a = lo + c * chunk, e = a + chunk < hi ? a + chunk : hi;
+    int64_t left = 0;
+    for (int64_t i = a; i < e; i++) left += goes_left(key[i], pivot, below);
+    count[c] = left;
+  }
+  int64_t b = lo;
+  for (int64_t c = 0; c < PARTITION_CHUNKS; c++) b += count[c];
+  /* the rows that must move, per chunk of each side (by position) */
+  const int64_t left_len = b - lo, right_len = hi - b;
+  const int64_t lchunk = (left_len + PARTITION_CHUNKS - 1) / PARTITION_CHUNKS;
+  const int64_t rchunk = (right_len + PARTITION_CHUNKS - 1) / PARTITION_CHUNKS;
+  if (lchunk == 0 || rchunk == 0) return b; /* one side is empty: nothing moves */
+#pragma omp taskloop grainsize(1) shared(left_moves, right_moves)
+  for (int64_t c = 0; c < 2 * PARTITION_CHUNKS; c++) {
+    const int right = c >= PARTITION_CHUNKS;
+    const int64_t j = right ? c - PARTITION_CHUNKS : c;
+    const int64_t base = right ? b : lo, size = right ? rchunk : lchunk, end = right ? hi : b;
+    const int64_t a = base + j * size < end ? base + j * size : end;
+    const int64_t e = a + size < end ? a + size : end;
+    int64_t moves = 0;
+    for (int64_t i = a; i < e; i++) moves += goes_left(key[i], pivot, below) == right;
+    (right ? right_moves : left_moves)[j + 1] = moves;
+  }
+  left_moves[0] = right_moves[0] = 0;
+  for (int64_t c = 0; c < PARTITION_CHUNKS; c++) {
+    left_moves[c + 1] += left_moves[c];
+    right_moves[c + 1] += right_moves[c];
+  }
+  /* where each left chunk's first partner lies (before any row moves) */
+#pragma omp taskloop grainsize(1) shared(left_moves, right_moves, start)
+  for (int64_t c = 0; c < PARTITION_CHUNKS; c++) {
+    const int64_t rank = left_moves[c];
+    int64_t j = 0;
+    while (j + 1 < PARTITION_CHUNKS && right_moves[j + 1] <= rank) j++;
+    int64_t i = b + j * rchunk < hi ? b + j * rchunk : hi, skip = rank - right_moves[j];
+    while (i < hi && !(goes_left(key[i], pivot, below) && skip-- == 0)) i++;
+    start[c] = i;
+  }
+#pragma omp taskloop grainsize(1) shared(start)
+  for (int64_t c = 0; c < PARTITION_CHUNKS; c++) {
+    const int64_t a = lo + c * lchunk < b ? lo + c * lchunk : b;
+    const int64_t e = a + lchunk < b ? a + lchunk : b;
+    int64_t partner = start[c];
+    for (int64_t i = a; i < e; i++) {
+      if (goes_left(key[i], pivot, below)) continue;
+      while (!goes_left(key[partner], pivot, below)) partner++;
+      swap_rows(r, i, partner++);
+    }
+  }
+  return b;
+}
+
 /* Rearranges the rows [off, off + len) so that the row at off + k has the
  * k-th smallest coordinate `axis`, smaller or equal ones before it, larger
  * or equal after. */
@@ -65,6 +145,18 @@ static void select_kth(const kd_rows *r, int64_t off, int64_t len, int64_t k, in
   k += off;
   while (hi - lo > 1) {
     double pivot = key[lo + (int64_t) (next_random(&state) % (uint64_t) (hi - lo))];
+    if (hi - lo >= PARALLEL_MIN_ROWS) {
+      /* below the pivot | equal | above, as two two-way partitions */
+      const int64_t lt = partition_parallel(r, key, lo, hi, pivot, 1);
+      if (k < lt) {
+        hi = lt;
+        continue;
+      }
+      const int64_t gt = partition_parallel(r, key, lt, hi, pivot, 0);
+      if (k >= gt) lo = gt;
+      else return; /* position k holds the pivot value */
+      continue;
+    }
     /* three-way partition of [lo, hi): < pivot, == pivot, > pivot */
     int64_t lt = lo, i = lo, gt = hi;
     while (i < gt) {
@@ -85,6 +177,19 @@ static void select_kth(const kd_rows *r, int64_t off, int64_t len, int64_t k, in
   }
 }
 
+/* The smallest and largest of col[0 .. len). */
+static void column_range(const double *col, int64_t len, double *lo_out, double *hi_out)
+{
+  double lo = col[0], hi = lo;
+  for (int64_t i = 1; i < len; i++) {
+    double v = col[i];
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+  *lo_out = lo;
+  *hi_out = hi;
+}
+
 /* The coordinate with the widest spread over the rows [off, off + len). */
 static int64_t widest_axis(const kd_rows *r, int64_t off, int64_t len)
 {
@@ -92,11 +197,26 @@ static int64_t widest_axis(const kd_rows *r, int64_t off, int64_t len)
   double best_span = -1.0;
   for (int64_t k = 0; k < r->d; k++) {
     const double *col = r->z + k * r->n + off;
-    double lo = col[0], hi = lo;
-    for (int64_t i = 1; i < len; i++) {
-      double v = col[i];
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
+    double lo, hi;
+    if (len >= PARALLEL_MIN_ROWS) { /* by chunks: min and max are exact in any order */
+      const int64_t chunk = (len + PARTITION_CHUNKS - 1) / PARTITION_CHUNKS;
+      double part_lo[PARTITION_CHUNKS], part_hi[PARTITION_CHUNKS];
+#pragma omp taskloop grainsize(1) shared(part_lo, part_hi)
+      for (int64_t c = 0; c < PARTITION_CHUNKS; c++) {
+        const int64_t a = c * chunk < len ? c * chunk : len;
+        const int64_t e = a + chunk < len ? a + chunk : len;
+        part_lo[c] = INFINITY;
+        part_hi[c] = -INFINITY;
+        if (e > a) column_range(col + a, e - a, &part_lo[c], &part_hi[c]);
+      }
+      lo = part_lo[0];
+      hi = part_hi[0];
+      for (int64_t c = 1; c < PARTITION_CHUNKS; c++) {
+        lo = part_lo[c] < lo ? part_lo[c] : lo;
+        hi = part_hi[c] > hi ? part_hi[c] : hi;
+      }
+    } else {
+      column_range(col, len, &lo, &hi);
     }
     if (hi - lo > best_span) {
       best_span = hi - lo;

@@ -135,6 +135,21 @@ test_that("the spatial order is a permutation, the same for any thread count", {
   expect_error(.Call(kdegpu:::C_kdegpu_spatial_order, z, -1L), "`threads`")
 })
 
+test_that("above 2^17 rows the order's partitions run in parallel, with the same result for any thread count", {
+  # src/spatial.c's partition_parallel: ties (rounded data) and a constant
+  # column included; each split puts a whole number of tiles of 256 rows
+  # before it, none of whose split coordinates exceeds one after it
+  set.seed(13)
+  n <- 3e5
+  z <- cbind(round(rnorm(n), 1) * 3, rnorm(n), 1)
+  one <- .Call(kdegpu:::C_kdegpu_spatial_order, z, 1L)
+  two <- .Call(kdegpu:::C_kdegpu_spatial_order, z, 2L)
+  expect_identical(one, two)
+  expect_identical(sort(one), as.double(seq_len(n)))
+  mid <- (ceiling(n / 256) %/% 2) * 256
+  expect_lte(max(z[one[seq_len(mid)], 1]), min(z[one[-seq_len(mid)], 1]))
+})
+
 test_that("tolerance is checked, taken from the option, and honoured by logLik and CV", {
   fit <- kde_gpu(faithful, backend = "cpu")
   expect_error(predict(fit, faithful[1:3, ], tolerance = 1), "`tolerance` must be one number in \\[0, 1\\)")
