@@ -292,8 +292,10 @@ int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
                        top;
       sum += x > cut ? exp(x) : below_cut;
     }
-    /* a margin for the plan's own rounding of the same quantities */
-    log_budget = log(plan->tolerance) + top + log(sum) + plan->log_lower_factor + 1e-9;
+    /* a margin for the plan's own rounding of the same quantities (the
+     * distances' relative rounding, times their size in the exponent) */
+    log_budget = log(plan->tolerance) + top + log(sum) + plan->log_lower_factor + 1e-9 +
+                 1e-15 * fabs(top);
   }
   const double needed = share * (double) plan->n_tiles;
   double visited = 0.0, left = (double) plan->n_tiles;

@@ -61,10 +61,12 @@ static inline void swap_rows(const kd_rows *r, int64_t a, int64_t b)
 }
 
 /* Whether key v goes before the boundary of a two-way partition: below
- * the pivot (below = 1), or at most the pivot (below = 0). */
+ * the pivot (below = 1), or not above it (below = 0: a NaN, which compares
+ * false, joins the pivot's rows as in the serial partition, so that a range
+ * of NaNs ends the selection instead of looping). */
 static inline int goes_left(double v, double pivot, int below)
 {
-  return below ? v < pivot : v <= pivot;
+  return below ? v < pivot : !(v > pivot);
 }
 
 /* Rows [lo, hi) with goes_left first, the others after; returns the

@@ -150,6 +150,23 @@ test_that("above 2^17 rows the order's partitions run in parallel, with the same
   expect_lte(max(z[one[seq_len(mid)], 1]), min(z[one[-seq_len(mid)], 1]))
 })
 
+test_that("queries whose whitening overflows to NaN over half a large range still get ordered", {
+  # a narrow fit (whitening multiplies by ~1e6 along one direction) and 2^19
+  # finite queries of which three quarters whiten to +-Inf - Inf: the
+  # parallel partition once looped on a range of NaN keys
+  set.seed(14)
+  x <- matrix(rnorm(2000), ncol = 2)
+  x[, 2] <- x[, 1] + 1e-3 * x[, 2]
+  fit <- kde_gpu(x * 1e-3, backend = "cpu")
+  q <- matrix(1e303, 2^19, 2)
+  f <- seq(1, 2^19, 4)
+  q[f, 1] <- 0
+  q[f, 2] <- rep(c(-1e301, 1e301), length.out = length(f))
+  out <- predict(fit, q)
+  expect_length(out, 2^19)
+  expect_true(all(out == 0)) # every query is far from the data
+})
+
 test_that("tolerance is checked, taken from the option, and honoured by logLik and CV", {
   fit <- kde_gpu(faithful, backend = "cpu")
   expect_error(predict(fit, faithful[1:3, ], tolerance = 1), "`tolerance` must be one number in \\[0, 1\\)")
