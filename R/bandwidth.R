@@ -130,7 +130,7 @@ bandwidth_rule <- function(x, weights, rule) {
     nrd0 = diag(per_column(weighted_bw_nrd0)^2, d),
     nrd = diag(per_column(weighted_bw_nrd)^2, d),
     scott = , silverman = {
-      # Weighted covariance; with equal weights exactly cov(x) and n.
+      # Weighted covariance; with equal weights cov(x) and n, to rounding.
       S <- weighted_cov(x, weights)
       n_eff <- 1 / sum_of_squares(weights)
       factor <- if (rule == "scott") 1 else (4 / (d + 2))^(2 / (d + 4))
