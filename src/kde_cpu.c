@@ -344,6 +344,12 @@ static int64_t block_tiles(const kde_prune_plan *plan, const kde_prune_groups *g
   return kde_tiles_to_visit(plan, q_lo, q_hi, q_hi + dim, visit);
 }
 
+/* The queries of the block that starts at sorted row `first`. */
+static inline int64_t block_length(int64_t first, int64_t m)
+{
+  return first + QUERY_BLOCK < m ? QUERY_BLOCK : m - first;
+}
+
 /* The points in the tiles visit[0 .. n_visit) (ascending: only the last
  * may be the short tile). */
 static double listed_points(const kde_training_set *train, const int64_t *visit,
@@ -475,15 +481,13 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
       const int64_t first = block * QUERY_BLOCK;
       n_visit[block] =
           block_tiles(block_plan, groups, query, buf.query_order + first,
-                      first + QUERY_BLOCK < m ? QUERY_BLOCK : m - first, n_tiles,
+                      block_length(first, m), n_tiles,
                       buf.scratch + thread * scratch_per_thread + 2 * chunk +
                           QUERY_BLOCK * dim + mixed,
                       buf.visit + block * n_tiles);
     }
     for (int64_t block = 0; block < n_blocks; block++) {
-      const int64_t block_len = block * QUERY_BLOCK + QUERY_BLOCK < m ? QUERY_BLOCK
-                                                                      : m - block * QUERY_BLOCK;
-      pairs += (double) block_len *
+      pairs += (double) block_length(block * QUERY_BLOCK, m) *
                listed_points(train, buf.visit + block * n_tiles, n_visit[block], tile, n_tiles);
     }
     /* part p of a block: its list's entries [p L / parts, (p + 1) L / parts) */
@@ -498,7 +502,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
           const int64_t from = n_visit[block] * part / parts;
           const int64_t to = n_visit[block] * (part + 1) / parts;
           evaluate_block_dispatch(train->kernel, train, query, buf.query_order + first,
-                                  first + QUERY_BLOCK < m ? QUERY_BLOCK : m - first,
+                                  block_length(first, m),
                                   buf.visit + block * n_tiles + from, to - from, tile, chunk,
                                   buf.scratch + thread * scratch_per_thread,
                                   buf.parts + item * QUERY_BLOCK);
@@ -529,7 +533,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
         int64_t block, block_end;
         while (kde_slice_claim(&slice, 1, &block, &block_end)) {
           const int64_t first = block * QUERY_BLOCK;
-          const int64_t block_len = first + QUERY_BLOCK < m ? QUERY_BLOCK : m - first;
+          const int64_t block_len = block_length(first, m);
           const int64_t *rows = buf.query_order + first;
           const int64_t n_visit =
               block_tiles(block_plan, groups, query, rows, block_len, n_tiles,

@@ -156,6 +156,11 @@ void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,
   }
 }
 
+/* (fmin and fmax are calls where NaNs must be kept: the boxes here are
+ * finite, and the test runs per group per query block) */
+static inline double smaller(double a, double b) { return a < b ? a : b; }
+static inline double larger(double a, double b) { return a > b ? a : b; }
+
 int kde_prune_groups_make(const kde_prune_plan *plan, kde_prune_groups *g)
 {
   const int64_t d = plan->dim, n_tiles = plan->n_tiles;
@@ -196,14 +201,14 @@ int kde_prune_groups_make(const kde_prune_plan *plan, kde_prune_groups *g)
     for (int64_t t = t0; t < t1; t++) {
       for (int64_t j = 0; j < d; j++) {
         const double a = plan->lo[t * d + j], b = plan->hi[t * d + j];
-        const double inner = fmin(fmax(centre[j], a), b);
-        lo[j] = fmin(lo[j], a);
-        hi[j] = fmax(hi[j], b);
-        inner_lo[j] = fmin(inner_lo[j], inner);
-        inner_hi[j] = fmax(inner_hi[j], inner);
+        const double inner = smaller(larger(centre[j], a), b);
+        lo[j] = smaller(lo[j], a);
+        hi[j] = larger(hi[j], b);
+        inner_lo[j] = smaller(inner_lo[j], inner);
+        inner_hi[j] = larger(inner_hi[j], inner);
       }
       total = kde_lse_add(total, plan->log_weight[t]);
-      least = fmin(least, plan->log_weight[t]);
+      least = smaller(least, plan->log_weight[t]);
     }
     g->log_weight_min[k] = least;
     g->log_weight_sum[k] = kde_lse_log(total);
@@ -222,21 +227,6 @@ void kde_prune_groups_free(kde_prune_groups *g)
   free(g->log_weight_sum);
   memset(g, 0, sizeof *g);
 }
-
-/* A tile t of group G is visited when its bound W_t k(min2_t) reaches the
- * budget tolerance * L (kde_tiles_to_visit). min2_t is at most the squared
- * distance from any point of the tile to Q, so at most h2, the largest
- * squared distance to Q from the box of G's inner points (one per tile),
- * and W_t k(min2_t) >= (G's smallest W_t) k(h2). Every tile's max2 (to Q's farthest corner)
- * is at least far2, the least over the points of G's box of the squared
- * distance to Q's farthest corner, so L <= sum_G W_G k(far2) (times the
- * lower-bound factor). Tiles for which the first exceeds tolerance times
- * the second are visited by any plan. Per coordinate both are a distance
- * from an interval to an interval, so they add over the coordinates. */
-/* (fmin and fmax are calls where NaNs must be kept: these take finite
- * boxes, and run per group per query block) */
-static inline double smaller(double a, double b) { return a < b ? a : b; }
-static inline double larger(double a, double b) { return a > b ? a : b; }
 
 static double group_far2(const double *q_lo, const double *q_hi, const double *lo,
                          const double *hi, int64_t d)
@@ -264,7 +254,18 @@ static double group_h2(const double *q_lo, const double *q_hi, const double *lo,
   return h2;
 }
 
-/* Called per query block before a few queries' evaluation, so kept to
+/* A tile t of group G is visited when its bound W_t k(min2_t) reaches the
+ * budget tolerance * L (kde_tiles_to_visit). min2_t is at most the squared
+ * distance from any point of the tile to Q, so at most h2, the largest
+ * squared distance to Q from the box of G's inner points (one per tile),
+ * and W_t k(min2_t) >= (G's smallest W_t) k(h2). Every tile's max2 (to Q's
+ * farthest corner) is at least far2, the least over the points of G's box
+ * of the squared distance to Q's farthest corner, so L <= sum_G W_G
+ * k(far2) (times the lower-bound factor). Tiles for which the first
+ * exceeds tolerance times the second are visited by any plan. Per
+ * coordinate both are a distance from an interval to an interval, so they
+ * add over the coordinates.
+ * Called per query block before a few queries' evaluation, so kept to
  * arithmetic: L's bound takes an exp only for the groups within e^-40 of
  * the largest term and counts each of the others as that much (still an
  * upper bound); the count stops once it decides. */
@@ -279,19 +280,20 @@ int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
   double log_budget = 0.0;
   if (!compact) {
     const double cut = -40.0, below_cut = 4.248354255291589e-18; /* e^-40 */
+    /* each group's log term of L's bound (kde_prune_groups_make makes at
+     * most KDE_PRUNE_TEST_GROUPS groups) */
+    double term[KDE_PRUNE_TEST_GROUPS];
     double top = -INFINITY, sum = 0.0;
-    for (int64_t k = 0; k < g->n_groups; k++)
-      top = larger(top, g->log_weight_sum[k] +
-                            kde_log_profile(plan->kernel,
-                                            group_far2(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d)));
-    if (!(top > -INFINITY)) return 0; /* no lower bound: every unit is visited */
+    if (g->n_groups > KDE_PRUNE_TEST_GROUPS) return 1;
     for (int64_t k = 0; k < g->n_groups; k++) {
-      const double x = g->log_weight_sum[k] +
-                       kde_log_profile(plan->kernel,
-                                       group_far2(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d)) -
-                       top;
-      sum += x > cut ? exp(x) : below_cut;
+      term[k] = g->log_weight_sum[k] +
+                kde_log_profile(plan->kernel,
+                                group_far2(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d));
+      top = larger(top, term[k]);
     }
+    if (!(top > -INFINITY)) return 0; /* no lower bound: every unit is visited */
+    for (int64_t k = 0; k < g->n_groups; k++)
+      sum += term[k] - top > cut ? exp(term[k] - top) : below_cut;
     /* a margin for the plan's own rounding of the same quantities (the
      * distances' relative rounding, times their size in the exponent) */
     log_budget = log(plan->tolerance) + top + log(sum) + plan->log_lower_factor + 1e-9 +
