@@ -121,9 +121,8 @@ bandwidth_rule <- function(x, weights, rule) {
     stop_arg("bw", sprintf("rule \"%s\" needs at least 2 points; give a number instead.", rule))
   }
   # Negligible weights count as 0, for every rule alike.
-  significant <- significant_weights(weights)
-  if (!all(significant)) weights[!significant] <- 0
-  weights <- weights / sum(weights)
+  ruled <- rule_weights(weights)
+  weights <- ruled$weights
   check_spread(x, weights, rule)
   per_column <- function(f) vapply(seq_len(d), function(k) f(x[, k], weights), 0)
   H <- switch(rule,
@@ -131,8 +130,8 @@ bandwidth_rule <- function(x, weights, rule) {
     nrd = diag(per_column(weighted_bw_nrd)^2, d),
     scott = , silverman = {
       # Weighted covariance; with equal weights cov(x) and n, to rounding.
-      S <- weighted_cov(x, weights)
-      n_eff <- 1 / sum_of_squares(weights)
+      S <- weighted_cov(x, weights, ruled$facts)
+      n_eff <- 1 / ruled$facts[["sum_squares"]]
       factor <- if (rule == "scott") 1 else (4 / (d + 2))^(2 / (d + 4))
       factor * n_eff^(-2 / (d + 4)) * S
     }
@@ -235,7 +234,10 @@ check_data_scale <- function(x, weights) {
 }
 
 # The largest absolute value of each column.
-column_magnitudes <- function(x) vapply(seq_len(ncol(x)), function(k) max(abs(range(x[, k]))), 0)
+column_magnitudes <- function(x) {
+  if (!is.double(x)) storage.mode(x) <- "double"
+  .Call(C_kdegpu_column_magnitudes, x, cpu_threads())
+}
 
 # Whitening: with H = R'R (R = chol(H), upper triangular), z = u R^{-1} / a
 # has identity covariance scaled by the kernel's radius a, so a pair costs

@@ -27,17 +27,43 @@ weighted_spread <- function(x, weights) {
 # cov.wt()'s divisor 1 - sum(w^2) (w summing to 1) as sum_i w_i (1 - w_i),
 # with 1 - w_i of the largest weight summed from the others: accurate where
 # one weight is nearly all the weight (1 - sum(w^2) cancels there).
-unbiased_divisor <- function(weights) {
-  top <- which.max(weights)
-  # no weight near 1: 1 - sum(w^2) >= 1/2 cancels nothing (one pass, no copy)
-  if (weights[[top]] <= 0.5) return(sum(weights) - sum_of_squares(weights))
+unbiased_divisor <- function(weights, facts = weight_facts(weights)) {
+  top <- facts[["which_largest"]]
+  # no weight near 1: 1 - sum(w^2) >= 1/2 cancels nothing
+  if (facts[["largest"]] <= 0.5) return(facts[["total"]] - facts[["sum_squares"]])
   rest <- 1 - weights
   rest[top] <- sum(weights[-top])
   sum(weights * rest)
 }
 
-# sum(w^2) without the vector w^2 (a dot product).
-sum_of_squares <- function(w) sum(crossprod(w))
+# The weights' total, sum of squares, smallest positive value (Inf: none),
+# largest value and its first index, and how many are positive: one pass
+# on every allowed core (src/data_summary.c), where R's steps each made a
+# pass and a temporary of n values (3 s of a fit of 1e8 points).
+weight_facts <- function(weights) .Call(C_kdegpu_weight_facts, as.double(weights), cpu_threads())
+
+# The weights with those that are negligible (significant_weights()) set
+# to 0, summing to 1, and their facts: list(weights, facts). The usual case
+# (none negligible, the total 1 already) makes no copy.
+rule_weights <- function(weights) {
+  facts <- weight_facts(weights)
+  if (!(facts[["smallest"]] > facts[["total"]] * .Machine$double.eps / 2)) {
+    weights[!significant_weights(weights)] <- 0
+    facts <- weight_facts(weights)
+  }
+  normalised_weights(weights, facts)
+}
+
+# list(weights, facts) with the weights divided by their total unless it is
+# 1 to rounding (normalise_weights() gave them so: dividing again would
+# move each by an ulp and cost a pass and a copy).
+normalised_weights <- function(weights, facts = weight_facts(weights)) {
+  if (abs(facts[["total"]] - 1) > 1e-12) {
+    weights <- weights / facts[["total"]]
+    facts <- weight_facts(weights)
+  }
+  list(weights = weights, facts = facts)
+}
 
 # The points whose weight counts in a rule: positive, and not among those
 # whose weights all together are below rounding of the total weight (a
@@ -76,11 +102,12 @@ weighted_bw_nrd <- function(x, weights) {
 # not a mean's rounding) and divided by a power of 2 near its magnitude
 # (exact; the products neither overflow at 1e300 nor underflow at 1e-300),
 # and the result scaled back.
-weighted_cov <- function(x, weights) {
-  weights <- weights / sum(weights)
+weighted_cov <- function(x, weights, facts = weight_facts(weights)) {
+  normal <- normalised_weights(weights, facts)
   # on the data scaled by a power of 2 per column and centred on a point of
   # positive weight, in C (src/covariance.c)
-  S <- .Call(C_kdegpu_weighted_cov, x, weights, cpu_threads()) / unbiased_divisor(weights)
+  S <- .Call(C_kdegpu_weighted_cov, x, normal$weights, cpu_threads()) /
+    unbiased_divisor(normal$weights, normal$facts)
   if (!is.null(colnames(x))) dimnames(S) <- list(colnames(x), colnames(x))
   S
 }

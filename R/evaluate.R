@@ -105,10 +105,10 @@ resolve_tolerance <- function(tolerance, object) {
 #' @export
 default_tolerance <- c(double = 1e-14, single = 1e-7)
 
-# sum_i w_i x_i, the centre a fit whitens about: a product with the weights
-# (no n x d copy of x, as colSums(x * weights) made).
+# sum_i w_i x_i, the centre a fit whitens about: in C on every allowed core
+# (src/data_summary.c; no n x d copy of x, as colSums(x * weights) made).
 weighted_centre <- function(x, weights) {
-  centre <- drop(crossprod(weights, x))
+  centre <- .Call(C_kdegpu_weighted_centre, x, as.double(weights), cpu_threads())
   names(centre) <- colnames(x)
   centre
 }

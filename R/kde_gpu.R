@@ -435,22 +435,22 @@ new_kde_gpu <- function(x, weights, bandwidth, kernel, backend, precision,
     id = new_data_id(), # names the data on cluster workers
     device = new.env(parent = emptyenv())
   ), class = "kde_gpu")
-  z <- whiten(object, x)
   spatial <- spatial_order_wanted(backend, ncol(x))
   object$tile_size <- if (spatial) spatial_tile_size else 0L
-  if (spatial) {
-    if (is.null(order)) {
-      sorted <- .Call(C_kdegpu_spatial_sort, z, cpu_threads())
-      object$order <- sorted$order
-      object$z <- sorted$z
-    } else {
-      object$order <- order
-      object$z <- z[order, , drop = FALSE]
-    }
-    object$tile_weights <- weights[object$order]
+  if (spatial && is.null(order)) {
+    # whitened and sorted where they are made (src/api_fit.c)
+    sorted <- .Call(C_kdegpu_whiten_sort, x, as.double(center), object$transform,
+                    as.double(weights), cpu_threads())
+    object$z <- sorted$z
+    object$order <- sorted$order
+    object$tile_weights <- sorted$weights
+  } else if (spatial) {
+    object$order <- order
+    object$z <- whiten(object, x)[order, , drop = FALSE]
+    object$tile_weights <- weights[order]
   } else {
-    object$order <- seq_len(nrow(z))
-    object$z <- z
+    object$z <- whiten(object, x)
+    object$order <- seq_len(nrow(x))
     object$tile_weights <- weights
   }
   if (!is.null(discrete)) {

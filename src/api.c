@@ -60,7 +60,7 @@ SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
   if (p.dim > 1 && p.kernel != KDE_GAUSSIAN)
     Rf_error("`kernel` must be the Gaussian (0) in more than one dimension");
   kde_training_set weights;
-  arg_weights(weight, p.n_train, &weights);
+  arg_weights(weight, p.n_train, n_threads, &weights);
   p.weight = weights.weight;
   p.scale = NULL;
   if (!Rf_isNull(scale)) {
@@ -223,30 +223,6 @@ SEXP kdegpu_spatial_order(SEXP x, SEXP threads)
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) n));
   for (int64_t i = 0; i < n; i++) REAL(out)[i] = (double) order[i] + 1;
   UNPROTECT(1);
-  return out;
-}
-
-/* The same order, with the points in it: list(z = the rows of x in the
- * order, order = 1-based rows of x), without a gather of x afterwards. */
-SEXP kdegpu_spatial_sort(SEXP x, SEXP threads)
-{
-  int64_t n, d;
-  int n_threads = arg_threads(threads);
-  const double *data = arg_matrix(x, "x", n_threads, &n, &d);
-  int64_t *order = (int64_t *) R_alloc((size_t) (n > 0 ? n : 1), sizeof(int64_t));
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
-  SEXP z = Rf_allocMatrix(REALSXP, (int) n, (int) d);
-  SET_VECTOR_ELT(out, 0, z);
-  if (n * d > 0) memcpy(REAL(z), data, (size_t) (n * d) * sizeof(double));
-  kde_kd_sort(REAL(z), n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, n_threads, order);
-  SEXP rows = Rf_allocVector(REALSXP, (R_xlen_t) n);
-  SET_VECTOR_ELT(out, 1, rows);
-  for (int64_t i = 0; i < n; i++) REAL(rows)[i] = (double) order[i] + 1;
-  SEXP names = PROTECT(Rf_allocVector(STRSXP, 2));
-  SET_STRING_ELT(names, 0, Rf_mkChar("z"));
-  SET_STRING_ELT(names, 1, Rf_mkChar("order"));
-  Rf_setAttrib(out, R_NamesSymbol, names);
-  UNPROTECT(2);
   return out;
 }
 

@@ -5,6 +5,7 @@
  * kde_status becomes an R condition, and the gate in front of the CUDA
  * runtime after fork().
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <Rinternals.h>
 
 #include "api_glue.h"
+#include "data_summary.h"
 #include "finite.h"
 #include "threads.h"
 #include <kdegpu/kernels.h>
@@ -97,21 +99,35 @@ int arg_kernel(SEXP x)
 
 /* Weights: non-negative, finite, summing to 1 (R normalises them). The
  * log weights are computed here once so both backends share them. */
-void arg_weights(SEXP weight, int64_t n, kde_training_set *train)
+void arg_weights(SEXP weight, int64_t n, int threads, kde_training_set *train)
 {
   const double *w = arg_double_vector(weight, "weight", n);
-  double total = 0.0;
-  for (int64_t j = 0; j < n; j++) {
-    if (!R_FINITE(w[j]) || w[j] < 0)
-      Rf_error("`weight` must be finite and non-negative (element %lld is not)",
-               (long long) j + 1);
-    total += w[j];
+  double *log_w = (double *) R_alloc((size_t) (n > 0 ? n : 1), sizeof(double));
+  /* one pass on every allowed core (serial, 1.7 s of a fit of 1e8 points),
+   * the total in blocks fixed by n */
+  const int64_t rows = kde_sum_block_rows(n), n_blocks = (n + rows - 1) / rows;
+  double part[KDE_SUM_MAX_BLOCKS];
+  int64_t first_bad = n;
+#pragma omp parallel for num_threads(kde_thread_count_for(threads, (double) n)) \
+    schedule(static) reduction(min : first_bad)
+  for (int64_t b = 0; b < n_blocks; b++) {
+    const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
+    double sum = 0.0;
+    for (int64_t j = begin; j < end; j++) {
+      const double v = w[j];
+      if (!(v >= 0 && v <= DBL_MAX) && j < first_bad) first_bad = j;
+      sum += v;
+      log_w[j] = v > 0 ? log(v) : -INFINITY;
+    }
+    part[b] = sum;
   }
+  if (first_bad < n)
+    Rf_error("`weight` must be finite and non-negative (element %lld is not)",
+             (long long) first_bad + 1);
+  double total = 0.0;
+  for (int64_t b = 0; b < n_blocks; b++) total += part[b];
   if (!(fabs(total - 1.0) < 1e-8))
     Rf_error("`weight` must sum to 1, not %g", total);
-  double *log_w = (double *) R_alloc((size_t) n, sizeof(double));
-  for (int64_t j = 0; j < n; j++)
-    log_w[j] = w[j] > 0 ? log(w[j]) : -INFINITY;
   train->weight = w;
   train->log_weight = log_w;
   train->inv_scale2 = NULL;
@@ -148,7 +164,7 @@ kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
   t.train = arg_matrix(train, "train", threads, &t.n_train, &t.dim);
   if (t.n_train < 1 || t.dim < 1)
     Rf_error("`train` must have at least one row and one column");
-  arg_weights(weight, t.n_train, &t);
+  arg_weights(weight, t.n_train, threads, &t);
   t.inv_scale2 = arg_inv_scale2(scale, t.n_train);
   t.n_discrete = 0;
   t.codes = t.discrete_penalty = NULL;

@@ -23,7 +23,7 @@ double arg_tolerance(SEXP tolerance);
 int arg_int_scalar(SEXP x, const char *name);
 int arg_flag(SEXP x, const char *name);
 int arg_kernel(SEXP x);
-void arg_weights(SEXP weight, int64_t n, kde_training_set *train);
+void arg_weights(SEXP weight, int64_t n, int threads, kde_training_set *train);
 /* `scale`: NULL or the adaptive estimator's lambda_j, one per point. */
 /* An adaptive fit's per-point scales lambda_j (`scale`, NULL: none) as the
  * backends take them, 1 / lambda_j^2 (R-allocated). */

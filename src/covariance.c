@@ -32,10 +32,12 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
   if (rows < COV_MIN_ROWS) rows = COV_MIN_ROWS;
   const int64_t n_blocks = (n + rows - 1) / rows;
   double *scale = malloc((size_t) d * sizeof(double));
+  double *inverse = malloc((size_t) d * sizeof(double));
   double *mean = calloc((size_t) d, sizeof(double));
   double *part = calloc((size_t) (n_blocks * d * d), sizeof(double));
-  if (scale == NULL || mean == NULL || part == NULL) {
+  if (scale == NULL || inverse == NULL || mean == NULL || part == NULL) {
     free(scale);
+    free(inverse);
     free(mean);
     free(part);
     return -2;
@@ -46,22 +48,32 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
   for (int64_t k = 0; k < d; k++) {
     const double *col = x + k * n;
     double top = 0;
+#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(max : top)
     for (int64_t i = 0; i < n; i++) {
-      /* (fmax is a call where NaNs must be kept; x is finite) */
-      const double a = fabs(col[i]);
-      if (w[i] > 0 && a > top) top = a;
+      /* (fmax is a call where NaNs must be kept; x is finite; a maximum
+       * is exact in any order) */
+      const double a = w[i] > 0 ? fabs(col[i]) : 0.0;
+      top = a > top ? a : top;
     }
     scale[k] = top > 0 ? ldexp(1.0, ilogb(top)) : 1.0;
+    /* 1 / scale is exact where it is a normal number: a product then
+     * gives the quotient's bits, at a fraction of a division's cost */
+    inverse[k] = ilogb(top) > -1000 && ilogb(top) < 1000 ? 1.0 / scale[k] : 0.0;
   }
   /* the mean of u = (x - x_first) / scale, block by block */
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t b = 0; b < n_blocks; b++) {
     const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
     for (int64_t k = 0; k < d; k++) {
-      const double *col = x + k * n, s = scale[k], ref = col[first] / s;
+      const double *col = x + k * n, s = scale[k], r = inverse[k], ref = col[first] / s;
       double sum = 0;
-      for (int64_t i = begin; i < end; i++)
-        if (w[i] > 0) sum += w[i] * (col[i] / s - ref);
+      if (r > 0) {
+        for (int64_t i = begin; i < end; i++)
+          if (w[i] > 0) sum += w[i] * (col[i] * r - ref);
+      } else {
+        for (int64_t i = begin; i < end; i++)
+          if (w[i] > 0) sum += w[i] * (col[i] / s - ref);
+      }
       part[b * d + k] = sum;
     }
   }
@@ -76,9 +88,15 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
       const double *ck = x + k * n, sk = scale[k], rk = ck[first] / sk, mk = mean[k];
       for (int64_t l = k; l < d; l++) {
         const double *cl = x + l * n, sl = scale[l], rl = cl[first] / sl, ml = mean[l];
+        const double ik = inverse[k], il = inverse[l];
         double sum = 0;
-        for (int64_t i = begin; i < end; i++)
-          if (w[i] > 0) sum += w[i] * ((ck[i] / sk - rk - mk) * (cl[i] / sl - rl - ml));
+        if (ik > 0 && il > 0) {
+          for (int64_t i = begin; i < end; i++)
+            if (w[i] > 0) sum += w[i] * ((ck[i] * ik - rk - mk) * (cl[i] * il - rl - ml));
+        } else {
+          for (int64_t i = begin; i < end; i++)
+            if (w[i] > 0) sum += w[i] * ((ck[i] / sk - rk - mk) * (cl[i] / sl - rl - ml));
+        }
         out[k + l * d] = sum;
       }
     }
@@ -91,6 +109,7 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
     }
   }
   free(scale);
+  free(inverse);
   free(mean);
   free(part);
   return 0;

@@ -272,7 +272,7 @@ int kde_cpu_tiles_make(const kde_training_set *train, int threads, kde_cpu_tiles
     return -1;
   }
   kde_tile_boxes(train->train, train->n_train, dim, tile, threads, tiles->lo, tiles->hi);
-  kde_tile_log_weights(train->weight, train->n_train, tile, tiles->log_weight,
+  kde_tile_log_weights(train->weight, train->n_train, tile, threads, tiles->log_weight,
                        tiles->log_rest);
   if (train->inv_scale2 != NULL)
     kde_tile_boxes(train->inv_scale2, train->n_train, 1, tile, 1, tiles->scale_lo,

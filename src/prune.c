@@ -139,10 +139,11 @@ int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
   return 0;
 }
 
-void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,
+void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile, int threads,
                           double *log_total, double *log_rest)
 {
   const int64_t n_tiles = (n + tile - 1) / tile;
+#pragma omp parallel for num_threads(kde_thread_count_for(threads, (double) n)) schedule(static)
   for (int64_t i = 0; i < n_tiles; i++) {
     const int64_t begin = i * tile;
     const int64_t end = begin + tile < n ? begin + tile : n;

@@ -136,7 +136,7 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
 /* Each tile's log total weight, and log(total - largest weight), which
  * bounds what a tile holds without any one of its points (leave one out),
  * for tiles of `tile` consecutive weights of n. */
-void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile,
+void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile, int threads,
                           double *log_total, double *log_rest);
 
 /* The tiles that each block of `block` consecutive query rows visits, for

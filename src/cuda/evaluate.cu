@@ -45,19 +45,6 @@ static int device_plan_enabled(void)
   return enabled;
 }
 
-/* KDEGPU_TRACE=<file>: each evaluation appends its phases' wall times
- * there (ordering, setup, the devices' loop and when each device finished,
- * the scatter back to the caller's order); for measurements of several
- * devices (bench/gpu_multi.R). Read once. */
-static FILE *trace_file(void)
-{
-  static FILE *const file = [] {
-    const char *path = getenv("KDEGPU_TRACE");
-    return path != NULL && path[0] != '\0' ? fopen(path, "a") : (FILE *) NULL;
-  }();
-  return file;
-}
-
 /* The first row of the batch after the current one: the next rows of a
  * fixed range, or the next unclaimed batch of all the queries (q_hi when
  * none is left). Claims are taken on this one host thread. */
@@ -331,21 +318,21 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   }
   if (query->pairs_share != NULL)
     *query->pairs_share = evaluated / ((double) nq * (double) model->n_points);
-  if (trace_file() != NULL) {
+  if (kde_trace_file() != NULL) {
     const auto t_end = std::chrono::steady_clock::now();
-    fprintf(trace_file(), "evaluate n_query=%lld devices=%d split_training=%d claiming=%d"
+    fprintf(kde_trace_file(), "evaluate n_query=%lld devices=%d split_training=%d claiming=%d"
             " setup_ms=%.2f loop_ms=%.2f", (long long) nq, n_dev, split_training, claiming,
             kde_ms_between(t_start, t_loop), kde_ms_between(t_loop, t_end));
     for (int r = 0; r < n_dev; r++) {
       if (jobs[r].batches == 0) { /* no work came to it: no finishing time */
-        fprintf(trace_file(), " dev%d_batches=0", r);
+        fprintf(kde_trace_file(), " dev%d_batches=0", r);
         continue;
       }
-      fprintf(trace_file(), " dev%d_done_ms=%.2f dev%d_batches=%lld", r,
+      fprintf(kde_trace_file(), " dev%d_done_ms=%.2f dev%d_batches=%lld", r,
               kde_ms_between(t_loop, jobs[r].finished_at), r, (long long) jobs[r].batches);
     }
-    fprintf(trace_file(), "\n");
-    fflush(trace_file());
+    fprintf(kde_trace_file(), "\n");
+    fflush(kde_trace_file());
   }
   failed = 0;
 
@@ -483,11 +470,11 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
     const auto t_scatter = std::chrono::steady_clock::now();
     if (status->code == KDE_OK && order != NULL)
       kde_scatter_rows(sorted_out, order, m, query->host_threads, out);
-    if (trace_file() != NULL) {
-      fprintf(trace_file(), "pruned n_query=%lld order_ms=%.2f scatter_ms=%.2f\n",
+    if (kde_trace_file() != NULL) {
+      fprintf(kde_trace_file(), "pruned n_query=%lld order_ms=%.2f scatter_ms=%.2f\n",
               (long long) m, order_ms,
               kde_ms_between(t_scatter, std::chrono::steady_clock::now()));
-      fflush(trace_file());
+      fflush(kde_trace_file());
     }
     if (stats != NULL) {
       stats->order_ms = order_ms;

@@ -18,6 +18,7 @@
 #include "kernels.cuh"
 #include "layout.cuh"
 #include "model.cuh"
+#include "data_summary.h"
 #include "prune.h"
 #include "spatial.h"
 #include "tuning.cuh"
@@ -86,7 +87,32 @@ cleanup:
   if (prev >= 0) (void) cudaSetDevice(prev);
 }
 
+FILE *kde_trace_file(void)
+{
+  static FILE *const file = [] {
+    const char *path = getenv("KDEGPU_TRACE");
+    return path != NULL && path[0] != '\0' ? fopen(path, "a") : (FILE *) NULL;
+  }();
+  return file;
+}
+
 namespace kdegpu {
+
+/* The wall times of a model's creation, phase by phase, for KDEGPU_TRACE
+ * (bench/fit.R's profile of a fit at 1e8 points). */
+struct phase_trace {
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  char text[400] = "";
+  size_t length = 0;
+  void mark(const char *phase)
+  {
+    if (kde_trace_file() == NULL || length >= sizeof text) return;
+    const auto now = std::chrono::steady_clock::now();
+    length += (size_t) snprintf(text + length, sizeof text - length, " %s_ms=%.1f", phase,
+                                kde_ms_between(last, now));
+    last = now;
+  }
+};
 
 void buffer_release(kde_buffer *buffer)
 {
@@ -328,6 +354,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0, anchor_bytes = 0;
   void *host_anchor = NULL; /* an anchored model's anchors until uploaded */
   double min_budget = 0;
+  phase_trace trace;
 
   kde_status_clear(status);
   if (train == NULL || train->train == NULL || train->weight == NULL ||
@@ -397,12 +424,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   KDE_HOST_ALLOC(model->rep, n_devices, "the device list");
   KDE_HOST_ALLOC(model->center, model->dim, "the training mean");
 
-  for (int64_t k = 0; k < model->dim; k++) {
-    const double *col = train->train + k * train->n_train;
-    double sum = 0;
-    for (int64_t j = 0; j < train->n_train; j++) sum += col[j];
-    model->center[k] = sum / (double) train->n_train;
-  }
+  kde_column_means(train->train, train->n_train, model->dim, train->host_threads,
+                   model->center);
   /* the expanded form would need a per-pair |q|^2 / lambda^2: adaptive
    * models take the difference form */
   model->expanded_rounding = NAN;
@@ -414,6 +437,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                              : model->expanded_rounding <= max_rounding;
   }
   model->expanded = model->rounding_ok && train->dim >= 3;
+  trace.mark("centre_rounding");
 
   min_budget = -1;
   mma_ok = 1;
@@ -444,6 +468,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     if (min_budget < 0 || rep->budget < min_budget) min_budget = rep->budget;
     if (r == 0 || rep->smem_optin < min_smem_optin) min_smem_optin = rep->smem_optin;
   }
+
+  trace.mark("devices");
 
   /* Storage layout: a tensor-core one for the single-precision Gaussian at
    * d = kTcSmallDim and d >= kTcWideMinDim (training points within fp16's
@@ -486,6 +512,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                    model->unit_lo, model->unit_hi);
   }
   if (model->anchored) model->code_row = 2 * model->dim; /* hi and lo parts */
+  trace.mark("boxes");
   model->query_elems = model->code_row + model->n_discrete;
   if (model->anchored) {
     anchor_bytes = (size_t) (model->n_points / kUnit * 2 * model->dim) * model->elem;
@@ -505,6 +532,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     free(model->unit_hi);
     model->unit_lo = model->unit_hi = NULL;
   }
+
+  trace.mark("anchors");
 
   unit_bytes = kUnit * point_bytes(model);
   train_bytes = (size_t) model->n_points * point_bytes(model);
@@ -531,6 +560,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   else
     pack_train<double>(train, model, (const double *) host_anchor,
                        (double *) model->host_train);
+
+  trace.mark("pack");
 
   /* Resident when the training set takes at most half the budget; otherwise
    * stream shards of at most half the budget from the host copy. */
@@ -565,13 +596,15 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     }
   }
 
+  trace.mark("upload");
+
   /* Pruning: the units' weights beside their boxes */
   if (prunes) {
     const int64_t n_units = model->n_points / kUnit;
     KDE_HOST_ALLOC(model->unit_log_weight, n_units, "the units' weights");
     KDE_HOST_ALLOC(model->unit_log_rest, n_units, "the units' weights");
-    kde_tile_log_weights(train->weight, train->n_train, kUnit, model->unit_log_weight,
-                         model->unit_log_rest);
+    kde_tile_log_weights(train->weight, train->n_train, kUnit, train->host_threads,
+                         model->unit_log_weight, model->unit_log_rest);
     {
       kde_prune_plan units;
       memset(&units, 0, sizeof units);
@@ -615,6 +648,12 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                                 weight_bytes, cudaMemcpyHostToDevice));
       }
     }
+  }
+  trace.mark("units");
+  if (kde_trace_file() != NULL) {
+    fprintf(kde_trace_file(), "model n_train=%lld dim=%lld%s\n", (long long) model->n_train,
+            (long long) model->dim, trace.text);
+    fflush(kde_trace_file());
   }
   ok = 1;
 

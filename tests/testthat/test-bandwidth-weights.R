@@ -188,3 +188,22 @@ test_that("a point of weight 0 takes no part in the weighted covariance, however
                  label = format(far))
   }
 })
+
+test_that("the weights' and columns' one-pass summaries match plain R", {
+  set.seed(630)
+  w <- c(rexp(5e4), 0, 0, 1e-300, rexp(5e4))
+  facts <- kdegpu:::weight_facts(w)
+  # double sums in blocks of 8192 (R's sum() accumulates in long double)
+  expect_equal(facts[["total"]], sum(w), tolerance = 1e-12)
+  expect_equal(facts[["sum_squares"]], sum(w^2), tolerance = 1e-12)
+  expect_identical(facts[["smallest"]], min(w[w > 0]))
+  expect_identical(facts[["largest"]], max(w))
+  expect_identical(facts[["which_largest"]], as.double(which.max(w)))
+  expect_identical(facts[["positive"]], as.double(sum(w > 0)))
+  none <- kdegpu:::weight_facts(c(0, 0))
+  expect_identical(none[["smallest"]], Inf)
+  expect_identical(none[["positive"]], 0)
+  x <- cbind(rnorm(length(w)), -3e300 * runif(length(w)), 1e-300)
+  expect_equal(kdegpu:::weighted_centre(x, w), drop(crossprod(w, x)), tolerance = 1e-12)
+  expect_identical(kdegpu:::column_magnitudes(x), apply(abs(x), 2, max))
+})

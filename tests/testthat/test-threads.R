@@ -58,3 +58,23 @@ test_that("small jobs run on one thread, large ones on all that are allowed", {
     expect_identical(p1, p2)
   }
 })
+
+test_that("a fit is the same with 1 and 2 threads: its order, points, weights and centre", {
+  # 3e5 points: the k-d order's top levels are partitioned by several
+  # tasks, and the sums run in 37 blocks
+  set.seed(620)
+  x <- matrix(rnorm(3e5 * 3), ncol = 3)
+  x[1:1000, 1] <- 0 # ties in the order's keys
+  w <- rexp(3e5)
+  fits <- lapply(c(1, 2), function(threads) {
+    with_kde_options(list(kdegpu.threads = threads), kde_gpu(x, weights = w, backend = "cpu"))
+  })
+  for (part in c("order", "z", "tile_weights", "center", "H")) {
+    expect_identical(fits[[1]][[part]], fits[[2]][[part]], label = part)
+  }
+  fit <- fits[[1]]
+  expect_identical(fit$tile_weights, fit$weights[fit$order])
+  expect_equal(sort(fit$order), seq_len(3e5))
+  expect_equal(unname(fit$center), drop(crossprod(w / sum(w), x)), tolerance = 1e-13)
+  expect_equal(fit$z, kdegpu:::whiten(fit, x)[fit$order, ], tolerance = 1e-15)
+})

@@ -39,7 +39,7 @@ int main()
           kde_tile_boxes(z.data(), n, d, tile, 1, lo.data(), hi.data());
           std::vector<double> w(n);
           for (int64_t j = 0; j < n; j++) w[j] = (1.0 + 0.5 * (j % 7 == 0)) / (1.2 * n);
-          kde_tile_log_weights(w.data(), n, tile, lw.data(), rest.data());
+          kde_tile_log_weights(w.data(), n, tile, 1, lw.data(), rest.data());
           kde_prune_plan p{};
           p.kernel = kernel;
           p.dim = d;

@@ -83,7 +83,7 @@ void make_host_plan(const training &t, int kernel, double tolerance, int loo, ho
   h.lw.resize(n_units);
   h.lr.resize(n_units);
   kde_tile_boxes(t.x.data(), t.n, t.d, kUnit, 0, h.lo.data(), h.hi.data());
-  kde_tile_log_weights(t.w.data(), t.n, kUnit, h.lw.data(), h.lr.data());
+  kde_tile_log_weights(t.w.data(), t.n, kUnit, 1, h.lw.data(), h.lr.data());
   h.plan.kernel = kernel;
   h.plan.dim = t.d;
   h.plan.n_tiles = n_units;
