@@ -78,3 +78,15 @@ test_that("a fit is the same with 1 and 2 threads: its order, points, weights an
   expect_equal(unname(fit$center), drop(crossprod(w / sum(w), x)), tolerance = 1e-13)
   expect_equal(fit$z, kdegpu:::whiten(fit, x)[fit$order, ], tolerance = 1e-15)
 })
+
+test_that("the k-d order ends on keys with few distinct values, the same for any thread count", {
+  set.seed(621)
+  x <- matrix(as.double(sample(c(0, 0, 0, 1, 2), 3e5 * 3, TRUE)), ncol = 3)
+  fits <- lapply(c(1, 2), function(threads) {
+    with_kde_options(list(kdegpu.threads = threads), kde_gpu(x, bw = 0.5, backend = "cpu"))
+  })
+  expect_identical(fits[[1]]$order, fits[[2]]$order)
+  expect_equal(sort(fits[[1]]$order), seq_len(3e5))
+  q <- rbind(c(0, 0, 0), c(1, 2, 0.5))
+  expect_log_density_equal(predict(fits[[1]], q, log = TRUE), ref_log_density(x, q, fits[[1]]$H, "gaussian"))
+})
