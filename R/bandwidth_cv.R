@@ -248,8 +248,9 @@ select_bandwidth <- function(x, criterion, type, weights, range, grid, reltol, k
   }
   safe_objective <- function(H, sum_tolerance = tolerance) {
     # a step of the local search can underflow a bandwidth to 0, or
-    # overflow one (LSCV's 2H)
-    if (is.null(chol_or_null(2 * H))) return(.Machine$double.xmax)
+    # overflow one (LSCV's 2H); both H and 2H, whose factors round apart
+    # where H is all but singular
+    if (is.null(chol_or_null(H)) || is.null(chol_or_null(2 * H))) return(.Machine$double.xmax)
     v <- objective(H, sum_tolerance)
     if (is.finite(v)) v else .Machine$double.xmax
   }

@@ -79,7 +79,10 @@ lscv_tie_coefficient <- function(group, w, d) {
 # at the grid's lower end (widening `range` would only follow the fall).
 check_tie_collapse <- function(H, directions, criterion, at_lower_end, floor, column_names) {
   if (length(directions) == 0L) return(invisible())
-  spread <- 1 / sqrt(diag(solve(H)))
+  # each column's spread given the others (1 / sqrt of H^-1's diagonal); a
+  # search that collapsed leaves H nearly singular, which is what is asked
+  # here: no condition-number test, and 0 where H is exactly singular
+  spread <- tryCatch(1 / sqrt(diag(solve(H, tol = 0))), error = function(e) rep(0, nrow(H)))
   for (direction in directions) {
     k <- direction$columns
     if (!(at_lower_end || all(spread[k] < pmin(direction$spacing, floor[k])))) next

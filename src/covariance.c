@@ -20,6 +20,7 @@
 
 #define COV_MAX_BLOCKS 256
 #define COV_MIN_ROWS 8192
+#define COV_RUN_ROWS 1024
 
 int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int threads,
                      double *S)
@@ -45,16 +46,31 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
   const int n_threads = kde_thread_count_for(threads, (double) n * (double) (d * d));
   /* the scale of the points that count: a point of weight 0 takes no part,
    * however far it lies (nor does it meet an overflow below) */
-  for (int64_t k = 0; k < d; k++) {
-    const double *col = x + k * n;
-    double top = 0;
-#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(max : top)
-    for (int64_t i = 0; i < n; i++) {
-      /* (fmax is a call where NaNs must be kept; x is finite; a maximum
-       * is exact in any order) */
-      const double a = w[i] > 0 ? fabs(col[i]) : 0.0;
-      top = a > top ? a : top;
+  /* (each pass reads a block's rows in runs of COV_RUN_ROWS, all columns
+   * of a run while it is in cache: column by column over all n, the six
+   * pairs of d = 3 read x six times, 0.7 s at n = 1e8 on 16 cores) */
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t b = 0; b < n_blocks; b++) {
+    const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
+    double *top = part + b * d;
+    for (int64_t run = begin; run < end; run += COV_RUN_ROWS) {
+      const int64_t run_end = run + COV_RUN_ROWS < end ? run + COV_RUN_ROWS : end;
+      for (int64_t k = 0; k < d; k++) {
+        const double *col = x + k * n;
+        double t = top[k];
+        for (int64_t i = run; i < run_end; i++) {
+          /* (fmax is a call where NaNs must be kept; x is finite; a
+           * maximum is exact in any order) */
+          const double a = w[i] > 0 ? fabs(col[i]) : 0.0;
+          t = a > t ? a : t;
+        }
+        top[k] = t;
+      }
     }
+  }
+  for (int64_t k = 0; k < d; k++) {
+    double top = 0;
+    for (int64_t b = 0; b < n_blocks; b++) top = part[b * d + k] > top ? part[b * d + k] : top;
     scale[k] = top > 0 ? ldexp(1.0, ilogb(top)) : 1.0;
     /* 1 / scale is exact where it is a normal number: a product then
      * gives the quotient's bits, at a fraction of a division's cost */
@@ -64,17 +80,21 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t b = 0; b < n_blocks; b++) {
     const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
-    for (int64_t k = 0; k < d; k++) {
-      const double *col = x + k * n, s = scale[k], r = inverse[k], ref = col[first] / s;
-      double sum = 0;
-      if (r > 0) {
-        for (int64_t i = begin; i < end; i++)
-          if (w[i] > 0) sum += w[i] * (col[i] * r - ref);
-      } else {
-        for (int64_t i = begin; i < end; i++)
-          if (w[i] > 0) sum += w[i] * (col[i] / s - ref);
+    for (int64_t k = 0; k < d; k++) part[b * d + k] = 0;
+    for (int64_t run = begin; run < end; run += COV_RUN_ROWS) {
+      const int64_t run_end = run + COV_RUN_ROWS < end ? run + COV_RUN_ROWS : end;
+      for (int64_t k = 0; k < d; k++) {
+        const double *col = x + k * n, s = scale[k], r = inverse[k], ref = col[first] / s;
+        double sum = 0;
+        if (r > 0) {
+          for (int64_t i = run; i < run_end; i++)
+            if (w[i] > 0) sum += w[i] * (col[i] * r - ref);
+        } else {
+          for (int64_t i = run; i < run_end; i++)
+            if (w[i] > 0) sum += w[i] * (col[i] / s - ref);
+        }
+        part[b * d + k] += sum;
       }
-      part[b * d + k] = sum;
     }
   }
   for (int64_t b = 0; b < n_blocks; b++)
@@ -84,20 +104,24 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
   for (int64_t b = 0; b < n_blocks; b++) {
     const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
     double *out = part + b * d * d;
-    for (int64_t k = 0; k < d; k++) {
-      const double *ck = x + k * n, sk = scale[k], rk = ck[first] / sk, mk = mean[k];
-      for (int64_t l = k; l < d; l++) {
-        const double *cl = x + l * n, sl = scale[l], rl = cl[first] / sl, ml = mean[l];
-        const double ik = inverse[k], il = inverse[l];
-        double sum = 0;
-        if (ik > 0 && il > 0) {
-          for (int64_t i = begin; i < end; i++)
-            if (w[i] > 0) sum += w[i] * ((ck[i] * ik - rk - mk) * (cl[i] * il - rl - ml));
-        } else {
-          for (int64_t i = begin; i < end; i++)
-            if (w[i] > 0) sum += w[i] * ((ck[i] / sk - rk - mk) * (cl[i] / sl - rl - ml));
+    for (int64_t j = 0; j < d * d; j++) out[j] = 0;
+    for (int64_t run = begin; run < end; run += COV_RUN_ROWS) {
+      const int64_t run_end = run + COV_RUN_ROWS < end ? run + COV_RUN_ROWS : end;
+      for (int64_t k = 0; k < d; k++) {
+        const double *ck = x + k * n, sk = scale[k], rk = ck[first] / sk, mk = mean[k];
+        for (int64_t l = k; l < d; l++) {
+          const double *cl = x + l * n, sl = scale[l], rl = cl[first] / sl, ml = mean[l];
+          const double ik = inverse[k], il = inverse[l];
+          double sum = 0;
+          if (ik > 0 && il > 0) {
+            for (int64_t i = run; i < run_end; i++)
+              if (w[i] > 0) sum += w[i] * ((ck[i] * ik - rk - mk) * (cl[i] * il - rl - ml));
+          } else {
+            for (int64_t i = run; i < run_end; i++)
+              if (w[i] > 0) sum += w[i] * ((ck[i] / sk - rk - mk) * (cl[i] / sl - rl - ml));
+          }
+          out[k + l * d] += sum;
         }
-        out[k + l * d] = sum;
       }
     }
   }
