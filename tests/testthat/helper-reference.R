@@ -17,8 +17,10 @@ ref_profile <- function(kernel) {
     rectangular  = function(s) inside(s, rep(1, length(s))),
     triangular   = function(s) inside(s, 1 - s),
     biweight     = function(s) inside(s, (1 - s^2)^2),
-    cosine       = function(s) inside(s, (1 + cos(pi * s)) / 2),
-    optcosine    = function(s) inside(s, cos(pi * s / 2)),
+    # (1 + cos(pi s)) / 2 = cos(pi s / 2)^2 = sin(pi (1 - s) / 2)^2: the
+    # sine of 1 - s keeps its digits near the edge, where 1 + cos cancels
+    cosine       = function(s) inside(s, sin(pi * (1 - s) / 2)^2),
+    optcosine    = function(s) inside(s, sin(pi * (1 - s) / 2)),
     stop("unknown kernel ", kernel)
   )
 }

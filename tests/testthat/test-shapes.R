@@ -153,3 +153,34 @@ test_that("CUDA: both precisions keep their digits wherever the data sit (cluste
     }
   }
 })
+
+test_that("every kernel, d = 1, 2, 3, 5: sparse, between-cluster and far queries on clustered data keep the default's and tolerance = 1e-3's guarantees", {
+  # 12 tight clusters 30 bandwidths apart; queries at a few scattered
+  # points (sparse), midway between clusters and far outside
+  for (d in c(1, 2, 3, 5)) {
+    set.seed(950 + d)
+    centres <- matrix(runif(12 * d, 0, 60), 12)
+    x <- centres[rep(1:12, length.out = 6000), , drop = FALSE] + matrix(rnorm(6000 * d), ncol = d)
+    q <- rbind(x[sample.int(6000, 40), , drop = FALSE] + rnorm(40 * d, sd = 0.5),
+               (centres[1:6, , drop = FALSE] + centres[7:12, , drop = FALSE]) / 2,
+               matrix(200 + runif(3 * d, 0, 50), 3))
+    H <- diag(0.5^2, d)
+    for (k in kernel_names) {
+      ref <- ref_log_density(x, q, H, k)
+      for (be in eval_backends()) {
+        fit <- kde_on(be, x, H = H, kernel = k)
+        lab <- be_label(be, k, sprintf("d = %d", d))
+        expect_log_density_equal(predict(fit, q, log = TRUE), ref, tol = be$tol,
+                                 label = paste(lab, "default"))
+        # within 1e-3 of the full sum and never above it (to rounding)
+        loose <- predict(fit, q, log = TRUE, tolerance = 1e-3)
+        expect_identical(loose == -Inf, ref == -Inf, label = paste(lab, "1e-3 zeros"))
+        ok <- is.finite(ref)
+        gap <- loose[ok] - ref[ok]
+        expect_lte(max(gap), be$tol * max(1, abs(ref[ok])), label = paste(lab, "1e-3 above"))
+        expect_gte(min(gap), log1p(-1e-3) - be$tol * max(1, abs(ref[ok])),
+                   label = paste(lab, "1e-3 below"))
+      }
+    }
+  }
+})
