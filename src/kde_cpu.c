@@ -277,13 +277,8 @@ int kde_cpu_tiles_make(const kde_training_set *train, int threads, kde_cpu_tiles
   if (train->inv_scale2 != NULL)
     kde_tile_boxes(train->inv_scale2, train->n_train, 1, tile, 1, tiles->scale_lo,
                    tiles->scale_hi);
-  kde_prune_plan units = {0};
-  units.dim = dim;
-  units.n_tiles = tiles->n_tiles;
-  units.lo = tiles->lo;
-  units.hi = tiles->hi;
-  units.log_weight = tiles->log_weight;
-  if (kde_prune_groups_make(&units, &tiles->groups) != 0) {
+  if (kde_prune_groups_make(dim, tiles->n_tiles, tiles->lo, tiles->hi, tiles->log_weight,
+                            &tiles->groups) != 0) {
     kde_cpu_tiles_free(tiles);
     return -1;
   }

@@ -164,14 +164,16 @@ typedef struct {
   double *log_weight_min, *log_weight_sum;
 } kde_prune_groups;
 
-/* The groups of plan's tiles: about KDE_PRUNE_TEST_GROUPS groups of at
+/* The groups of n_tiles tiles (boxes lo, hi: n_tiles x dim, row-major; log
+ * weights log_weight): about KDE_PRUNE_TEST_GROUPS groups of at
  * least KDE_PRUNE_TEST_MIN_TILES tiles (the test then takes about 3 us per
  * query block: 15 us with 1024 groups, where the device's plan of one block
  * against 1e7 points took 70 us); 0, or -1 when out of memory (g then
  * empty). */
 #define KDE_PRUNE_TEST_GROUPS 256
 #define KDE_PRUNE_TEST_MIN_TILES 16
-int kde_prune_groups_make(const kde_prune_plan *plan, kde_prune_groups *g);
+int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *lo, const double *hi,
+                          const double *log_weight, kde_prune_groups *g);
 void kde_prune_groups_free(kde_prune_groups *g);
 
 /* 0 when the groups prove that the density's plan for the query box

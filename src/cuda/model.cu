@@ -605,18 +605,10 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     KDE_HOST_ALLOC(model->unit_log_rest, n_units, "the units' weights");
     kde_tile_log_weights(train->weight, train->n_train, kUnit, train->host_threads,
                          model->unit_log_weight, model->unit_log_rest);
-    {
-      kde_prune_plan units;
-      memset(&units, 0, sizeof units);
-      units.dim = model->dim;
-      units.n_tiles = n_units;
-      units.lo = model->unit_lo;
-      units.hi = model->unit_hi;
-      units.log_weight = model->unit_log_weight;
-      if (kde_prune_groups_make(&units, &model->unit_groups) != 0) {
-        kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the units' groups");
-        goto cleanup;
-      }
+    if (kde_prune_groups_make(model->dim, n_units, model->unit_lo, model->unit_hi,
+                              model->unit_log_weight, &model->unit_groups) != 0) {
+      kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the units' groups");
+      goto cleanup;
     }
     if (model->adaptive) {
       KDE_HOST_ALLOC(model->unit_scale_lo, n_units, "the units' scales");
