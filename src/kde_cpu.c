@@ -42,6 +42,22 @@
 #define FEW_ITEMS 128
 #define FEW_MIN_TILES 16
 
+/* Sparse queries (far apart, far from the data, between clusters): a
+ * block of them spans a box far wider than a kernel, and its plan, whose
+ * bounds hold for every point of the box, visits nearly every tile. A
+ * block whose box's diagonal reaches REFINE_MIN_REACH2 (squared, in
+ * kernel units: one sd for the Gaussian, the support's radius for the
+ * compact kernels) is split in its k-d halves, each with its own plan,
+ * while the halves visit at most REFINE_GAIN of the block's pairs; down to
+ * single queries. A split is tried only where what it can save pays for
+ * the halves' plans: a tile's bound costs about REFINE_PLAN_PAIRS pairs
+ * (measured: ~30 ns against ~2 ns a pair at d = 2 and 3). Dense queries'
+ * blocks are far narrower than a kernel: no plan is made twice. */
+#define REFINE_MIN_REACH2 1.0
+#define REFINE_GAIN 0.8
+#define REFINE_PLAN_PAIRS 16.0
+#define REFINE_LEVELS 4 /* QUERY_BLOCK = 16 = 2^4 */
+
 /* A chunk of training points read in one pass should fit in L1 with its
  * distances: chunk * (dim + 2) doubles of about 32 KiB, at least 64 points
  * so the vector loops stay long. */
@@ -293,6 +309,7 @@ typedef struct {
   kde_cpu_tiles tiles;   /* made here when the caller has none */
   double *scratch;       /* per thread */
   int64_t *visit;        /* per thread, or (few blocks) per block: tiles to visit */
+  int64_t *halves;       /* per thread: the lists of split blocks' halves */
   kde_lse *parts;        /* few blocks: each part's states */
   int64_t *n_visit;      /* few blocks: each block's count of tiles */
 } cpu_buffers;
@@ -305,6 +322,7 @@ static void free_buffers(cpu_buffers *b)
   kde_cpu_tiles_free(&b->tiles);
   free(b->scratch);
   free(b->visit);
+  free(b->halves);
   free(b->parts);
   free(b->n_visit);
 }
@@ -354,6 +372,67 @@ static double listed_points(const kde_training_set *train, const int64_t *visit,
   const int64_t last_tile_points = train->n_train - (n_tiles - 1) * tile;
   return (double) (n_visit * tile -
                    (visit[n_visit - 1] == n_tiles - 1 ? tile - last_tile_points : 0));
+}
+
+/* What the evaluation of a block reads and writes on one thread. */
+typedef struct {
+  const kde_training_set *train;
+  const kde_query_set *query;
+  const kde_prune_plan *plan; /* NULL: every tile */
+  const kde_prune_groups *groups;
+  int64_t n_tiles, tile, chunk;
+  double *scratch;      /* evaluate_block_dispatch's */
+  double *plan_scratch; /* block_tiles' */
+  int64_t *halves;      /* 2 * REFINE_LEVELS lists of n_tiles */
+} block_work;
+
+/* The squared diagonal of the box of the queries rows[0 .. len). */
+static double rows_reach2(const kde_query_set *query, int64_t dim, const int64_t *rows,
+                          int64_t len)
+{
+  const int64_t m = query->n_query;
+  double reach2 = 0.0;
+  for (int64_t k = 0; k < dim; k++) {
+    const double *col = query->query + k * m;
+    double lo = col[rows[0]], hi = lo;
+    for (int64_t b = 1; b < len; b++) {
+      lo = col[rows[b]] < lo ? col[rows[b]] : lo;
+      hi = col[rows[b]] > hi ? col[rows[b]] : hi;
+    }
+    reach2 += (hi - lo) * (hi - lo);
+  }
+  return reach2;
+}
+
+/* The queries rows[0 .. len) against the tiles visit[0 .. n_visit) (their
+ * plan's), into state[0 .. len); returns the pairs evaluated. A wide block
+ * is split first (REFINE_MIN_REACH2): the halves are k-d halves, as the
+ * queries' order sorts each block down to single points. */
+static double evaluate_refined(const block_work *w, const int64_t *rows, int64_t len,
+                               const int64_t *visit, int64_t n_visit, int level,
+                               kde_lse *state)
+{
+  const double pairs = (double) len * listed_points(w->train, visit, n_visit, w->tile, w->n_tiles);
+  if (w->plan != NULL && len > 1 && level < REFINE_LEVELS &&
+      (1.0 - REFINE_GAIN) * pairs >= 2.0 * REFINE_PLAN_PAIRS * (double) w->n_tiles &&
+      rows_reach2(w->query, w->train->dim, rows, len) >= REFINE_MIN_REACH2) {
+    const int64_t half = len / 2;
+    int64_t *left = w->halves + 2 * level * w->n_tiles, *right = left + w->n_tiles;
+    const int64_t n_left = block_tiles(w->plan, w->groups, w->query, rows, half, w->n_tiles,
+                                       w->plan_scratch, left);
+    const int64_t n_right = block_tiles(w->plan, w->groups, w->query, rows + half, len - half,
+                                        w->n_tiles, w->plan_scratch, right);
+    if ((double) half * listed_points(w->train, left, n_left, w->tile, w->n_tiles) +
+            (double) (len - half) * listed_points(w->train, right, n_right, w->tile, w->n_tiles) <=
+        REFINE_GAIN * pairs) {
+      return evaluate_refined(w, rows, half, left, n_left, level + 1, state) +
+             evaluate_refined(w, rows + half, len - half, right, n_right, level + 1,
+                              state + half);
+    }
+  }
+  evaluate_block_dispatch(w->train->kernel, w->train, w->query, rows, len, visit, n_visit,
+                          w->tile, w->chunk, w->scratch, state);
+  return pairs;
 }
 
 void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *tiles,
@@ -411,7 +490,9 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
     /* the order only: the evaluation reads the queries through it */
     CPU_ALLOC(buf.sorted, m * dim);
     memcpy(buf.sorted, query->query, (size_t) (m * dim) * sizeof(double));
-    kde_kd_sort(buf.sorted, m, dim, KDE_QUERY_BLOCK, 0, n_threads, buf.query_order);
+    /* blocks of QUERY_BLOCK, each in a k-d order down to single points
+     * (their halves are what a wide block splits into: evaluate_refined) */
+    kde_kd_sort(buf.sorted, m, dim, KDE_QUERY_BLOCK, 1, n_threads, buf.query_order);
     free(buf.sorted);
     buf.sorted = NULL;
   } else {
@@ -518,6 +599,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
       out[buf.query_order[i]] = kde_lse_log(state) + query->log_const;
     }
   } else {
+    CPU_ALLOC(buf.halves, (int64_t) n_threads * 2 * REFINE_LEVELS * n_tiles);
     kde_slice slice = {0, n_blocks, 0};
     while (kde_slice_next(&slice)) {
 #pragma omp parallel num_threads(n_threads) reduction(+ : pairs)
@@ -525,18 +607,18 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
         const int thread = kde_thread_index();
         double *scratch = buf.scratch + thread * scratch_per_thread;
         int64_t *visit = buf.visit + thread * n_tiles;
+        const block_work work = {train, query, block_plan, groups, n_tiles, tile, chunk, scratch,
+                                 scratch + 2 * chunk + QUERY_BLOCK * dim + mixed,
+                                 buf.halves + (int64_t) thread * 2 * REFINE_LEVELS * n_tiles};
         int64_t block, block_end;
         while (kde_slice_claim(&slice, 1, &block, &block_end)) {
           const int64_t first = block * QUERY_BLOCK;
           const int64_t block_len = block_length(first, m);
           const int64_t *rows = buf.query_order + first;
-          const int64_t n_visit =
-              block_tiles(block_plan, groups, query, rows, block_len, n_tiles,
-                          scratch + 2 * chunk + QUERY_BLOCK * dim + mixed, visit);
-          pairs += (double) block_len * listed_points(train, visit, n_visit, tile, n_tiles);
+          const int64_t n_visit = block_tiles(block_plan, groups, query, rows, block_len,
+                                              n_tiles, work.plan_scratch, visit);
           kde_lse state[QUERY_BLOCK];
-          evaluate_block_dispatch(train->kernel, train, query, rows, block_len,
-                                  visit, n_visit, tile, chunk, scratch, state);
+          pairs += evaluate_refined(&work, rows, block_len, visit, n_visit, 0, state);
           for (int64_t b = 0; b < block_len; b++)
             out[rows[b]] = kde_lse_log(state[b]) + query->log_const;
         }

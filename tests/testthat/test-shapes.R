@@ -184,3 +184,24 @@ test_that("every kernel, d = 1, 2, 3, 5: sparse, between-cluster and far queries
     }
   }
 })
+
+test_that("CPU: sparse queries' blocks split into k-d halves with their own plans: exact, thread-independent, and fewer pairs", {
+  # 2,000 queries (125 blocks: past the few-blocks path) scattered over 12
+  # clusters 40 bandwidths apart, between them and far away
+  set.seed(960)
+  centres <- matrix(runif(24, 0, 80), 12)
+  x <- centres[rep(1:12, length.out = 2e4), ] + matrix(rnorm(4e4), ncol = 2)
+  q <- rbind(x[sample.int(2e4, 1000), ] + rnorm(2000, sd = 0.5),
+             matrix(runif(1600, -20, 100), ncol = 2),
+             matrix(runif(400, 200, 400), ncol = 2))
+  fit <- kde_gpu(x, H = diag(0.5^2, 2), backend = "cpu")
+  by_threads <- lapply(1:2, function(t) {
+    with_kde_options(list(kdegpu.threads = t), predict(fit, q, log = TRUE))
+  })
+  expect_identical(by_threads[[2]], by_threads[[1]])
+  expect_log_density_equal(by_threads[[1]], ref_log_density(x, q, fit$H, "gaussian"),
+                           tol = 1e-12, label = "sparse queries, clustered fit")
+  # blocks as wide as the data's box would keep every pair; each query
+  # needs about its nearest cluster, a twelfth of them
+  expect_lt(summary(fit)$pairs_share, 0.25)
+})
