@@ -162,8 +162,8 @@ void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile, int thr
 static inline double smaller(double a, double b) { return a < b ? a : b; }
 static inline double larger(double a, double b) { return a > b ? a : b; }
 
-int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *lo, const double *hi,
-                          const double *log_weight, kde_prune_groups *g)
+int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
+                          const double *tile_hi, const double *log_weight, kde_prune_groups *g)
 {
   const int64_t d = dim;
   int64_t group_tiles = (n_tiles + KDE_PRUNE_TEST_GROUPS - 1) / KDE_PRUNE_TEST_GROUPS;
@@ -188,7 +188,7 @@ int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *lo, const 
   /* the centre: the mean of the tiles' middles (any point would do) */
   for (int64_t t = 0; t < n_tiles; t++)
     for (int64_t j = 0; j < d; j++)
-      centre[j] += 0.5 * (lo[t * d + j] + hi[t * d + j]) / (double) n_tiles;
+      centre[j] += 0.5 * (tile_lo[t * d + j] + tile_hi[t * d + j]) / (double) n_tiles;
   for (int64_t k = 0; k < g->n_groups; k++) {
     const int64_t t0 = k * group_tiles;
     const int64_t t1 = t0 + group_tiles < n_tiles ? t0 + group_tiles : n_tiles;
@@ -202,7 +202,7 @@ int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *lo, const 
     }
     for (int64_t t = t0; t < t1; t++) {
       for (int64_t j = 0; j < d; j++) {
-        const double a = lo[t * d + j], b = hi[t * d + j];
+        const double a = tile_lo[t * d + j], b = tile_hi[t * d + j];
         const double inner = smaller(larger(centre[j], a), b);
         lo[j] = smaller(lo[j], a);
         hi[j] = larger(hi[j], b);

@@ -164,7 +164,7 @@ typedef struct {
   double *log_weight_min, *log_weight_sum;
 } kde_prune_groups;
 
-/* The groups of n_tiles tiles (boxes lo, hi: n_tiles x dim, row-major; log
+/* The groups of n_tiles tiles (boxes tile_lo, tile_hi: n_tiles x dim, row-major; log
  * weights log_weight): about KDE_PRUNE_TEST_GROUPS groups of at
  * least KDE_PRUNE_TEST_MIN_TILES tiles (the test then takes about 3 us per
  * query block: 15 us with 1024 groups, where the device's plan of one block
@@ -172,8 +172,8 @@ typedef struct {
  * empty). */
 #define KDE_PRUNE_TEST_GROUPS 256
 #define KDE_PRUNE_TEST_MIN_TILES 16
-int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *lo, const double *hi,
-                          const double *log_weight, kde_prune_groups *g);
+int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
+                          const double *tile_hi, const double *log_weight, kde_prune_groups *g);
 void kde_prune_groups_free(kde_prune_groups *g);
 
 /* 0 when the groups prove that the density's plan for the query box
