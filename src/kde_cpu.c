@@ -49,9 +49,10 @@
  * kernel units: one sd for the Gaussian, the support's radius for the
  * compact kernels) is split in its k-d halves, each with its own plan,
  * while the halves visit at most REFINE_GAIN of the block's pairs; down to
- * single queries. A split is tried only where what it can save pays for
- * the halves' plans: a tile's bound costs about REFINE_PLAN_PAIRS pairs
- * (measured: ~30 ns against ~2 ns a pair at d = 2 and 3). Dense queries'
+ * single queries (a block whose halves are as wide as itself, a few
+ * queries scattered over the data, may go to single queries at once). A split is tried only where what it can save pays for
+ * the halves' plans: a bound costs about REFINE_PLAN_PAIRS pairs (~30 ns
+ * against ~2 ns a pair at d = 2 and 3). Dense queries'
  * blocks are far narrower than a kernel: no plan is made twice. */
 #define REFINE_MIN_REACH2 1.0
 #define REFINE_GAIN 0.8
@@ -301,6 +302,13 @@ int kde_cpu_tiles_make(const kde_training_set *train, int threads, kde_cpu_tiles
   return 0;
 }
 
+/* Few blocks: each part of a block after its splits, kept with a copy of
+ * its list, for the parts of every list to be shared among the threads. */
+typedef struct {
+  int64_t first, len; /* its queries: query_order[first .. first + len) */
+  int64_t *visit, n_visit;
+} few_unit;
+
 /* What the evaluation allocates, freed together on every path. */
 typedef struct {
   double *whitened;      /* the queries, whitened (when the backend does it) */
@@ -311,7 +319,10 @@ typedef struct {
   int64_t *visit;        /* per thread, or (few blocks) per block: tiles to visit */
   int64_t *halves;       /* per thread: the lists of split blocks' halves */
   kde_lse *parts;        /* few blocks: each part's states */
-  int64_t *n_visit;      /* few blocks: each block's count of tiles */
+  few_unit *units;       /* few blocks: QUERY_BLOCK slots per block */
+  int64_t *n_units;      /* few blocks: each block's units */
+  int64_t *unit_slots;   /* few blocks: the units' slots, in order */
+  int64_t n_blocks;      /* few blocks: how many (for the units' lists) */
 } cpu_buffers;
 
 static void free_buffers(cpu_buffers *b)
@@ -324,7 +335,12 @@ static void free_buffers(cpu_buffers *b)
   free(b->visit);
   free(b->halves);
   free(b->parts);
-  free(b->n_visit);
+  if (b->units != NULL && b->n_units != NULL)
+    for (int64_t k = 0; k < b->n_blocks; k++)
+      for (int64_t j = 0; j < b->n_units[k]; j++) free(b->units[k * QUERY_BLOCK + j].visit);
+  free(b->units);
+  free(b->n_units);
+  free(b->unit_slots);
 }
 
 /* A plan proven to visit at least this share of the tiles is not made
@@ -354,7 +370,7 @@ static int64_t block_tiles(const kde_prune_plan *plan, const kde_prune_groups *g
     for (int64_t v = 0; v < n_tiles; v++) visit[v] = v;
     return n_tiles;
   }
-  return kde_tiles_to_visit(plan, q_lo, q_hi, q_hi + dim, visit);
+  return kde_tiles_to_visit_grouped(plan, groups, q_lo, q_hi, q_hi + dim, visit);
 }
 
 /* The queries of the block that starts at sorted row `first`. */
@@ -386,6 +402,15 @@ typedef struct {
   int64_t *halves;      /* 2 * REFINE_LEVELS lists of n_tiles */
 } block_work;
 
+/* About how many bounds a half's plan takes: the groups and, looked into,
+ * the tiles near it (about the block's own list); every tile without
+ * groups (kde_tiles_to_visit_grouped). */
+static double refine_plan_bounds(const block_work *w, int64_t n_visit)
+{
+  const int64_t n_groups = w->groups != NULL ? w->groups->n_groups : 0;
+  return n_groups > 0 ? (double) (n_groups + n_visit) : (double) w->n_tiles;
+}
+
 /* The squared diagonal of the box of the queries rows[0 .. len). */
 static double rows_reach2(const kde_query_set *query, int64_t dim, const int64_t *rows,
                           int64_t len)
@@ -404,17 +429,23 @@ static double rows_reach2(const kde_query_set *query, int64_t dim, const int64_t
   return reach2;
 }
 
-/* The queries rows[0 .. len) against the tiles visit[0 .. n_visit) (their
- * plan's), into state[0 .. len); returns the pairs evaluated. A wide block
- * is split first (REFINE_MIN_REACH2): the halves are k-d halves, as the
- * queries' order sorts each block down to single points. */
-static double evaluate_refined(const block_work *w, const int64_t *rows, int64_t len,
-                               const int64_t *visit, int64_t n_visit, int level,
-                               kde_lse *state)
+/* What becomes of each of a block's parts after the splits (the queries
+ * rows[0 .. len), their tiles visit[0 .. n_visit)): evaluated at once, or
+ * kept for the few-blocks path. */
+typedef void (*unit_fn)(void *ctx, const int64_t *rows, int64_t len, const int64_t *visit,
+                        int64_t n_visit);
+
+/* The block rows[0 .. len) with its plan's tiles visit[0 .. n_visit),
+ * split while splitting pays (REFINE_*): each part goes to emit(); returns
+ * the pairs of all of them. A split's halves are k-d halves: the queries'
+ * order sorts each block down to single points. */
+static double refine_block(const block_work *w, const int64_t *rows, int64_t len,
+                           const int64_t *visit, int64_t n_visit, int level, unit_fn emit,
+                           void *ctx)
 {
   const double pairs = (double) len * listed_points(w->train, visit, n_visit, w->tile, w->n_tiles);
   if (w->plan != NULL && len > 1 && level < REFINE_LEVELS &&
-      (1.0 - REFINE_GAIN) * pairs >= 2.0 * REFINE_PLAN_PAIRS * (double) w->n_tiles &&
+      (1.0 - REFINE_GAIN) * pairs >= 2.0 * REFINE_PLAN_PAIRS * refine_plan_bounds(w, n_visit) &&
       rows_reach2(w->query, w->train->dim, rows, len) >= REFINE_MIN_REACH2) {
     const int64_t half = len / 2;
     int64_t *left = w->halves + 2 * level * w->n_tiles, *right = left + w->n_tiles;
@@ -425,14 +456,67 @@ static double evaluate_refined(const block_work *w, const int64_t *rows, int64_t
     if ((double) half * listed_points(w->train, left, n_left, w->tile, w->n_tiles) +
             (double) (len - half) * listed_points(w->train, right, n_right, w->tile, w->n_tiles) <=
         REFINE_GAIN * pairs) {
-      return evaluate_refined(w, rows, half, left, n_left, level + 1, state) +
-             evaluate_refined(w, rows + half, len - half, right, n_right, level + 1,
-                              state + half);
+      return refine_block(w, rows, half, left, n_left, level + 1, emit, ctx) +
+             refine_block(w, rows + half, len - half, right, n_right, level + 1, emit, ctx);
+    }
+    /* halves as wide as the block (a few queries scattered over the data)
+     * can still leave single queries narrow: each its own plan, made twice
+     * (counted, then kept) where that pays */
+    if (level == 0 && len > 2 &&
+        (1.0 - REFINE_GAIN) * pairs >=
+            2.0 * (double) len * REFINE_PLAN_PAIRS * refine_plan_bounds(w, n_visit)) {
+      double single_pairs = 0.0;
+      for (int64_t i = 0; i < len; i++) {
+        const int64_t n_one = block_tiles(w->plan, w->groups, w->query, rows + i, 1, w->n_tiles,
+                                          w->plan_scratch, left);
+        single_pairs += listed_points(w->train, left, n_one, w->tile, w->n_tiles);
+      }
+      if (single_pairs <= REFINE_GAIN * pairs) {
+        for (int64_t i = 0; i < len; i++) {
+          const int64_t n_one = block_tiles(w->plan, w->groups, w->query, rows + i, 1,
+                                            w->n_tiles, w->plan_scratch, left);
+          emit(ctx, rows + i, 1, left, n_one);
+        }
+        return single_pairs;
+      }
     }
   }
-  evaluate_block_dispatch(w->train->kernel, w->train, w->query, rows, len, visit, n_visit,
-                          w->tile, w->chunk, w->scratch, state);
+  emit(ctx, rows, len, visit, n_visit);
   return pairs;
+}
+
+/* Many blocks: each part evaluated at once into its queries' states. */
+typedef struct {
+  const block_work *work;
+  const int64_t *block_rows;
+  kde_lse *state; /* the block's */
+} evaluate_ctx;
+
+static void evaluate_unit(void *ctx, const int64_t *rows, int64_t len, const int64_t *visit,
+                          int64_t n_visit)
+{
+  const evaluate_ctx *c = (const evaluate_ctx *) ctx;
+  const block_work *w = c->work;
+  evaluate_block_dispatch(w->train->kernel, w->train, w->query, rows, len, visit, n_visit,
+                          w->tile, w->chunk, w->scratch, c->state + (rows - c->block_rows));
+}
+
+typedef struct {
+  few_unit *units; /* the block's, at most QUERY_BLOCK */
+  int64_t count;
+  const int64_t *order;
+} keep_ctx;
+
+static void keep_unit(void *ctx, const int64_t *rows, int64_t len, const int64_t *visit,
+                      int64_t n_visit)
+{
+  keep_ctx *c = (keep_ctx *) ctx;
+  few_unit *u = &c->units[c->count++];
+  u->first = rows - c->order;
+  u->len = len;
+  u->n_visit = n_visit;
+  u->visit = malloc((size_t) (n_visit > 0 ? n_visit : 1) * sizeof(int64_t));
+  if (u->visit != NULL) memcpy(u->visit, visit, (size_t) n_visit * sizeof(int64_t));
 }
 
 void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *tiles,
@@ -491,7 +575,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
     CPU_ALLOC(buf.sorted, m * dim);
     memcpy(buf.sorted, query->query, (size_t) (m * dim) * sizeof(double));
     /* blocks of QUERY_BLOCK, each in a k-d order down to single points
-     * (their halves are what a wide block splits into: evaluate_refined) */
+     * (their halves are what a wide block splits into: refine_block) */
     kde_kd_sort(buf.sorted, m, dim, KDE_QUERY_BLOCK, 1, n_threads, buf.query_order);
     free(buf.sorted);
     buf.sorted = NULL;
@@ -540,46 +624,66 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   const kde_prune_plan *block_plan = spatial ? &plan : NULL;
   const kde_prune_groups *groups = spatial ? &tiles->groups : NULL;
   CPU_ALLOC(buf.scratch, (int64_t) n_threads * scratch_per_thread);
-  CPU_ALLOC(buf.visit, (few ? n_blocks : (int64_t) n_threads) * n_tiles);
+  CPU_ALLOC(buf.visit, (int64_t) n_threads * n_tiles);
 
   /* Pairs evaluated: each block's queries times the points of its tiles. */
   double pairs = 0.0;
+  CPU_ALLOC(buf.halves, (int64_t) n_threads * 2 * REFINE_LEVELS * n_tiles);
   if (few) {
-    int64_t parts = FEW_ITEMS / n_blocks;
-    if (parts > n_tiles / FEW_MIN_TILES) parts = n_tiles / FEW_MIN_TILES;
-    if (parts < 1) parts = 1;
-    CPU_ALLOC(buf.n_visit, n_blocks);
-    CPU_ALLOC(buf.parts, n_blocks * parts * QUERY_BLOCK);
-    int64_t *n_visit = buf.n_visit;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
+    /* each block's plan and splits (units), then every unit's list in parts */
+    buf.n_blocks = n_blocks;
+    buf.units = calloc((size_t) (n_blocks * QUERY_BLOCK), sizeof(few_unit));
+    buf.n_units = calloc((size_t) n_blocks, sizeof(int64_t));
+    if (buf.units == NULL || buf.n_units == NULL) {
+      kde_status_set(status, KDE_ERR_ALLOC, "could not allocate CPU memory for the evaluation");
+      goto cleanup;
+    }
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) reduction(+ : pairs)
     for (int64_t block = 0; block < n_blocks; block++) {
       const int thread = kde_thread_index();
-      const int64_t first = block * QUERY_BLOCK;
-      n_visit[block] =
-          block_tiles(block_plan, groups, query, buf.query_order + first,
-                      block_length(first, m), n_tiles,
-                      buf.scratch + thread * scratch_per_thread + 2 * chunk +
-                          QUERY_BLOCK * dim + mixed,
-                      buf.visit + block * n_tiles);
+      double *scratch = buf.scratch + thread * scratch_per_thread;
+      int64_t *visit = buf.visit + thread * n_tiles;
+      const block_work work = {train, query, block_plan, groups, n_tiles, tile, chunk, scratch,
+                               scratch + 2 * chunk + QUERY_BLOCK * dim + mixed,
+                               buf.halves + (int64_t) thread * 2 * REFINE_LEVELS * n_tiles};
+      const int64_t first = block * QUERY_BLOCK, len = block_length(first, m);
+      const int64_t *rows = buf.query_order + first;
+      const int64_t n_visit = block_tiles(block_plan, groups, query, rows, len, n_tiles,
+                                          work.plan_scratch, visit);
+      keep_ctx keep = {buf.units + block * QUERY_BLOCK, 0, buf.query_order};
+      pairs += refine_block(&work, rows, len, visit, n_visit, 0, keep_unit, &keep);
+      buf.n_units[block] = keep.count;
     }
+    /* the units in order (their slots), and their parts: part p of a unit
+     * is its list's entries [p L / parts, (p + 1) L / parts) */
+    CPU_ALLOC(buf.unit_slots, n_blocks * QUERY_BLOCK);
+    int64_t n_units = 0;
     for (int64_t block = 0; block < n_blocks; block++) {
-      pairs += (double) block_length(block * QUERY_BLOCK, m) *
-               listed_points(train, buf.visit + block * n_tiles, n_visit[block], tile, n_tiles);
+      for (int64_t j = 0; j < buf.n_units[block]; j++) {
+        if (buf.units[block * QUERY_BLOCK + j].visit == NULL) {
+          kde_status_set(status, KDE_ERR_ALLOC,
+                         "could not allocate CPU memory for the evaluation");
+          goto cleanup;
+        }
+        buf.unit_slots[n_units++] = block * QUERY_BLOCK + j;
+      }
     }
-    /* part p of a block: its list's entries [p L / parts, (p + 1) L / parts) */
-    kde_slice slice = {0, n_blocks * parts, 0};
+    int64_t parts = FEW_ITEMS / n_units;
+    if (parts > n_tiles / FEW_MIN_TILES) parts = n_tiles / FEW_MIN_TILES;
+    if (parts < 1) parts = 1;
+    CPU_ALLOC(buf.parts, n_units * parts * QUERY_BLOCK);
+    kde_slice slice = {0, n_units * parts, 0};
     while (kde_slice_next(&slice)) {
 #pragma omp parallel num_threads(n_threads)
       {
         const int thread = kde_thread_index();
         int64_t item, item_end;
         while (kde_slice_claim(&slice, 1, &item, &item_end)) {
-          const int64_t block = item / parts, part = item % parts, first = block * QUERY_BLOCK;
-          const int64_t from = n_visit[block] * part / parts;
-          const int64_t to = n_visit[block] * (part + 1) / parts;
-          evaluate_block_dispatch(train->kernel, train, query, buf.query_order + first,
-                                  block_length(first, m),
-                                  buf.visit + block * n_tiles + from, to - from, tile, chunk,
+          const few_unit *u = &buf.units[buf.unit_slots[item / parts]];
+          const int64_t part = item % parts;
+          const int64_t from = u->n_visit * part / parts, to = u->n_visit * (part + 1) / parts;
+          evaluate_block_dispatch(train->kernel, train, query, buf.query_order + u->first,
+                                  u->len, u->visit + from, to - from, tile, chunk,
                                   buf.scratch + thread * scratch_per_thread,
                                   buf.parts + item * QUERY_BLOCK);
         }
@@ -591,15 +695,16 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
       }
     }
     /* each query's parts merged in order */
-    for (int64_t i = 0; i < m; i++) {
-      const int64_t block = i / QUERY_BLOCK, b = i % QUERY_BLOCK;
-      kde_lse state = kde_lse_empty();
-      for (int64_t part = 0; part < parts; part++)
-        state = kde_lse_merge(state, buf.parts[(block * parts + part) * QUERY_BLOCK + b]);
-      out[buf.query_order[i]] = kde_lse_log(state) + query->log_const;
+    for (int64_t k = 0; k < n_units; k++) {
+      const few_unit *u = &buf.units[buf.unit_slots[k]];
+      for (int64_t b = 0; b < u->len; b++) {
+        kde_lse state = kde_lse_empty();
+        for (int64_t part = 0; part < parts; part++)
+          state = kde_lse_merge(state, buf.parts[(k * parts + part) * QUERY_BLOCK + b]);
+        out[buf.query_order[u->first + b]] = kde_lse_log(state) + query->log_const;
+      }
     }
   } else {
-    CPU_ALLOC(buf.halves, (int64_t) n_threads * 2 * REFINE_LEVELS * n_tiles);
     kde_slice slice = {0, n_blocks, 0};
     while (kde_slice_next(&slice)) {
 #pragma omp parallel num_threads(n_threads) reduction(+ : pairs)
@@ -618,7 +723,8 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
           const int64_t n_visit = block_tiles(block_plan, groups, query, rows, block_len,
                                               n_tiles, work.plan_scratch, visit);
           kde_lse state[QUERY_BLOCK];
-          pairs += evaluate_refined(&work, rows, block_len, visit, n_visit, 0, state);
+          evaluate_ctx ctx = {&work, rows, state};
+          pairs += refine_block(&work, rows, block_len, visit, n_visit, 0, evaluate_unit, &ctx);
           for (int64_t b = 0; b < block_len; b++)
             out[rows[b]] = kde_lse_log(state[b]) + query->log_const;
         }

@@ -97,6 +97,99 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
   return n_visit;
 }
 
+/* Groups whose bound is below the budget by more than this (in log units,
+ * beyond log n_groups) are not looked into: all of them together are at
+ * most e^-3 of the budget, and they are skipped whole or visited whole. */
+#define GROUPED_CUT 3.0
+
+int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_groups *g,
+                                   const double *q_lo, const double *q_hi, double *scratch,
+                                   int64_t *visit)
+{
+  const int64_t n_tiles = plan->n_tiles, d = plan->dim, n_groups = g->n_groups;
+  const int compact = kde_kernel_is_compact(plan->kernel);
+  if (n_groups < 1 || plan->inv_scale2_lo != NULL || plan->leave_one_out ||
+      plan->derivative != KDE_PRUNE_DENSITY || (!compact && !(plan->tolerance > 0)))
+    return kde_tiles_to_visit(plan, q_lo, q_hi, scratch, visit);
+  double *key = scratch;                 /* per tile of an opened group */
+  double *group_key = scratch + n_tiles; /* per group; NAN: opened */
+  int64_t n_visit = 0;
+
+  if (compact) { /* a group beyond the support holds no tile within it */
+    for (int64_t k = 0; k < n_groups; k++) {
+      double min2, max2;
+      kde_box_distances(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d, &min2, &max2);
+      if (!(min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN)) continue;
+      const int64_t t1 = (k + 1) * g->group_tiles < n_tiles ? (k + 1) * g->group_tiles : n_tiles;
+      for (int64_t t = k * g->group_tiles; t < t1; t++) {
+        kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
+        if (min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN) visit[n_visit++] = t;
+      }
+    }
+    return n_visit;
+  }
+
+  /* L from the groups: each group's total weight at its farthest corner */
+  kde_lse lower = kde_lse_empty();
+  for (int64_t k = 0; k < n_groups; k++) {
+    double min2, max2;
+    kde_box_distances(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d, &min2, &max2);
+    group_key[k] = g->log_weight_sum[k] + kde_log_profile(plan->kernel, min2);
+    lower = kde_lse_add(lower, g->log_weight_sum[k] + kde_log_profile(plan->kernel, max2) +
+                                   plan->log_lower_factor);
+  }
+  const double open_cut = log(plan->tolerance) + kde_lse_log(lower) - log((double) n_groups) -
+                          GROUPED_CUT;
+  if (!(open_cut > -INFINITY)) return kde_tiles_to_visit(plan, q_lo, q_hi, scratch, visit);
+  /* the groups that may matter, tile by tile: their tiles' bounds, and L
+   * again with their tiles' own corners (each at most the group's) */
+  lower = kde_lse_empty();
+  for (int64_t k = 0; k < n_groups; k++) {
+    if (!(group_key[k] > open_cut)) {
+      double min2, max2;
+      kde_box_distances(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d, &min2, &max2);
+      lower = kde_lse_add(lower, g->log_weight_sum[k] + kde_log_profile(plan->kernel, max2) +
+                                     plan->log_lower_factor);
+      continue;
+    }
+    group_key[k] = NAN;
+    const int64_t t1 = (k + 1) * g->group_tiles < n_tiles ? (k + 1) * g->group_tiles : n_tiles;
+    for (int64_t t = k * g->group_tiles; t < t1; t++) {
+      double min2, max2;
+      kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
+      key[t] = kde_prune_log_upper(plan, t, min2, max2);
+      lower = kde_lse_add(lower, kde_prune_log_lower(plan, t, max2));
+    }
+  }
+  const double log_budget = log(plan->tolerance) + kde_lse_log(lower);
+  /* the unopened groups and the opened groups' tiles in one set of buckets */
+  double bucket_sum[KDE_PRUNE_BUCKETS] = {0};
+  for (int64_t k = 0; k < n_groups; k++) {
+    if (group_key[k] == group_key[k]) {
+      group_key[k] -= log_budget;
+      const int b = kde_prune_bucket(group_key[k]);
+      if (b >= 0) bucket_sum[b] += exp(group_key[k]);
+      continue;
+    }
+    const int64_t t1 = (k + 1) * g->group_tiles < n_tiles ? (k + 1) * g->group_tiles : n_tiles;
+    for (int64_t t = k * g->group_tiles; t < t1; t++) {
+      key[t] -= log_budget;
+      const int b = kde_prune_bucket(key[t]);
+      if (b >= 0) bucket_sum[b] += exp(key[t]);
+    }
+  }
+  const int first_skipped = kde_prune_first_skipped(bucket_sum);
+  for (int64_t k = 0; k < n_groups; k++) {
+    const int64_t t0 = k * g->group_tiles;
+    const int64_t t1 = t0 + g->group_tiles < n_tiles ? t0 + g->group_tiles : n_tiles;
+    const int opened = group_key[k] != group_key[k];
+    if (!opened && !(kde_prune_bucket(group_key[k]) < first_skipped)) continue;
+    for (int64_t t = t0; t < t1; t++)
+      if (!opened || kde_prune_bucket(key[t]) < first_skipped) visit[n_visit++] = t;
+  }
+  return n_visit;
+}
+
 int kde_plan_query_blocks(const kde_prune_plan *plan, const double *q,
                           int64_t n_query, int64_t first, int64_t rows,
                           int64_t block, int threads, int64_t *offsets,

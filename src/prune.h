@@ -182,6 +182,18 @@ void kde_prune_groups_free(kde_prune_groups *g);
 int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
                      const double *q_lo, const double *q_hi, double share);
 
+/* kde_tiles_to_visit with the same guarantee at a cost of about the groups
+ * plus the tiles near the box (the CPU's per-query plans of sparse
+ * queries): L's first bound comes from the groups' corners; a group whose
+ * bound is below tolerance * L / n_groups by e^3 is skipped or visited
+ * whole, the others are looked into tile by tile, and the unopened groups
+ * and the opened tiles fill the same buckets. The plain plan where the
+ * groups do not apply (adaptive fits, leaving one out, derivatives).
+ * scratch: 2 * n_tiles doubles. */
+int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_groups *g,
+                                   const double *q_lo, const double *q_hi, double *scratch,
+                                   int64_t *visit);
+
 #ifdef __cplusplus
 }
 #endif

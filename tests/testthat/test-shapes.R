@@ -47,6 +47,14 @@ test_that("CPU: a few queries share a fit's tiles among threads, the same bits a
   expect_identical(by_threads[[2]], by_threads[[1]])
   expect_log_density_equal(by_threads[[1]], ref_log_density(x, q, fit$H, "gaussian"),
                            tol = 1e-12, label = "CPU, 40 queries against 3e5 points")
+  # 10 queries scattered over the data: one block whose box is the data's,
+  # split into single queries with plans of their own (every pair before)
+  set.seed(932)
+  q10 <- matrix(rnorm(20), 10) %*% chol(cov(x)) + rep(colMeans(x), each = 10)
+  expect_log_density_equal(predict(fit, q10, log = TRUE),
+                           ref_log_density(x, q10, fit$H, "gaussian"), tol = 1e-12,
+                           label = "CPU, 10 scattered queries")
+  expect_lt(summary(fit)$pairs_share, 0.5)
 })
 
 test_that("CUDA: a few queries against 3e5 points (a plan in chunks) match the reference within the tolerance", {
