@@ -47,15 +47,17 @@
  * bounds hold for every point of the box, visits nearly every tile. A
  * block whose box's diagonal reaches REFINE_MIN_REACH2 (squared, in
  * kernel units: one sd for the Gaussian, the support's radius for the
- * compact kernels) is split in its k-d halves, each with its own plan,
+ * compact kernels: two of them) is split in its k-d halves, each with its own plan,
  * while the halves visit at most REFINE_GAIN of the block's pairs; down to
- * single queries (a block whose halves are as wide as itself, a few
- * queries scattered over the data, may go to single queries at once). A split is tried only where what it can save pays for
+ * single queries (a block whose halves save too little but that spans
+ * REFINE_SCATTERED_REACH2, a few queries scattered over the data, may go
+ * to single queries at once). A split is tried only where what it can save pays for
  * the halves' plans: a bound costs about REFINE_PLAN_PAIRS pairs (~30 ns
  * against ~2 ns a pair at d = 2 and 3). Dense queries'
  * blocks are far narrower than a kernel: no plan is made twice. */
-#define REFINE_MIN_REACH2 1.0
+#define REFINE_MIN_REACH2 4.0
 #define REFINE_GAIN 0.8
+#define REFINE_SCATTERED_REACH2 64.0 /* a block 8 kernels wide: scattered */
 #define REFINE_PLAN_PAIRS 16.0
 #define REFINE_LEVELS 4 /* QUERY_BLOCK = 16 = 2^4 */
 
@@ -444,25 +446,27 @@ static double refine_block(const block_work *w, const int64_t *rows, int64_t len
                            void *ctx)
 {
   const double pairs = (double) len * listed_points(w->train, visit, n_visit, w->tile, w->n_tiles);
+  double reach2 = 0.0;
   if (w->plan != NULL && len > 1 && level < REFINE_LEVELS &&
       (1.0 - REFINE_GAIN) * pairs >= 2.0 * REFINE_PLAN_PAIRS * refine_plan_bounds(w, n_visit) &&
-      rows_reach2(w->query, w->train->dim, rows, len) >= REFINE_MIN_REACH2) {
+      (reach2 = rows_reach2(w->query, w->train->dim, rows, len)) >= REFINE_MIN_REACH2) {
     const int64_t half = len / 2;
     int64_t *left = w->halves + 2 * level * w->n_tiles, *right = left + w->n_tiles;
     const int64_t n_left = block_tiles(w->plan, w->groups, w->query, rows, half, w->n_tiles,
                                        w->plan_scratch, left);
     const int64_t n_right = block_tiles(w->plan, w->groups, w->query, rows + half, len - half,
                                         w->n_tiles, w->plan_scratch, right);
-    if ((double) half * listed_points(w->train, left, n_left, w->tile, w->n_tiles) +
-            (double) (len - half) * listed_points(w->train, right, n_right, w->tile, w->n_tiles) <=
-        REFINE_GAIN * pairs) {
+    const double halves_pairs =
+        (double) half * listed_points(w->train, left, n_left, w->tile, w->n_tiles) +
+        (double) (len - half) * listed_points(w->train, right, n_right, w->tile, w->n_tiles);
+    if (halves_pairs <= REFINE_GAIN * pairs) {
       return refine_block(w, rows, half, left, n_left, level + 1, emit, ctx) +
              refine_block(w, rows + half, len - half, right, n_right, level + 1, emit, ctx);
     }
     /* halves as wide as the block (a few queries scattered over the data)
      * can still leave single queries narrow: each its own plan, made twice
      * (counted, then kept) where that pays */
-    if (level == 0 && len > 2 &&
+    if (level == 0 && len > 2 && reach2 >= REFINE_SCATTERED_REACH2 &&
         (1.0 - REFINE_GAIN) * pairs >=
             2.0 * (double) len * REFINE_PLAN_PAIRS * refine_plan_bounds(w, n_visit)) {
       double single_pairs = 0.0;
