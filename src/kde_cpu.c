@@ -297,7 +297,7 @@ int kde_cpu_tiles_make(const kde_training_set *train, int threads, kde_cpu_tiles
     kde_tile_boxes(train->inv_scale2, train->n_train, 1, tile, 1, tiles->scale_lo,
                    tiles->scale_hi);
   if (kde_prune_groups_make(dim, tiles->n_tiles, tiles->lo, tiles->hi, tiles->log_weight,
-                            &tiles->groups) != 0) {
+                            tiles->log_rest, &tiles->groups) != 0) {
     kde_cpu_tiles_free(tiles);
     return -1;
   }

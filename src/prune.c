@@ -108,9 +108,13 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
 {
   const int64_t n_tiles = plan->n_tiles, d = plan->dim, n_groups = g->n_groups;
   const int compact = kde_kernel_is_compact(plan->kernel);
-  if (n_groups < 1 || plan->inv_scale2_lo != NULL || plan->leave_one_out ||
+  if (n_groups < 1 || plan->inv_scale2_lo != NULL ||
+      (plan->leave_one_out && g->log_rest_sum == NULL) ||
       plan->derivative != KDE_PRUNE_DENSITY || (!compact && !(plan->tolerance > 0)))
     return kde_tiles_to_visit(plan, q_lo, q_hi, scratch, visit);
+  /* L's weights: leaving one out, each tile's less its largest point (at
+   * most one point is the query's own; this counts one per tile) */
+  const double *group_lower_weight = plan->leave_one_out ? g->log_rest_sum : g->log_weight_sum;
   double *key = scratch;                 /* per tile of an opened group */
   double *group_key = scratch + n_tiles; /* per group; NAN: opened */
   int64_t n_visit = 0;
@@ -135,7 +139,7 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
     double min2, max2;
     kde_box_distances(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d, &min2, &max2);
     group_key[k] = g->log_weight_sum[k] + kde_log_profile(plan->kernel, min2);
-    lower = kde_lse_add(lower, g->log_weight_sum[k] + kde_log_profile(plan->kernel, max2) +
+    lower = kde_lse_add(lower, group_lower_weight[k] + kde_log_profile(plan->kernel, max2) +
                                    plan->log_lower_factor);
   }
   const double open_cut = log(plan->tolerance) + kde_lse_log(lower) - log((double) n_groups) -
@@ -148,7 +152,8 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
     if (!(group_key[k] > open_cut)) {
       double min2, max2;
       kde_box_distances(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d, &min2, &max2);
-      lower = kde_lse_add(lower, g->log_weight_sum[k] + kde_log_profile(plan->kernel, max2) +
+      lower = kde_lse_add(lower, group_lower_weight[k] +
+                                     kde_log_profile(plan->kernel, max2) +
                                      plan->log_lower_factor);
       continue;
     }
@@ -256,7 +261,8 @@ static inline double smaller(double a, double b) { return a < b ? a : b; }
 static inline double larger(double a, double b) { return a > b ? a : b; }
 
 int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
-                          const double *tile_hi, const double *log_weight, kde_prune_groups *g)
+                          const double *tile_hi, const double *log_weight,
+                          const double *log_weight_rest, kde_prune_groups *g)
 {
   const int64_t d = dim;
   int64_t group_tiles = (n_tiles + KDE_PRUNE_TEST_GROUPS - 1) / KDE_PRUNE_TEST_GROUPS;
@@ -272,8 +278,10 @@ int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
   g->inner_hi = malloc(count * (size_t) d * sizeof(double));
   g->log_weight_min = malloc(count * sizeof(double));
   g->log_weight_sum = malloc(count * sizeof(double));
+  if (log_weight_rest != NULL) g->log_rest_sum = malloc(count * sizeof(double));
   if (centre == NULL || g->lo == NULL || g->hi == NULL || g->inner_lo == NULL ||
-      g->inner_hi == NULL || g->log_weight_min == NULL || g->log_weight_sum == NULL) {
+      g->inner_hi == NULL || g->log_weight_min == NULL || g->log_weight_sum == NULL ||
+      (log_weight_rest != NULL && g->log_rest_sum == NULL)) {
     free(centre);
     kde_prune_groups_free(g);
     return -1;
@@ -287,7 +295,7 @@ int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
     const int64_t t1 = t0 + group_tiles < n_tiles ? t0 + group_tiles : n_tiles;
     double *lo = g->lo + k * d, *hi = g->hi + k * d;
     double *inner_lo = g->inner_lo + k * d, *inner_hi = g->inner_hi + k * d;
-    kde_lse total = kde_lse_empty();
+    kde_lse total = kde_lse_empty(), rest = kde_lse_empty();
     double least = INFINITY;
     for (int64_t j = 0; j < d; j++) {
       lo[j] = inner_lo[j] = INFINITY;
@@ -303,10 +311,12 @@ int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
         inner_hi[j] = larger(inner_hi[j], inner);
       }
       total = kde_lse_add(total, log_weight[t]);
+      if (log_weight_rest != NULL) rest = kde_lse_add(rest, log_weight_rest[t]);
       least = smaller(least, log_weight[t]);
     }
     g->log_weight_min[k] = least;
     g->log_weight_sum[k] = kde_lse_log(total);
+    if (log_weight_rest != NULL) g->log_rest_sum[k] = kde_lse_log(rest);
   }
   free(centre);
   return 0;
@@ -320,6 +330,7 @@ void kde_prune_groups_free(kde_prune_groups *g)
   free(g->inner_hi);
   free(g->log_weight_min);
   free(g->log_weight_sum);
+  free(g->log_rest_sum);
   memset(g, 0, sizeof *g);
 }
 

@@ -162,6 +162,7 @@ typedef struct {
   int64_t n_groups, group_tiles;
   double *lo, *hi, *inner_lo, *inner_hi;
   double *log_weight_min, *log_weight_sum;
+  double *log_rest_sum; /* of the tiles' log_weight_rest (NULL: not made) */
 } kde_prune_groups;
 
 /* The groups of n_tiles tiles (boxes tile_lo, tile_hi: n_tiles x dim, row-major; log
@@ -173,7 +174,8 @@ typedef struct {
 #define KDE_PRUNE_TEST_GROUPS 256
 #define KDE_PRUNE_TEST_MIN_TILES 16
 int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
-                          const double *tile_hi, const double *log_weight, kde_prune_groups *g);
+                          const double *tile_hi, const double *log_weight,
+                          const double *log_weight_rest, kde_prune_groups *g);
 void kde_prune_groups_free(kde_prune_groups *g);
 
 /* 0 when the groups prove that the density's plan for the query box
@@ -188,7 +190,8 @@ int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
  * bound is below tolerance * L / n_groups by e^3 is skipped or visited
  * whole, the others are looked into tile by tile, and the unopened groups
  * and the opened tiles fill the same buckets. The plain plan where the
- * groups do not apply (adaptive fits, leaving one out, derivatives).
+ * groups do not apply (adaptive fits, derivatives, leaving one out without
+ * the groups' log_rest_sum).
  * scratch: 2 * n_tiles doubles. */
 int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_groups *g,
                                    const double *q_lo, const double *q_hi, double *scratch,

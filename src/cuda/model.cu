@@ -606,7 +606,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     kde_tile_log_weights(train->weight, train->n_train, kUnit, train->host_threads,
                          model->unit_log_weight, model->unit_log_rest);
     if (kde_prune_groups_make(model->dim, n_units, model->unit_lo, model->unit_hi,
-                              model->unit_log_weight, &model->unit_groups) != 0) {
+                              model->unit_log_weight, NULL, &model->unit_groups) != 0) {
       kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the units' groups");
       goto cleanup;
     }

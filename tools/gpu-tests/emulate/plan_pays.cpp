@@ -51,7 +51,7 @@ int main()
           p.tolerance = tol;
           p.derivative = KDE_PRUNE_DENSITY;
           kde_prune_groups g;
-          if (kde_prune_groups_make(d, n_tiles, lo.data(), hi.data(), lw.data(), &g) != 0) return 2;
+          if (kde_prune_groups_make(d, n_tiles, lo.data(), hi.data(), lw.data(), NULL, &g) != 0) return 2;
 
           /* query boxes: a point of the data, a point far from it, the
            * boxes of 10 and 128 random points, and the whole data */
