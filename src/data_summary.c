@@ -6,6 +6,7 @@
  * are added in block order.
  */
 #include <math.h>
+#include <stddef.h>
 
 #include "data_summary.h"
 #include "threads.h"
@@ -56,8 +57,9 @@ void kde_weight_facts_of(const double *w, int64_t n, int threads, kde_weight_fac
   *facts = all;
 }
 
-void kde_weighted_centre(const double *x, int64_t n, int64_t d, const double *w, int threads,
-                         double *centre)
+/* sum_i w_i x_ik per column, or with w NULL sum_i x_ik / n. */
+static void column_sums(const double *x, int64_t n, int64_t d, const double *w, int threads,
+                        double *out)
 {
   const int64_t rows = kde_sum_block_rows(n), n_blocks = (n + rows - 1) / rows;
   double part[KDE_SUM_MAX_BLOCKS];
@@ -68,33 +70,28 @@ void kde_weighted_centre(const double *x, int64_t n, int64_t d, const double *w,
     for (int64_t b = 0; b < n_blocks; b++) {
       const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
       double sum = 0;
-      for (int64_t i = begin; i < end; i++) sum += w[i] * col[i];
+      if (w != NULL) {
+        for (int64_t i = begin; i < end; i++) sum += w[i] * col[i];
+      } else {
+        for (int64_t i = begin; i < end; i++) sum += col[i];
+      }
       part[b] = sum;
     }
     double sum = 0;
     for (int64_t b = 0; b < n_blocks; b++) sum += part[b];
-    centre[k] = sum;
+    out[k] = w != NULL ? sum : sum / (double) n;
   }
+}
+
+void kde_weighted_centre(const double *x, int64_t n, int64_t d, const double *w, int threads,
+                         double *centre)
+{
+  column_sums(x, n, d, w, threads, centre);
 }
 
 void kde_column_means(const double *x, int64_t n, int64_t d, int threads, double *mean)
 {
-  const int64_t rows = kde_sum_block_rows(n), n_blocks = (n + rows - 1) / rows;
-  double part[KDE_SUM_MAX_BLOCKS];
-  const int n_threads = kde_thread_count_for(threads, (double) n);
-  for (int64_t k = 0; k < d; k++) {
-    const double *col = x + k * n;
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int64_t b = 0; b < n_blocks; b++) {
-      const int64_t begin = b * rows, end = begin + rows < n ? begin + rows : n;
-      double sum = 0;
-      for (int64_t i = begin; i < end; i++) sum += col[i];
-      part[b] = sum;
-    }
-    double sum = 0;
-    for (int64_t b = 0; b < n_blocks; b++) sum += part[b];
-    mean[k] = sum / (double) n;
-  }
+  column_sums(x, n, d, NULL, threads, mean);
 }
 
 void kde_column_magnitudes(const double *x, int64_t n, int64_t d, int threads,

@@ -345,6 +345,23 @@ static void free_buffers(cpu_buffers *b)
   free(b->unit_slots);
 }
 
+/* The box [lo, hi] of the queries rows[0 .. len) (dim coordinates). */
+static void rows_box(const kde_query_set *query, int64_t dim, const int64_t *rows, int64_t len,
+                     double *lo, double *hi)
+{
+  const int64_t m = query->n_query;
+  for (int64_t k = 0; k < dim; k++) {
+    const double *col = query->query + k * m;
+    double a = col[rows[0]], b = a;
+    for (int64_t i = 1; i < len; i++) {
+      a = col[rows[i]] < a ? col[rows[i]] : a;
+      b = col[rows[i]] > b ? col[rows[i]] : b;
+    }
+    lo[k] = a;
+    hi[k] = b;
+  }
+}
+
 /* A plan proven to visit at least this share of the tiles is not made
  * (kde_plan_may_pay): sweeping them all then costs at most 3% more, the
  * plan of a block of a few queries against 1e6 points about 5%. */
@@ -356,18 +373,9 @@ static int64_t block_tiles(const kde_prune_plan *plan, const kde_prune_groups *g
                            const kde_query_set *query, const int64_t *rows, int64_t block_len,
                            int64_t n_tiles, double *box_and_scratch, int64_t *visit)
 {
-  const int64_t m = query->n_query, dim = plan != NULL ? plan->dim : 0;
+  const int64_t dim = plan != NULL ? plan->dim : 0;
   double *q_lo = box_and_scratch, *q_hi = q_lo + dim;
-  for (int64_t k = 0; k < dim; k++) {
-    const double *col = query->query + k * m;
-    double lo = col[rows[0]], hi = lo;
-    for (int64_t b = 1; b < block_len; b++) {
-      lo = col[rows[b]] < lo ? col[rows[b]] : lo;
-      hi = col[rows[b]] > hi ? col[rows[b]] : hi;
-    }
-    q_lo[k] = lo;
-    q_hi[k] = hi;
-  }
+  rows_box(query, dim, rows, block_len, q_lo, q_hi);
   if (plan == NULL || !kde_plan_may_pay(plan, groups, q_lo, q_hi, PLAN_SKIP_SHARE)) {
     for (int64_t v = 0; v < n_tiles; v++) visit[v] = v;
     return n_tiles;
@@ -413,21 +421,14 @@ static double refine_plan_bounds(const block_work *w, int64_t n_visit)
   return n_groups > 0 ? (double) (n_groups + n_visit) : (double) w->n_tiles;
 }
 
-/* The squared diagonal of the box of the queries rows[0 .. len). */
+/* The squared diagonal of the box of the queries rows[0 .. len).
+ * box: 2 * dim doubles of scratch. */
 static double rows_reach2(const kde_query_set *query, int64_t dim, const int64_t *rows,
-                          int64_t len)
+                          int64_t len, double *box)
 {
-  const int64_t m = query->n_query;
   double reach2 = 0.0;
-  for (int64_t k = 0; k < dim; k++) {
-    const double *col = query->query + k * m;
-    double lo = col[rows[0]], hi = lo;
-    for (int64_t b = 1; b < len; b++) {
-      lo = col[rows[b]] < lo ? col[rows[b]] : lo;
-      hi = col[rows[b]] > hi ? col[rows[b]] : hi;
-    }
-    reach2 += (hi - lo) * (hi - lo);
-  }
+  rows_box(query, dim, rows, len, box, box + dim);
+  for (int64_t k = 0; k < dim; k++) reach2 += (box[dim + k] - box[k]) * (box[dim + k] - box[k]);
   return reach2;
 }
 
@@ -449,7 +450,8 @@ static double refine_block(const block_work *w, const int64_t *rows, int64_t len
   double reach2 = 0.0;
   if (w->plan != NULL && len > 1 && level < REFINE_LEVELS &&
       (1.0 - REFINE_GAIN) * pairs >= 2.0 * REFINE_PLAN_PAIRS * refine_plan_bounds(w, n_visit) &&
-      (reach2 = rows_reach2(w->query, w->train->dim, rows, len)) >= REFINE_MIN_REACH2) {
+      (reach2 = rows_reach2(w->query, w->train->dim, rows, len, w->plan_scratch)) >=
+          REFINE_MIN_REACH2) {
     const int64_t half = len / 2;
     int64_t *left = w->halves + 2 * level * w->n_tiles, *right = left + w->n_tiles;
     const int64_t n_left = block_tiles(w->plan, w->groups, w->query, rows, half, w->n_tiles,
