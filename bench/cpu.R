@@ -8,7 +8,10 @@
 # and 1-D grids against stats::density and KernSmooth::bkde.
 # Writes the numbers to inst/benchmarks/cpu.csv when run from the source tree,
 # then runs bench/derivatives.R into derivatives-cpu.csv
-# (KDEGPU_BENCH_DERIVATIVES=0 skips it).
+# (KDEGPU_BENCH_DERIVATIVES=0 skips it) and bench/shapes.R (few, sparse,
+# clustered and GPS-like queries) into a temporary shapes-cpu.csv, marking
+# the rows that regressed against inst/benchmarks/shapes.csv
+# (KDEGPU_BENCH_SHAPES=0 skips it).
 suppressPackageStartupMessages(library(kdegpu))
 
 source("bench/timing.R")
@@ -133,3 +136,4 @@ if (dir.exists("inst/benchmarks")) {
 }
 run_derivatives_bench(if (dir.exists("inst/benchmarks")) "inst/benchmarks/cpu.csv" else
                         file.path(tempdir(), "cpu.csv"), "derivatives-cpu.csv")
+run_shapes_bench(file.path(tempdir(), "cpu.csv"), "shapes-cpu.csv", "cpu")

@@ -9,7 +9,9 @@
 # and PyTorch (torch.cdist + logsumexp, chunked) on the same problems in the
 # same run, as the ratio kdegpu / PyTorch. The CSV records the device, date
 # and versions for the vignettes. Then bench/derivatives.R (derivatives.csv
-# beside it; KDEGPU_BENCH_DERIVATIVES=0 skips it).
+# beside it; KDEGPU_BENCH_DERIVATIVES=0 skips it) and bench/shapes.R
+# (shapes-gpu.csv beside it, the rows that regressed against
+# inst/benchmarks/shapes.csv marked; KDEGPU_BENCH_SHAPES=0 skips it).
 suppressPackageStartupMessages(library(kdegpu))
 args <- commandArgs(trailingOnly = TRUE)
 out_csv <- if (length(args)) args[[1L]] else "inst/benchmarks/gpu.csv"
@@ -104,3 +106,4 @@ results$device <- device
 write_bench_csv(results, out_csv)
 cat(sprintf("\nDevice: %s; wrote %s\n", device, out_csv))
 run_derivatives_bench(out_csv, "derivatives.csv")
+run_shapes_bench(out_csv, "shapes-gpu.csv", "cuda")

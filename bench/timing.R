@@ -53,3 +53,34 @@ run_derivatives_bench <- function(out_csv, name) {
   if (!identical(status, 0L)) warning("bench/derivatives.R exited with status ", status)
   invisible()
 }
+
+# The shapes benchmark (bench/shapes.R: few, sparse, clustered and GPS-like
+# queries, the default against the full sum), run at the end of bench/gpu.R
+# and bench/cpu.R in its own R process, then set beside the stored rows of
+# inst/benchmarks/shapes.csv for the same backend: a row whose time over the
+# full sum's, or whose share of pairs, grew by a fifth is marked. Its CSV
+# goes to `name` beside `out_csv`. KDEGPU_BENCH_SHAPES=0 skips it;
+# KDEGPU_SHAPES picks its rows (bench/shapes.R).
+run_shapes_bench <- function(out_csv, name, backend) {
+  if (identical(Sys.getenv("KDEGPU_BENCH_SHAPES"), "0")) return(invisible())
+  cat("\nShapes (bench/shapes.R):\n")
+  csv <- file.path(dirname(out_csv), name)
+  status <- system2(file.path(R.home("bin"), "Rscript"), c("bench/shapes.R", csv, backend))
+  if (!identical(status, 0L) || !file.exists(csv)) {
+    warning("bench/shapes.R exited with status ", status)
+    return(invisible())
+  }
+  stored_csv <- "inst/benchmarks/shapes.csv"
+  if (!file.exists(stored_csv)) return(invisible())
+  key <- c("case", "backend", "d", "n", "m", "precision")
+  both <- merge(utils::read.csv(csv), utils::read.csv(stored_csv), by = key,
+                suffixes = c("", "_stored"))
+  if (nrow(both) == 0L) return(invisible())
+  worse <- both$ratio > 1.2 * both$ratio_stored + 0.02 |
+    both$pairs_share > 1.2 * both$pairs_share_stored + 1e-3
+  both$mark <- ifelse(!is.na(worse) & worse, "REGRESSION", "")
+  cat("\nAgainst the stored rows (commit", both$commit_stored[1], "):\n")
+  print(both[, c(key, "ratio", "ratio_stored", "pairs_share", "pairs_share_stored", "mark")],
+        row.names = FALSE, digits = 3)
+  invisible(both)
+}
