@@ -27,6 +27,11 @@
  *   (F = max(1, ...)). The tiles' bounds W_T k(min2) F then add up to at
  *   most tolerance * L <= tolerance * s0, so every sum is within that of
  *   the full one.
+ * - Groups of consecutive tiles (kde_prune_groups, box G, weight W_G):
+ *   min2_G <= min2_T and max2_G >= max2_T for each tile T of the group, so
+ *   W_G k(min2_G) bounds the group's tiles' upper bounds together and
+ *   W_G k(max2_G) is at most their share of L. kde_tiles_to_visit_grouped
+ *   puts groups (whole) and tiles in the same buckets: the same proof.
  * The bounds are kde_prune_log_upper and kde_prune_log_lower (prune.h),
  * which the device plan (src/cuda/plan.cu) shares.
  * Sums are kept as logarithms, so nothing underflows however far apart
