@@ -16,10 +16,9 @@
 #include <string.h>
 
 #include "covariance.h"
+#include "data_summary.h"
 #include "threads.h"
 
-#define COV_MAX_BLOCKS 256
-#define COV_MIN_ROWS 8192
 #define COV_RUN_ROWS 1024
 
 int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int threads,
@@ -29,9 +28,7 @@ int kde_weighted_cov(const double *x, int64_t n, int64_t d, const double *w, int
   if (d < 1) return -3;
   while (first < n && !(w[first] > 0)) first++;
   if (first == n) return -1;
-  int64_t rows = (n + COV_MAX_BLOCKS - 1) / COV_MAX_BLOCKS;
-  if (rows < COV_MIN_ROWS) rows = COV_MIN_ROWS;
-  const int64_t n_blocks = (n + rows - 1) / rows;
+  const int64_t rows = kde_sum_block_rows(n), n_blocks = (n + rows - 1) / rows;
   double *scale = malloc((size_t) d * sizeof(double));
   double *inverse = malloc((size_t) d * sizeof(double));
   double *mean = calloc((size_t) d, sizeof(double));

@@ -318,7 +318,7 @@ typedef struct {
   double *sorted;        /* the queries' copy that kde_kd_sort ordered */
   kde_cpu_tiles tiles;   /* made here when the caller has none */
   double *scratch;       /* per thread */
-  int64_t *visit;        /* per thread, or (few blocks) per block: tiles to visit */
+  int64_t *visit;        /* per thread: a block's tiles to visit */
   int64_t *halves;       /* per thread: the lists of split blocks' halves */
   kde_lse *parts;        /* few blocks: each part's states */
   few_unit *units;       /* few blocks: QUERY_BLOCK slots per block */
@@ -491,6 +491,31 @@ static double refine_block(const block_work *w, const int64_t *rows, int64_t len
   return pairs;
 }
 
+/* The block of QUERY_BLOCK queries that starts at sorted row `first`:
+ * its plan (into visit, n_tiles entries) and its splits, each part to
+ * emit(); returns the pairs. */
+static double plan_block(const block_work *w, const int64_t *query_order, int64_t first,
+                         int64_t m, int64_t *visit, unit_fn emit, void *ctx)
+{
+  const int64_t len = block_length(first, m);
+  const int64_t *rows = query_order + first;
+  const int64_t n_visit =
+      block_tiles(w->plan, w->groups, w->query, rows, len, w->n_tiles, w->plan_scratch, visit);
+  return refine_block(w, rows, len, visit, n_visit, 0, emit, ctx);
+}
+
+/* Thread `thread`'s block_work: `shared` with its scratch (scratch_per_thread
+ * doubles of b->scratch, the plan's from plan_at) and its halves' lists. */
+static block_work thread_work(const block_work *shared, const cpu_buffers *b, int thread,
+                              int64_t scratch_per_thread, int64_t plan_at)
+{
+  block_work w = *shared;
+  w.scratch = b->scratch + thread * scratch_per_thread;
+  w.plan_scratch = w.scratch + plan_at;
+  w.halves = b->halves + (int64_t) thread * 2 * REFINE_LEVELS * w.n_tiles;
+  return w;
+}
+
 /* Many blocks: each part evaluated at once into its queries' states. */
 typedef struct {
   const block_work *work;
@@ -619,12 +644,12 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   }
 
   /* per thread: distances and exponents of a tile, the block's points,
-   * (mixed data) a tile's log weights and the block's codes, the block's
-   * box, the pruning scratch; and the lists of tiles to visit, per thread
-   * or, for few blocks, per block */
+   * (mixed data) a tile's log weights and the block's codes, then (from
+   * plan_at) the block's box and the pruning scratch; and the lists of
+   * tiles to visit, the block's and its halves' */
   const int64_t mixed = train->n_discrete > 0 ? chunk + QUERY_BLOCK * train->n_discrete : 0;
-  const int64_t scratch_per_thread =
-      2 * chunk + QUERY_BLOCK * dim + mixed + 2 * dim + 2 * n_tiles;
+  const int64_t plan_at = 2 * chunk + QUERY_BLOCK * dim + mixed;
+  const int64_t scratch_per_thread = plan_at + 2 * dim + 2 * n_tiles;
   const int64_t n_blocks = (m + QUERY_BLOCK - 1) / QUERY_BLOCK;
   const int few = n_blocks <= FEW_BLOCKS && !query->leave_one_out;
   const kde_prune_plan *block_plan = spatial ? &plan : NULL;
@@ -635,6 +660,9 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   /* Pairs evaluated: each block's queries times the points of its tiles. */
   double pairs = 0.0;
   CPU_ALLOC(buf.halves, (int64_t) n_threads * 2 * REFINE_LEVELS * n_tiles);
+  /* what every thread's blocks share; thread_work adds its scratch */
+  const block_work shared = {train, query, block_plan, groups, n_tiles, tile, chunk,
+                             NULL, NULL, NULL};
   if (few) {
     /* each block's plan and splits (units), then every unit's list in parts */
     buf.n_blocks = n_blocks;
@@ -647,17 +675,10 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) reduction(+ : pairs)
     for (int64_t block = 0; block < n_blocks; block++) {
       const int thread = kde_thread_index();
-      double *scratch = buf.scratch + thread * scratch_per_thread;
-      int64_t *visit = buf.visit + thread * n_tiles;
-      const block_work work = {train, query, block_plan, groups, n_tiles, tile, chunk, scratch,
-                               scratch + 2 * chunk + QUERY_BLOCK * dim + mixed,
-                               buf.halves + (int64_t) thread * 2 * REFINE_LEVELS * n_tiles};
-      const int64_t first = block * QUERY_BLOCK, len = block_length(first, m);
-      const int64_t *rows = buf.query_order + first;
-      const int64_t n_visit = block_tiles(block_plan, groups, query, rows, len, n_tiles,
-                                          work.plan_scratch, visit);
+      const block_work work = thread_work(&shared, &buf, thread, scratch_per_thread, plan_at);
       keep_ctx keep = {buf.units + block * QUERY_BLOCK, 0, buf.query_order};
-      pairs += refine_block(&work, rows, len, visit, n_visit, 0, keep_unit, &keep);
+      pairs += plan_block(&work, buf.query_order, block * QUERY_BLOCK, m,
+                          buf.visit + thread * n_tiles, keep_unit, &keep);
       buf.n_units[block] = keep.count;
     }
     /* the units in order (their slots), and their parts: part p of a unit
@@ -716,21 +737,15 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
 #pragma omp parallel num_threads(n_threads) reduction(+ : pairs)
       {
         const int thread = kde_thread_index();
-        double *scratch = buf.scratch + thread * scratch_per_thread;
-        int64_t *visit = buf.visit + thread * n_tiles;
-        const block_work work = {train, query, block_plan, groups, n_tiles, tile, chunk, scratch,
-                                 scratch + 2 * chunk + QUERY_BLOCK * dim + mixed,
-                                 buf.halves + (int64_t) thread * 2 * REFINE_LEVELS * n_tiles};
+        const block_work work = thread_work(&shared, &buf, thread, scratch_per_thread, plan_at);
         int64_t block, block_end;
         while (kde_slice_claim(&slice, 1, &block, &block_end)) {
-          const int64_t first = block * QUERY_BLOCK;
-          const int64_t block_len = block_length(first, m);
+          const int64_t first = block * QUERY_BLOCK, block_len = block_length(first, m);
           const int64_t *rows = buf.query_order + first;
-          const int64_t n_visit = block_tiles(block_plan, groups, query, rows, block_len,
-                                              n_tiles, work.plan_scratch, visit);
           kde_lse state[QUERY_BLOCK];
           evaluate_ctx ctx = {&work, rows, state};
-          pairs += refine_block(&work, rows, block_len, visit, n_visit, 0, evaluate_unit, &ctx);
+          pairs += plan_block(&work, buf.query_order, first, m, buf.visit + thread * n_tiles,
+                              evaluate_unit, &ctx);
           for (int64_t b = 0; b < block_len; b++)
             out[rows[b]] = kde_lse_log(state[b]) + query->log_const;
         }

@@ -107,21 +107,28 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
  * most e^-3 of the budget, and they are skipped whole or visited whole. */
 #define GROUPED_CUT 3.0
 
+/* The tiles [k * group_tiles, group_end) of group k. */
+static inline int64_t group_end(const kde_prune_groups *g, int64_t k, int64_t n_tiles)
+{
+  return (k + 1) * g->group_tiles < n_tiles ? (k + 1) * g->group_tiles : n_tiles;
+}
+
 int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_groups *g,
                                    const double *q_lo, const double *q_hi, double *scratch,
                                    int64_t *visit)
 {
   const int64_t n_tiles = plan->n_tiles, d = plan->dim, n_groups = g->n_groups;
   const int compact = kde_kernel_is_compact(plan->kernel);
-  if (n_groups < 1 || plan->inv_scale2_lo != NULL ||
+  if (n_groups < 1 || 2 * n_groups > n_tiles || plan->inv_scale2_lo != NULL ||
       (plan->leave_one_out && g->log_rest_sum == NULL) ||
       plan->derivative != KDE_PRUNE_DENSITY || (!compact && !(plan->tolerance > 0)))
     return kde_tiles_to_visit(plan, q_lo, q_hi, scratch, visit);
   /* L's weights: leaving one out, each tile's less its largest point (at
    * most one point is the query's own; this counts one per tile) */
   const double *group_lower_weight = plan->leave_one_out ? g->log_rest_sum : g->log_weight_sum;
-  double *key = scratch;                 /* per tile of an opened group */
-  double *group_key = scratch + n_tiles; /* per group; NAN: opened */
+  double *key = scratch;                     /* per tile of an opened group */
+  double *group_key = scratch + n_tiles;     /* per group; NAN: opened */
+  double *group_lower = group_key + n_groups; /* per group: its term of L */
   int64_t n_visit = 0;
 
   if (compact) { /* a group beyond the support holds no tile within it */
@@ -129,8 +136,7 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
       double min2, max2;
       kde_box_distances(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d, &min2, &max2);
       if (!(min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN)) continue;
-      const int64_t t1 = (k + 1) * g->group_tiles < n_tiles ? (k + 1) * g->group_tiles : n_tiles;
-      for (int64_t t = k * g->group_tiles; t < t1; t++) {
+      for (int64_t t = k * g->group_tiles; t < group_end(g, k, n_tiles); t++) {
         kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
         if (min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN) visit[n_visit++] = t;
       }
@@ -144,8 +150,9 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
     double min2, max2;
     kde_box_distances(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d, &min2, &max2);
     group_key[k] = g->log_weight_sum[k] + kde_log_profile(plan->kernel, min2);
-    lower = kde_lse_add(lower, group_lower_weight[k] + kde_log_profile(plan->kernel, max2) +
-                                   plan->log_lower_factor);
+    group_lower[k] = group_lower_weight[k] + kde_log_profile(plan->kernel, max2) +
+                     plan->log_lower_factor;
+    lower = kde_lse_add(lower, group_lower[k]);
   }
   const double open_cut = log(plan->tolerance) + kde_lse_log(lower) - log((double) n_groups) -
                           GROUPED_CUT;
@@ -155,16 +162,11 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
   lower = kde_lse_empty();
   for (int64_t k = 0; k < n_groups; k++) {
     if (!(group_key[k] > open_cut)) {
-      double min2, max2;
-      kde_box_distances(q_lo, q_hi, g->lo + k * d, g->hi + k * d, d, &min2, &max2);
-      lower = kde_lse_add(lower, group_lower_weight[k] +
-                                     kde_log_profile(plan->kernel, max2) +
-                                     plan->log_lower_factor);
+      lower = kde_lse_add(lower, group_lower[k]);
       continue;
     }
     group_key[k] = NAN;
-    const int64_t t1 = (k + 1) * g->group_tiles < n_tiles ? (k + 1) * g->group_tiles : n_tiles;
-    for (int64_t t = k * g->group_tiles; t < t1; t++) {
+    for (int64_t t = k * g->group_tiles; t < group_end(g, k, n_tiles); t++) {
       double min2, max2;
       kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
       key[t] = kde_prune_log_upper(plan, t, min2, max2);
@@ -181,8 +183,7 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
       if (b >= 0) bucket_sum[b] += exp(group_key[k]);
       continue;
     }
-    const int64_t t1 = (k + 1) * g->group_tiles < n_tiles ? (k + 1) * g->group_tiles : n_tiles;
-    for (int64_t t = k * g->group_tiles; t < t1; t++) {
+    for (int64_t t = k * g->group_tiles; t < group_end(g, k, n_tiles); t++) {
       key[t] -= log_budget;
       const int b = kde_prune_bucket(key[t]);
       if (b >= 0) bucket_sum[b] += exp(key[t]);
@@ -190,11 +191,9 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
   }
   const int first_skipped = kde_prune_first_skipped(bucket_sum);
   for (int64_t k = 0; k < n_groups; k++) {
-    const int64_t t0 = k * g->group_tiles;
-    const int64_t t1 = t0 + g->group_tiles < n_tiles ? t0 + g->group_tiles : n_tiles;
     const int opened = group_key[k] != group_key[k];
     if (!opened && !(kde_prune_bucket(group_key[k]) < first_skipped)) continue;
-    for (int64_t t = t0; t < t1; t++)
+    for (int64_t t = k * g->group_tiles; t < group_end(g, k, n_tiles); t++)
       if (!opened || kde_prune_bucket(key[t]) < first_skipped) visit[n_visit++] = t;
   }
   return n_visit;
@@ -296,8 +295,7 @@ int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
     for (int64_t j = 0; j < d; j++)
       centre[j] += 0.5 * (tile_lo[t * d + j] + tile_hi[t * d + j]) / (double) n_tiles;
   for (int64_t k = 0; k < g->n_groups; k++) {
-    const int64_t t0 = k * group_tiles;
-    const int64_t t1 = t0 + group_tiles < n_tiles ? t0 + group_tiles : n_tiles;
+    const int64_t t0 = k * group_tiles, t1 = group_end(g, k, n_tiles);
     double *lo = g->lo + k * d, *hi = g->hi + k * d;
     double *inner_lo = g->inner_lo + k * d, *inner_hi = g->inner_hi + k * d;
     kde_lse total = kde_lse_empty(), rest = kde_lse_empty();
@@ -413,9 +411,7 @@ int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
   const double needed = share * (double) plan->n_tiles;
   double visited = 0.0, left = (double) plan->n_tiles;
   for (int64_t k = 0; k < g->n_groups; k++) {
-    const int64_t t0 = k * g->group_tiles;
-    const double tiles = (double) (t0 + g->group_tiles < plan->n_tiles ? g->group_tiles
-                                                                       : plan->n_tiles - t0);
+    const double tiles = (double) (group_end(g, k, plan->n_tiles) - k * g->group_tiles);
     const double h2 = group_h2(q_lo, q_hi, g->inner_lo + k * d, g->inner_hi + k * d, d);
     const int surely = compact ? h2 < 1.0
                                : g->log_weight_min[k] + kde_log_profile(plan->kernel, h2) >
