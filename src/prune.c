@@ -32,6 +32,17 @@
  *   W_G k(min2_G) bounds the group's tiles' upper bounds together and
  *   W_G k(max2_G) is at most their share of L. kde_tiles_to_visit_grouped
  *   puts groups (whole) and tiles in the same buckets: the same proof.
+ * - Per-query refinement (the device plan, src/cuda/plan_refine.cu): a
+ *   block's plan skips tiles whose upper bounds add up to S <= tolerance *
+ *   L. Each query q of the block then bounds its own sum from its own
+ *   distances (its point as the box): L_q over the tiles the block visits
+ *   (a part of a lower bound is one), and among those tiles a set S_q whose
+ *   bounds from q add up to at most tolerance * L_q - S
+ *   (kde_prune_log_remaining). The block visits the tiles some query needs;
+ *   a tile it skips is in the block's S (whose bounds from q are at most the
+ *   box's: q lies in the box) or in q's S_q, so q misses at most S +
+ *   (tolerance * L_q - S) = tolerance * L_q of its sum. For compact
+ *   kernels a query needs the tiles within its own support.
  * The bounds are kde_prune_log_upper and kde_prune_log_lower (prune.h),
  * which the device plan (src/cuda/plan.cu) shares.
  * Sums are kept as logarithms, so nothing underflows however far apart

@@ -124,6 +124,26 @@ KDE_HD int kde_prune_first_skipped(const double *bucket_sum)
   return first_skipped;
 }
 
+/* The sum, relative to the budget, of the buckets from first_skipped on:
+ * what kde_prune_first_skipped let skip (at most 1). */
+KDE_HD double kde_prune_skipped_sum(const double *bucket_sum, int first_skipped)
+{
+  double skipped = 0.0;
+  for (int b = KDE_PRUNE_BUCKETS - 1; b >= first_skipped; b--) skipped += bucket_sum[b];
+  return skipped;
+}
+
+/* What a block's plan leaves of one query's budget (prune.c's per-query
+ * refinement): log(B_q - S) for its own budget B_q = exp(log_budget) and
+ * S = exp(log_skipped), the bounds the block's plan skipped; -inf when
+ * nothing is left (the query then needs every tile the block visits). */
+KDE_HD double kde_prune_log_remaining(double log_budget, double log_skipped)
+{
+  if (!(log_skipped > -INFINITY)) return log_budget;
+  if (!(log_skipped < log_budget)) return -INFINITY;
+  return log_budget + log1p(-exp(log_skipped - log_budget));
+}
+
 
 /* The tiles (ascending indices, written to visit[]) that the queries in
  * the box [q_lo, q_hi] must visit so that each one's kernel sum is within

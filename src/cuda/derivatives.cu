@@ -249,8 +249,9 @@ template <typename T> int deriv_size(deriv_run<T> *r, deriv_device<T> *dv, kde_s
   per_row = (double) r->fields * (sizeof(double) + sizeof(T)) +
             (dv->direct ? 0.0 : (double) d * sizeof(double));
   if (r->prune)
-    per_row += (0.9 * units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
-                (double) (2 * d + 1) * sizeof(double)) / kBlockQueries;
+    per_row += (units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
+                (double) (2 * d + 2) * sizeof(double)) / kBlockQueries +
+               sizeof(double) + sizeof(int32_t);
   /* The training points (a copy or a shard) take half the budget, but never
    * what the smallest batch needs: kThreads rows in half of what is left,
    * one split's partial states in the other half. (Half of a small budget
@@ -407,7 +408,7 @@ int deriv_enqueue(deriv_run<T> *r, deriv_device<T> *dv, int64_t first, int64_t r
             0 ||
         plan_block_boxes(qz, ldz, rows, (int) d, (double *) rep->plan_box.ptr, rep->stream,
                          status) != 0 ||
-        plan_batch_device(r->model, rep, &r->plan, rows, r->n_units, &bp, status) != 0)
+        plan_batch_device(r->model, rep, &r->plan, qz, ldz, rows, r->n_units, &bp, status) != 0)
       return -1;
     visiting = bp.visiting;
   }

@@ -119,7 +119,8 @@ cleanup:
 }
 
 /* Packs the current batch (uploaded to rep->raw) into rep->query, and its
- * |q|^2 / 2 into the third row of rep->acc. */
+ * |q|^2 / 2 into the third row of rep->acc. The caller records rep->raw_free
+ * once nothing more reads the raw rows (a device plan reads them). */
 template <typename T>
 static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
                       kde_device_job *job, kde_status *status)
@@ -155,7 +156,6 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
                         (int) model->dim, (double *) rep->plan_box.ptr, rep->stream,
                         status) != 0))
     goto cleanup;
-  KDE_CUDA_TRY(cudaEventRecord(rep->raw_free, rep->stream));
   job->raw_rows = 0; /* consumed */
   return 0;
 cleanup:
@@ -190,7 +190,8 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
       const prune_context *pc = job->prune;
       const int64_t units = job->u_hi - job->u_lo;
       batch_plan bp;
-      if ((pc->device ? plan_batch_device(model, rep, &pc->plan, job->n_batch, units, &bp, status)
+      if ((pc->device ? plan_batch_device(model, rep, &pc->plan, (const double *) rep->raw.ptr,
+                                          job->ldq_max, job->n_batch, units, &bp, status)
                       : plan_batch_host(&pc->plan, pc->queries, pc->n_query, pc->threads,
                                         job->q_next, job->n_batch, units, rep, &bp, status)) != 0)
         goto cleanup;
@@ -198,6 +199,8 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
       job->batch_pairs = bp.pairs;
       job->batch_list_units = bp.units_per_block;
     }
+    /* the next batch may overwrite the raw rows now */
+    KDE_CUDA_TRY(cudaEventRecord(rep->raw_free, rep->stream));
     *job->pairs += job->visiting ? job->batch_pairs
                                  : (double) job->n_batch * (double) (job->u_hi - job->u_lo) *
                                        (double) kUnit;
@@ -363,17 +366,18 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
     avail -= (double) job->shard_units * kUnit * point_bytes(model);
   }
   /* Half of the rest for query rows (raw and packed coordinates, the
-   * accumulated states, a plan's share: its lists at their largest, 0.9 of
-   * every unit, and when made here the decisions' bits and the boxes), half
-   * for the partial states of the splits. The queries ordered on this
-   * device stay there for the whole evaluation. */
+   * accumulated states, a plan's share: its lists at their largest, every
+   * unit, and when made here the decisions' bits, the boxes and the
+   * refinement's state), half for the partial states of the splits. The
+   * queries ordered on this device stay there for the whole evaluation. */
   per_query = (double) model->query_elems * tsz +
               (double) (d + model->n_discrete + 3) * sizeof(double);
   if (job->prune != NULL) {
     const double all_units = (double) (model->n_points / kUnit);
-    per_query += (0.9 * all_units * sizeof(int32_t) + sizeof(int64_t)) / kBlockQueries;
+    per_query += (all_units * sizeof(int32_t) + sizeof(int64_t)) / kBlockQueries;
     if (job->prune->device)
-      per_query += (all_units / 8 + (2 * d + 1) * sizeof(double)) / kBlockQueries;
+      per_query += (all_units / 8 + (2 * d + 2) * sizeof(double)) / kBlockQueries +
+                   sizeof(double) + sizeof(int32_t);
     if (job->prune->reserved_on == job->rep) avail -= job->prune->reserved;
   }
   job->ldq_max = (int64_t) (0.5 * avail / per_query) / kBlockQueries * kBlockQueries;

@@ -195,7 +195,8 @@ size_t scratch_bytes(const kde_replica *rep)
   return rep->raw.bytes + rep->query.bytes + rep->part.bytes + rep->acc.bytes +
          rep->shard.bytes + rep->visit.bytes + rep->visit_offset.bytes +
          rep->plan_box.bytes + rep->plan_mask.bytes + rep->plan_count.bytes +
-         rep->plan_temp.bytes + rep->plan_part.bytes;
+         rep->plan_temp.bytes + rep->plan_part.bytes + rep->plan_skipped.bytes +
+         rep->plan_query.bytes;
 }
 void scratch_release(kde_replica *rep)
 {
@@ -211,6 +212,8 @@ void scratch_release(kde_replica *rep)
   buffer_release(&rep->plan_count);
   buffer_release(&rep->plan_temp);
   buffer_release(&rep->plan_part);
+  buffer_release(&rep->plan_skipped);
+  buffer_release(&rep->plan_query);
 }
 
 /* The queries' whitening on a replica's device, uploaded when it differs

@@ -59,9 +59,12 @@ typedef struct {
    * each query block visits, and where each block's list starts); for a
    * plan made on the device, the query blocks' boxes, the decisions (a bit
    * per unit and block), the counts, CUB's scan scratch and, for a plan
-   * made in chunks, the chunks' partial sums. */
+   * made in chunks, the chunks' partial sums; for its per-query
+   * refinement (plan_refine.cu), what each block's plan skipped and each
+   * query's remaining budget and first skipped bucket. */
   kde_buffer raw, query, part, acc, shard, visit, visit_offset;
   kde_buffer plan_box, plan_mask, plan_count, plan_temp, plan_part;
+  kde_buffer plan_skipped, plan_query;
 } kde_replica;
 
 struct kde_cuda_model {

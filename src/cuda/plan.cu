@@ -119,9 +119,6 @@ cleanup:
 
 /* ---- the decision -------------------------------------------------------- */
 
-/* How a block decides: compact support, every unit, or the bounds. */
-enum { kDecideSupport = 0, kDecideAll = 1, kDecideBounds = 2 };
-
 /* Unit t's decision for the block's box (kde_tiles_to_visit's last loops). */
 __device__ __forceinline__ bool unit_visited(const kde_prune_plan &p, const double *q_lo,
                                              const double *q_hi, int64_t t, int how,
@@ -154,14 +151,6 @@ __device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s
   s = kde_lse_make(s_max[0], s_sum[0]);
   for (int w = 1; w < kPlanWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
   return s;
-}
-
-/* How a query block decides, the same on the host and in every kernel. */
-__host__ __device__ static int decide_how(const kde_prune_plan &p)
-{
-  return kde_kernel_is_compact(p.kernel) ? kDecideSupport
-         : p.tolerance > 0               ? kDecideBounds
-                                         : kDecideAll;
 }
 
 /* The parts of the decision, each over the units [t0, t1) of one query
@@ -267,10 +256,19 @@ static __device__ double budget_of(const kde_prune_plan &p, kde_lse lower)
   return log(p.tolerance) + kde_lse_log(lower);
 }
 
+/* log of the bounds a block's decision skipped (-inf: none; compact
+ * kernels skip exact zeros only), for the per-query refinement. */
+static __device__ double log_skipped(int how, double log_budget, const double *bucket_sum,
+                                     int first_skipped)
+{
+  if (how != kDecideBounds) return -INFINITY;
+  return log_budget + log(kde_prune_skipped_sum(bucket_sum, first_skipped));
+}
+
 /* One CUDA block per query block: the whole decision. */
 __global__ void __launch_bounds__(kPlanThreads)
     kde_plan_count_kernel(const kde_prune_plan p, const double *box, int64_t words,
-                          uint32_t *mask, int64_t *count)
+                          uint32_t *mask, int64_t *count, double *skipped)
 {
   __shared__ double s_box[2 * kPlanMaxDim];
   __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
@@ -281,7 +279,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   load_box(box, b, p.dim, s_box);
   const double *q_lo = s_box, *q_hi = s_box + p.dim;
 
-  int how = decide_how(p);
+  int how = plan_decision(p);
   double log_budget = 0.0;
   int first_skipped = KDE_PRUNE_BUCKETS;
   if (how == kDecideBounds) {
@@ -294,7 +292,10 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
   const long long total = units_decide(p, q_lo, q_hi, 0, words, how, log_budget,
                                        first_skipped, mask + b * words, s_visits);
-  if (threadIdx.x == 0) count[b] = total;
+  if (threadIdx.x == 0) {
+    count[b] = total;
+    skipped[b] = log_skipped(how, log_budget, s_sum_bucket, first_skipped);
+  }
 }
 
 /* ---- the decision in chunks (few query blocks) ---------------------------- */
@@ -382,13 +383,13 @@ __global__ void __launch_bounds__(kPlanThreads)
  * the order of the atomic adds does not matter). */
 __global__ void __launch_bounds__(kPlanThreads)
     kde_plan_decide_kernel(const kde_prune_plan p, const double *box, const plan_chunks c,
-                           int64_t words, uint32_t *mask, int64_t *count)
+                           int64_t words, uint32_t *mask, int64_t *count, double *skipped)
 {
   __shared__ double s_box[2 * kPlanMaxDim];
   __shared__ long long s_visits[kPlanWarps];
   __shared__ double s_budget, s_sum_bucket[KDE_PRUNE_BUCKETS];
   const int64_t chunk = blockIdx.x, b = blockIdx.y;
-  int how = decide_how(p);
+  int how = plan_decision(p);
   double log_budget = 0.0;
   int first_skipped = KDE_PRUNE_BUCKETS;
   if (how == kDecideBounds) {
@@ -418,6 +419,8 @@ __global__ void __launch_bounds__(kPlanThreads)
                                         first_skipped, mask + b * words, s_visits);
   if (threadIdx.x == 0 && visits > 0)
     atomicAdd((unsigned long long *) &count[b], (unsigned long long) visits);
+  if (threadIdx.x == 0 && chunk == 0)
+    skipped[b] = log_skipped(how, log_budget, s_sum_bucket, first_skipped);
 }
 
 /* Chunks per query block: enough CUDA blocks to fill a device
@@ -469,7 +472,6 @@ int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
                kde_replica *rep, plan_counts *counts, kde_status *status)
 {
   const int64_t words = ceil_div(plan->n_tiles, 32);
-  int64_t tail[2] = {0, 0};
   size_t temp_bytes = 0;
   int64_t *count, *offset;
   plan_chunks chunked;
@@ -484,7 +486,8 @@ int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
   if (buffer_reserve(&rep->plan_mask, (size_t) (blocks * words) * sizeof(uint32_t),
                      status) != 0 ||
       buffer_reserve(&rep->plan_count, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0 ||
-      buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0)
+      buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0 ||
+      buffer_reserve(&rep->plan_skipped, (size_t) blocks * sizeof(double), status) != 0)
     return -1;
   count = (int64_t *) rep->plan_count.ptr;
   offset = (int64_t *) rep->visit_offset.ptr;
@@ -496,7 +499,8 @@ int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
   chunked = choose_chunks(blocks, words);
   if (chunked.chunks == 1) {
     kde_plan_count_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
-        *plan, box, words, (uint32_t *) rep->plan_mask.ptr, count);
+        *plan, box, words, (uint32_t *) rep->plan_mask.ptr, count,
+        (double *) rep->plan_skipped.ptr);
     KDE_CUDA_LAUNCHED("plan count kernel");
     /* count[blocks] = 0, so that the exclusive sum ends with the total */
     KDE_CUDA_TRY(cudaMemsetAsync(count + blocks, 0, sizeof(int64_t), rep->stream));
@@ -510,21 +514,33 @@ int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
     chunked.part_lse = (double *) rep->plan_part.ptr;
     chunked.part_bucket = chunked.part_lse + blocks * chunked.chunks * 2;
     KDE_CUDA_TRY(cudaMemsetAsync(count, 0, (size_t) (blocks + 1) * sizeof(int64_t), rep->stream));
-    if (decide_how(*plan) == kDecideBounds) {
+    if (plan_decision(*plan) == kDecideBounds) {
       kde_plan_lower_kernel<<<grid, kPlanThreads, 0, rep->stream>>>(*plan, box, chunked);
       KDE_CUDA_LAUNCHED("plan lower-bound kernel");
       kde_plan_bucket_kernel<<<grid, kPlanThreads, 0, rep->stream>>>(*plan, box, chunked);
       KDE_CUDA_LAUNCHED("plan bucket kernel");
     }
     kde_plan_decide_kernel<<<grid, kPlanThreads, 0, rep->stream>>>(
-        *plan, box, chunked, words, (uint32_t *) rep->plan_mask.ptr, count);
+        *plan, box, chunked, words, (uint32_t *) rep->plan_mask.ptr, count,
+        (double *) rep->plan_skipped.ptr);
     KDE_CUDA_LAUNCHED("plan decision kernel");
   }
+  return plan_scan_counts(blocks, rep, counts, status);
+cleanup:
+  return -1;
+}
+
+int plan_scan_counts(int64_t blocks, kde_replica *rep, plan_counts *counts, kde_status *status)
+{
+  int64_t tail[2] = {0, 0};
+  size_t temp_bytes = rep->plan_temp.bytes;
+  int64_t *count = (int64_t *) rep->plan_count.ptr, *offset = (int64_t *) rep->visit_offset.ptr;
   KDE_CUDA_TRY(cub::DeviceScan::ExclusiveSum(rep->plan_temp.ptr, temp_bytes, count, offset,
                                              blocks + 1, rep->stream));
   KDE_CUDA_TRY(cudaMemcpyAsync(tail, offset + blocks - 1, sizeof tail, cudaMemcpyDeviceToHost,
                                rep->stream));
   KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  counts->blocks = blocks;
   counts->total = tail[1];
   counts->last_count = tail[1] - tail[0];
   return 0;
@@ -570,9 +586,21 @@ static int nearly_all(int64_t total, int64_t blocks, int64_t job_units)
   return (double) total >= kPlanDropShare * (double) blocks * (double) job_units;
 }
 
+/* KDEGPU_PLAN_REFINE=0: the device plan stops at the query blocks' boxes
+ * (no per-query refinement); for A/B measurements. Read once. */
+static int refine_enabled(void)
+{
+  static const int enabled = [] {
+    const char *v = getenv("KDEGPU_PLAN_REFINE");
+    return !(v != NULL && strcmp(v, "0") == 0);
+  }();
+  return enabled;
+}
+
 int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
-                      const kde_prune_plan *host_plan, int64_t n_batch, int64_t job_units,
-                      batch_plan *out, kde_status *status)
+                      const kde_prune_plan *host_plan, const double *z, int64_t ldz,
+                      int64_t n_batch, int64_t job_units, batch_plan *out,
+                      kde_status *status)
 {
   kde_prune_plan plan = device_prune_plan(model, rep, host_plan->tolerance,
                                           host_plan->leave_one_out);
@@ -584,7 +612,15 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   if (plan_count(&plan, (const double *) rep->plan_box.ptr, ceil_div(n_batch, kBlockQueries),
                  rep, &counts, status) != 0)
     return -1;
-  if (counts.blocks < 1 || nearly_all(counts.total, counts.blocks, job_units)) return 0;
+  if (counts.blocks < 1) return 0;
+  /* one query's box is the query: refining cannot narrow it */
+  if (refine_enabled() && n_batch > 1 && counts.total > 0 &&
+      plan_decision(plan) != kDecideAll &&
+      (counts.blocks >= kRefineMinBlocks || !nearly_all(counts.total, counts.blocks, job_units)) &&
+      (plan_fill(&plan, &counts, rep, status) != 0 ||
+       plan_refine(&plan, z, ldz, n_batch, rep, &counts, status) != 0))
+    return -1;
+  if (nearly_all(counts.total, counts.blocks, job_units)) return 0;
   if (plan_fill(&plan, &counts, rep, status) != 0) return -1;
   out->pairs = planned_pairs(n_batch, counts.blocks, counts.total, counts.last_count,
                              job_units, plan.n_tiles);

@@ -42,6 +42,23 @@ constexpr int64_t kPlanFillBlocks = 1024;
 /* A batch's plan that visits at least this share of its units is dropped:
  * the plain sweep costs less than the lists. */
 constexpr double kPlanDropShare = 0.9;
+/* Refining a plan per query (plan_refine) costs a tenth to a fifth of the
+ * full sum where the boxes keep nearly every unit and the queries are few
+ * (100 queries against 1e7 points, H200: +13%, the union of their own needs
+ * still nearly every unit), and pays from about 1000 queries (0.34 of the
+ * units kept). A batch of fewer query blocks whose boxes keep nearly every
+ * unit sweeps them unrefined. */
+constexpr int64_t kRefineMinBlocks = 8;
+
+/* How a query block decides: compact support, every unit, or the bounds;
+ * the same on the host and in every kernel. */
+enum { kDecideSupport = 0, kDecideAll = 1, kDecideBounds = 2 };
+__host__ __device__ inline int plan_decision(const kde_prune_plan &p)
+{
+  return kde_kernel_is_compact(p.kernel) ? kDecideSupport
+         : p.tolerance > 0               ? kDecideBounds
+                                         : kDecideAll;
+}
 
 /* The decision's inputs on one replica (prune.c's kde_prune_plan, its
  * arrays on that device; uploaded with the model). */
@@ -70,6 +87,21 @@ typedef struct {
 int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
                kde_replica *rep, plan_counts *counts, kde_status *status);
 
+/* The exclusive scan of the blocks' counts in rep->plan_count into
+ * rep->visit_offset, and the total read back into `counts` (a synchronising
+ * copy). */
+int plan_scan_counts(int64_t blocks, kde_replica *rep, plan_counts *counts, kde_status *status);
+
+/* Each block's list narrowed to the units its queries need, each query
+ * from its own distances (plan_refine.cu; prune.c's per-query
+ * refinement): from the lists plan_fill left in rep->visit and what each
+ * block skipped (rep->plan_skipped), the new decisions into rep->plan_mask,
+ * their counts scanned into rep->visit_offset and `counts`; plan_fill then
+ * writes the narrowed lists. The queries: rows [0, rows) of z (whitened,
+ * double, column k at z + k * ldz, on rep's device). */
+int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_t rows,
+                kde_replica *rep, plan_counts *counts, kde_status *status);
+
 /* The lists themselves, rep->visit[visit_offset[b] ..) for each block b,
  * ascending, from the mask plan_count left (rep->visit holds counts->total
  * units). */
@@ -87,11 +119,13 @@ typedef struct {
 
 /* The plan of the n_batch queries whose boxes plan_block_boxes left in
  * rep->plan_box, made on rep's device for the decision's inputs of
- * host_plan (tolerance, leave one out) against that device's units. The
- * job covers job_units of the model's units. */
+ * host_plan (tolerance, leave one out) against that device's units, and
+ * refined per query (plan_refine) from the queries themselves (z, ldz as
+ * there). The job covers job_units of the model's units. */
 int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
-                      const kde_prune_plan *host_plan, int64_t n_batch, int64_t job_units,
-                      batch_plan *out, kde_status *status);
+                      const kde_prune_plan *host_plan, const double *z, int64_t ldz,
+                      int64_t n_batch, int64_t job_units, batch_plan *out,
+                      kde_status *status);
 
 /* The same made on the host (prune.c, kde_plan_query_blocks) for rows
  * [first, first + n_batch) of the ordered whitened queries (host, n_query x
