@@ -383,6 +383,9 @@ int64_t deriv_splits(int64_t blocks_q, int64_t units, int64_t concurrency, int64
   return ceil_div(units, ceil_div(units, s)); /* whole units, none empty */
 }
 
+/* A batch's query blocks are the plan's (plan_block_boxes, plan_refine). */
+static_assert(kThreads == kBlockQueries, "derivative blocks are the plan's query blocks");
+
 /* Queues rows [first, first + rows) of the (ordered) queries on a device:
  * plan, every shard, merge; their states end in its d_acc. */
 template <typename T>

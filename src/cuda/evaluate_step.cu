@@ -366,15 +366,18 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
     avail -= (double) job->shard_units * kUnit * point_bytes(model);
   }
   /* Half of the rest for query rows (raw and packed coordinates, the
-   * accumulated states, a plan's share: its lists at their largest, every
-   * unit, and when made here the decisions' bits, the boxes and the
-   * refinement's state), half for the partial states of the splits. The
+   * accumulated states, a plan's share: its lists at their largest, and
+   * when made here the decisions' bits, the boxes and the refinement's
+   * state), half for the partial states of the splits. The
    * queries ordered on this device stay there for the whole evaluation. */
   per_query = (double) model->query_elems * tsz +
               (double) (d + model->n_discrete + 3) * sizeof(double);
   if (job->prune != NULL) {
     const double all_units = (double) (model->n_points / kUnit);
-    per_query += (all_units * sizeof(int32_t) + sizeof(int64_t)) / kBlockQueries;
+    /* a host plan's lists stop at kPlanDropShare; the device's box
+     * lists may keep every unit before their refinement */
+    const double listed = job->prune->device ? all_units : kPlanDropShare * all_units;
+    per_query += (listed * sizeof(int32_t) + sizeof(int64_t)) / kBlockQueries;
     if (job->prune->device)
       per_query += (all_units / 8 + (2 * d + 2) * sizeof(double)) / kBlockQueries +
                    sizeof(double) + sizeof(int32_t);

@@ -130,7 +130,7 @@ __device__ __forceinline__ bool unit_visited(const kde_prune_plan &p, const doub
   kde_prune_scale(&p, t, &min2, &max2);
   if (how == kDecideSupport) return min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN;
   const double key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
-  return kde_prune_bucket(key) < first_skipped;
+  return kde_prune_bucket(key + kKeySlack) < first_skipped;
 }
 
 /* The log-sum-exp of the block's states, merged in a fixed order (lanes by
@@ -613,9 +613,10 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
                  rep, &counts, status) != 0)
     return -1;
   if (counts.blocks < 1) return 0;
-  /* one query's box is the query: refining cannot narrow it */
+  /* one query's box is the query: refining cannot narrow it; without a
+   * lower bound (a discrete column's factor can be 0) nothing is skipped */
   if (refine_enabled() && n_batch > 1 && counts.total > 0 &&
-      plan_decision(plan) != kDecideAll &&
+      plan_decision(plan) != kDecideAll && plan.log_lower_factor > -INFINITY &&
       (counts.blocks >= kRefineMinBlocks || !nearly_all(counts.total, counts.blocks, job_units)) &&
       (plan_fill(&plan, &counts, rep, status) != 0 ||
        plan_refine(&plan, z, ldz, n_batch, rep, &counts, status) != 0))

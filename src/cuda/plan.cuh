@@ -39,6 +39,11 @@ constexpr int kPlanThreads = 256;
  * of the full sum of its 128 queries (H200). */
 constexpr int64_t kPlanChunkWords = 8;
 constexpr int64_t kPlanFillBlocks = 1024;
+/* A unit is skipped only where its key (its bound's log relative to the
+ * budget) is past its bucket's edge by this: the decisions compute the
+ * key again after the bucket sums, in other code that may round it
+ * otherwise. Keeping a unit is always safe. */
+constexpr double kKeySlack = 1e-6;
 /* A batch's plan that visits at least this share of its units is dropped:
  * the plain sweep costs less than the lists. */
 constexpr double kPlanDropShare = 0.9;

@@ -38,7 +38,8 @@ case "$mode" in
     run "derivative kernels, gaussian" tools/gpu-tests/emulate/build/derivatives 0
     run "derivative plan" bash tools/gpu-tests/emulate/run.sh derivatives_plan
     run "whether a plan can pay" bash tools/gpu-tests/emulate/run.sh plan_pays
-    checks=$(grep -cE ' (float|visited) ' "$log")
+    run "the plan refined per query" bash tools/gpu-tests/emulate/run.sh plan_refine
+    checks=$(grep -cE ' (float|visited|refined) ' "$log")
     ;;
   device)
     run "harness (correctness)" env SANITIZE=0 PROFILE=0 MODE=test bash tools/gpu-tests/harness/run.sh

@@ -10,6 +10,10 @@
 #   derivatives_plan  prune.c's plan for derivative sums against a port of
 #                     the decision written here, and pruned sums within
 #                     tolerance * s0 of the full ones
+#   plan_refine       the device plan's per-query refinement (the real kernels of
+#                     src/cuda/plan_refine_kernels.cuh on prune.c's box plans):
+#                     refined lists within the box lists, every query's sum
+#                     over them within tolerance of its full sum, never above
 #   plan_pays         prune.c's test of whether a few queries' plan can pay:
 #                     never "no" where the exact plan skips more than 10%
 #   mean_shift        one mean-shift step near the modes of bench/derivatives.R's
@@ -20,7 +24,7 @@
 #                       R_LIBS=<CPU build> Rscript tools/gpu-tests/emulate/test_blocks.R
 # Slow (minutes): it is for the logic, not the speed. `--build-only` after
 # the name compiles without running.
-#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|mean_shift|sums] [args]
+#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|mean_shift|sums] [args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)

@@ -9,6 +9,7 @@
 #define __forceinline__ inline
 #define __shared__
 #define __launch_bounds__(...)
+typedef struct CUstream_st *cudaStream_t;
 struct alignas(16) float4 { float x, y, z, w; };
 struct uint3_ { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };

@@ -1,0 +1,237 @@
+// Checks the device plan's per-query refinement (src/cuda/plan_refine_kernels.cuh,
+// the real kernels run on the host): on normal, clustered and widely spread
+// data, d = 1..4, the Gaussian, exponential and Epanechnikov kernels, two
+// tolerances, leaving one out and an adaptive fit, each block's box plan
+// (prune.c) is refined, and then
+//   - every refined list lies in its box list, and each block's count is
+//     its mask row's;
+//   - every query's sum over its block's refined list is within relative
+//     tolerance of its full sum and never above it (compact kernels: equal),
+//     against exact sums in double written here.
+// It prints the pairs kept by the box plans and by the refined ones.
+#include "prune.h"
+#include "spatial.h"
+#include <kdegpu/kernels.h>
+#include "cuda_runtime.h"
+#include "warp.h"
+#undef __shared__
+#define __shared__ static /* one block at a time: a block's shared memory */
+#include "plan_refine_kernels.cuh"
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+using namespace kdegpu;
+#include "launch.h"
+std::vector<std::unique_ptr<emulated_warp>> g_warps;
+
+struct fit {
+  int64_t n, d, n_units;
+  std::vector<double> z, log_w, inv;  // points in k-d order (column-major), log weights, 1/lambda^2
+  std::vector<double> lo, hi, lw, rest, inv_lo, inv_hi;
+  kde_prune_plan plan;
+};
+
+static void make_fit(int kernel, int64_t d, int shape, bool adaptive, double tol, int loo,
+                     int64_t n, std::mt19937_64 &rng, fit &f)
+{
+  std::normal_distribution<double> N(0, 1);
+  std::uniform_real_distribution<double> U(-1, 1);
+  std::vector<double> centres(20 * d);
+  for (auto &c : centres) c = 200 * U(rng);
+  f.n = n;
+  f.d = d;
+  f.n_units = n / kUnit;
+  f.z.resize(n * d);
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t c = 0; c < d; c++)
+      f.z[j + c * n] = shape == 0   ? 5 * N(rng)
+                       : shape == 1 ? centres[(j % 20) * d + c] + N(rng)
+                                    : 2000 * U(rng);
+  std::vector<int64_t> order(n);
+  kde_kd_sort(f.z.data(), n, d, kUnit, 128, 1, order.data());
+  std::vector<double> w(n);
+  f.inv.assign(n, 1.0);
+  for (int64_t j = 0; j < n; j++) {
+    w[j] = (1.0 + 0.5 * (order[j] % 7 == 0)) / (1.2 * n);
+    if (adaptive) f.inv[j] = 0.5 + 1.5 * (double) (order[j] % 11) / 10.0;
+  }
+  f.log_w.resize(n);
+  for (int64_t j = 0; j < n; j++) f.log_w[j] = log(w[j]);
+  f.lo.resize(f.n_units * d);
+  f.hi.resize(f.n_units * d);
+  f.lw.resize(f.n_units);
+  f.rest.resize(f.n_units);
+  kde_tile_boxes(f.z.data(), n, d, kUnit, 1, f.lo.data(), f.hi.data());
+  kde_tile_log_weights(w.data(), n, kUnit, 1, f.lw.data(), f.rest.data());
+  f.plan = kde_prune_plan{};
+  f.plan.kernel = kernel;
+  f.plan.dim = d;
+  f.plan.n_tiles = f.n_units;
+  f.plan.lo = f.lo.data();
+  f.plan.hi = f.hi.data();
+  f.plan.log_weight = f.lw.data();
+  f.plan.log_weight_rest = f.rest.data();
+  if (adaptive) {
+    f.inv_lo.resize(f.n_units);
+    f.inv_hi.resize(f.n_units);
+    kde_tile_boxes(f.inv.data(), n, 1, kUnit, 1, f.inv_lo.data(), f.inv_hi.data());
+    f.plan.inv_scale2_lo = f.inv_lo.data();
+    f.plan.inv_scale2_hi = f.inv_hi.data();
+  }
+  f.plan.tolerance = tol;
+  f.plan.leave_one_out = loo;
+  f.plan.derivative = KDE_PRUNE_DENSITY;
+}
+
+// log of query i's kernel sum over the points of `units` (all when NULL),
+// without point `self` (leaving one out; -1: none)
+static double exact_log_sum(const fit &f, const std::vector<double> &q, int64_t m, int64_t i,
+                            const int32_t *units, int64_t n_units, int64_t self)
+{
+  kde_lse s = kde_lse_empty();
+  const int64_t count = units != NULL ? n_units : f.n_units;
+  for (int64_t u = 0; u < count; u++) {
+    const int64_t unit = units != NULL ? units[u] : u;
+    for (int64_t j = unit * kUnit; j < (unit + 1) * kUnit; j++) {
+      if (j == self) continue;
+      double s2 = 0;
+      for (int64_t c = 0; c < f.d; c++) {
+        const double v = q[i + c * m] - f.z[j + c * f.n];
+        s2 += v * v;
+      }
+      s = kde_lse_add(s, f.log_w[j] + kde_log_profile(f.plan.kernel, s2 * f.inv[j]));
+    }
+  }
+  return kde_lse_log(s);
+}
+
+int main()
+{
+  int failures = 0;
+  const char *shapes[] = {"normal", "clustered", "spread"};
+  const char *kernels[] = {"gaussian", "epanechnikov", "rectangular", "triangular",
+                           "biweight", "cosine", "optcosine", "exponential"};
+  double kept_box = 0, kept_refined = 0;
+  struct variant { bool adaptive; int loo; };
+  for (int kernel : {KDE_GAUSSIAN, KDE_EXPONENTIAL, KDE_EPANECHNIKOV})
+    for (int64_t d = 1; d <= 4; d++)
+      for (int shape = 0; shape < 3; shape++)
+        for (double tol : {1e-7, 1e-3})
+          for (int which = 0; which < 3; which++) {
+            /* the plain fit; an adaptive one (Gaussian, d = 2); leaving one out (d = 3) */
+            const variant v = {which == 1, which == 2 ? 1 : 0};
+            if (which == 1 && !(kernel == KDE_GAUSSIAN && d == 2 && shape < 2)) continue;
+            if (which == 2 && !(d == 3 && tol == 1e-7 && shape < 2)) continue;
+            std::mt19937_64 rng(31 + 100 * kernel + 10 * d + shape + (v.adaptive ? 7 : 0));
+            std::normal_distribution<double> N(0, 1);
+            const int64_t n = v.loo ? kUnit * 8 : kUnit * 48;
+            fit f;
+            make_fit(kernel, d, shape, v.adaptive, tol, v.loo, n, rng, f);
+            // queries: jittered points, points between them, and far ones
+            const int64_t m = v.loo ? n : 128 * 5 - 37;
+            std::vector<double> q(m * d);
+            std::uniform_int_distribution<int64_t> pick(0, n - 1);
+            for (int64_t i = 0; i < m; i++) {
+              const int64_t a = pick(rng), b = pick(rng);
+              for (int64_t c = 0; c < d; c++)
+                q[i + c * m] = v.loo       ? f.z[i + c * n]
+                               : i % 5 < 3 ? f.z[a + c * n] + 0.5 * N(rng)
+                               : i % 5 == 3 ? 0.5 * (f.z[a + c * n] + f.z[b + c * n])
+                                            : 3000 + 500 * N(rng);
+            }
+            if (!v.loo) {
+              std::vector<int64_t> qo(m);
+              kde_kd_sort(q.data(), m, d, 128, 1, 1, qo.data());
+            }
+            const int64_t blocks = (m + 127) / 128, words = (f.n_units + 31) / 32;
+            // the box plan (prune.c) and what it skipped per block
+            std::vector<int64_t> offset(blocks + 1, 0);
+            std::vector<int32_t> visit;
+            std::vector<double> skipped(blocks), scratch(2 * f.n_units), lo(d), hi(d);
+            std::vector<int64_t> tiles(f.n_units);
+            for (int64_t b = 0; b < blocks; b++) {
+              const int64_t r0 = b * 128, r1 = std::min(m, r0 + 128);
+              kde_rows_box(q.data(), m, d, r0, r1, lo.data(), hi.data());
+              const int64_t c = kde_tiles_to_visit(&f.plan, lo.data(), hi.data(), scratch.data(),
+                                                   tiles.data());
+              std::vector<char> listed(f.n_units, 0);
+              for (int64_t k = 0; k < c; k++) {
+                visit.push_back((int32_t) tiles[k]);
+                listed[tiles[k]] = 1;
+              }
+              offset[b + 1] = offset[b] + c;
+              kde_lse s = kde_lse_empty();
+              if (!kde_kernel_is_compact(kernel))
+                for (int64_t t = 0; t < f.n_units; t++) {
+                  if (listed[t]) continue;
+                  double min2, max2;
+                  kde_box_distances(lo.data(), hi.data(), f.lo.data() + t * d, f.hi.data() + t * d,
+                                    d, &min2, &max2);
+                  kde_prune_scale(&f.plan, t, &min2, &max2);
+                  s = kde_lse_add(s, kde_prune_log_upper(&f.plan, t, min2, max2));
+                }
+              skipped[b] = kde_lse_log(s);
+            }
+            // the refinement, as plan_refine() launches it (two chunks per block)
+            std::vector<double> remaining(blocks * 128);
+            std::vector<int32_t> first_skipped(blocks * 128);
+            std::vector<uint32_t> mask(blocks * words, 0u);
+            std::vector<int64_t> count(blocks + 1, 0);
+            if (!kde_kernel_is_compact(kernel))
+              launch_warps(dim3((unsigned) blocks, kRefineGroups), kRefineThreads, [&] {
+                kde_refine_bounds_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
+                                         skipped.data(), remaining.data(), first_skipped.data());
+              });
+            launch_warps(dim3((unsigned) blocks, 2), kPlanThreads, [&] {
+              kde_refine_decide_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
+                                       remaining.data(), first_skipped.data(), words, mask.data(),
+                                       count.data());
+            });
+            // the refined lists: within the box lists, counted right
+            int64_t bad_lists = 0;
+            std::vector<std::vector<int32_t>> refined(blocks);
+            for (int64_t b = 0; b < blocks; b++) {
+              std::vector<char> listed(f.n_units, 0);
+              for (int64_t k = offset[b]; k < offset[b + 1]; k++) listed[visit[k]] = 1;
+              for (int64_t t = 0; t < f.n_units; t++)
+                if (mask[b * words + t / 32] >> (t % 32) & 1u) {
+                  refined[b].push_back((int32_t) t);
+                  bad_lists += !listed[t];
+                }
+              bad_lists += count[b] != (int64_t) refined[b].size();
+              const int64_t rows = std::min<int64_t>(128, m - b * 128);
+              kept_box += (double) rows * (double) (offset[b + 1] - offset[b]);
+              kept_refined += (double) rows * (double) refined[b].size();
+            }
+            // every query's sum over its block's refined list
+            double worst_low = 0, worst_high = 0;
+            for (int64_t i = 0; i < m; i++) {
+              const int64_t b = i / 128, self = v.loo ? i : -1;
+              const double full = exact_log_sum(f, q, m, i, NULL, 0, self);
+              const double kept = exact_log_sum(f, q, m, i, refined[b].data(),
+                                                (int64_t) refined[b].size(), self);
+              if (!std::isfinite(full) && !std::isfinite(kept)) continue;
+              // log full - log kept in [0, -log(1 - tol)] (compact: 0), to rounding
+              const double allowed = kde_kernel_is_compact(kernel) ? 0.0 : -log1p(-tol);
+              worst_low = std::max(worst_low, (full - kept) - allowed);
+              worst_high = std::max(worst_high, kept - full);
+            }
+            const bool ok = bad_lists == 0 && worst_low <= 1e-12 && worst_high <= 1e-12;
+            failures += !ok;
+            printf("%s %s d=%lld %s tol=%g%s%s: box %lld units, refined %lld, beyond the bound "
+                   "%.1e, above %.1e, bad lists %lld\n",
+                   ok ? "ok  " : "FAIL", kernels[kernel], (long long) d, shapes[shape], tol,
+                   v.adaptive ? " adaptive" : "", v.loo ? " leave-one-out" : "",
+                   (long long) offset[blocks], (long long) [&] {
+                     int64_t s = 0;
+                     for (auto &r : refined) s += (int64_t) r.size();
+                     return s;
+                   }(),
+                   worst_low, worst_high, (long long) bad_lists);
+          }
+  printf("pairs kept: the refined plans %.3f of the box plans'\n", kept_refined / kept_box);
+  printf("plan_refine: %d failures\n", failures);
+  return failures > 0 ? 1 : 0;
+}
