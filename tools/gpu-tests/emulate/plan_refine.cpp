@@ -1,13 +1,15 @@
 // Checks the device plan's per-query refinement (src/cuda/plan_refine_kernels.cuh,
 // the real kernels run on the host): on normal, clustered and widely spread
 // data, d = 1..4, the Gaussian, exponential and Epanechnikov kernels, two
-// tolerances, leaving one out and an adaptive fit, each block's box plan
-// (prune.c) is refined, and then
+// tolerances, leaving one out, an adaptive fit and the derivative sums'
+// plans, each block's box plan (prune.c) is refined, and then
 //   - every refined list lies in its box list, and each block's count is
 //     its mask row's;
 //   - every query's sum over its block's refined list is within relative
 //     tolerance of its full sum and never above it (compact kernels: equal),
-//     against exact sums in double written here.
+//     against exact sums in double written here; for the derivative plans,
+//     each of the sums behind a gradient and a Hessian (derivatives.h) within
+//     tolerance times the kernel sum of its full value.
 // It prints the pairs kept by the box plans and by the refined ones.
 #include "prune.h"
 #include "spatial.h"
@@ -107,6 +109,51 @@ static double exact_log_sum(const fit &f, const std::vector<double> &q, int64_t 
   return kde_lse_log(s);
 }
 
+// Query i's derivative sums (derivatives.h: s0, k1sum, first[d], second[d x
+// d]) over the points of `units` (all when NULL), into out relative to
+// exp(returned log scale).
+static double exact_derivative_sums(const fit &f, const std::vector<double> &q, int64_t m,
+                                    int64_t i, const int32_t *units, int64_t n_units,
+                                    std::vector<double> &out)
+{
+  const int64_t d = f.d;
+  const int kernel = f.plan.kernel;
+  out.assign(2 + d + d * d, 0.0);
+  double scale = -INFINITY;
+  std::vector<double> v(d);
+  const int64_t count = units != NULL ? n_units : f.n_units;
+  for (int64_t u = 0; u < count; u++) {
+    const int64_t unit = units != NULL ? units[u] : u;
+    for (int64_t j = unit * kUnit; j < (unit + 1) * kUnit; j++) {
+      double t = 0;
+      for (int64_t c = 0; c < d; c++) {
+        v[c] = f.z[j + c * f.n] - q[i + c * m];
+        t += v[c] * v[c];
+      }
+      const double lt = f.log_w[j] + kde_log_profile(kernel, t);
+      if (!(lt > -INFINITY)) continue;
+      if (lt > scale) {
+        const double r = exp(scale - lt);
+        for (auto &o : out) o *= r;
+        scale = lt;
+      }
+      const double term = exp(lt - scale), a1 = term * kde_profile_ratio1(kernel, t);
+      out[0] += term;
+      if (t == 0) {
+        if (std::isfinite(a1)) out[1] += a1;
+        continue;
+      }
+      out[1] += a1;
+      const double a2 = term * kde_profile_ratio2(kernel, t);
+      for (int64_t c = 0; c < d; c++) {
+        out[2 + c] += a1 * v[c];
+        for (int64_t e = 0; e < d; e++) out[2 + d + c + e * d] += a2 * v[c] * v[e];
+      }
+    }
+  }
+  return scale;
+}
+
 int main()
 {
   int failures = 0;
@@ -114,21 +161,27 @@ int main()
   const char *kernels[] = {"gaussian", "epanechnikov", "rectangular", "triangular",
                            "biweight", "cosine", "optcosine", "exponential"};
   double kept_box = 0, kept_refined = 0;
-  struct variant { bool adaptive; int loo; };
+  struct variant { bool adaptive; int loo; int derivative; };
   for (int kernel : {KDE_GAUSSIAN, KDE_EXPONENTIAL, KDE_EPANECHNIKOV})
     for (int64_t d = 1; d <= 4; d++)
       for (int shape = 0; shape < 3; shape++)
         for (double tol : {1e-7, 1e-3})
-          for (int which = 0; which < 3; which++) {
-            /* the plain fit; an adaptive one (Gaussian, d = 2); leaving one out (d = 3) */
-            const variant v = {which == 1, which == 2 ? 1 : 0};
+          for (int which = 0; which < 5; which++) {
+            /* the plain fit; an adaptive one (Gaussian, d = 2); leaving one
+             * out (d = 3); the gradient's and the Hessian's plans (d <= 3) */
+            const variant v = {which == 1, which == 2 ? 1 : 0,
+                               which == 3   ? KDE_PRUNE_GRADIENT
+                               : which == 4 ? KDE_PRUNE_HESSIAN
+                                            : KDE_PRUNE_DENSITY};
             if (which == 1 && !(kernel == KDE_GAUSSIAN && d == 2 && shape < 2)) continue;
             if (which == 2 && !(d == 3 && tol == 1e-7 && shape < 2)) continue;
+            if (which >= 3 && (kde_kernel_is_compact(kernel) || d > 3 || shape == 2)) continue;
             std::mt19937_64 rng(31 + 100 * kernel + 10 * d + shape + (v.adaptive ? 7 : 0));
             std::normal_distribution<double> N(0, 1);
             const int64_t n = v.loo ? kUnit * 8 : kUnit * 48;
             fit f;
             make_fit(kernel, d, shape, v.adaptive, tol, v.loo, n, rng, f);
+            f.plan.derivative = v.derivative;
             // queries: jittered points, points between them, and far ones
             const int64_t m = v.loo ? n : 128 * 5 - 37;
             std::vector<double> q(m * d);
@@ -218,18 +271,38 @@ int main()
               worst_low = std::max(worst_low, (full - kept) - allowed);
               worst_high = std::max(worst_high, kept - full);
             }
-            const bool ok = bad_lists == 0 && worst_low <= 1e-12 && worst_high <= 1e-12;
+            // the derivative sums: each within tolerance * s0 of its full value
+            double worst_derivative = 0;
+            if (v.derivative != KDE_PRUNE_DENSITY) {
+              std::vector<double> full, kept;
+              for (int64_t i = 0; i < m; i++) {
+                const double mf = exact_derivative_sums(f, q, m, i, NULL, 0, full);
+                const double mk = exact_derivative_sums(f, q, m, i, refined[i / 128].data(),
+                                                        (int64_t) refined[i / 128].size(), kept);
+                if (!(full[0] > 0)) continue;
+                const double r = std::isfinite(mk) ? exp(mk - mf) : 0.0;
+                size_t fields = v.derivative == KDE_PRUNE_HESSIAN ? full.size() : 2 + d;
+                for (size_t k = 0; k < fields; k++)
+                  worst_derivative = std::max(worst_derivative,
+                                              fabs(full[k] - kept[k] * r) / full[0] - tol);
+              }
+            }
+            const bool ok = bad_lists == 0 && worst_low <= 1e-12 && worst_high <= 1e-12 &&
+                            worst_derivative <= 1e-12;
             failures += !ok;
             printf("%s %s d=%lld %s tol=%g%s%s: box %lld units, refined %lld, beyond the bound "
-                   "%.1e, above %.1e, bad lists %lld\n",
+                   "%.1e, above %.1e, derivatives beyond %.1e, bad lists %lld\n",
                    ok ? "ok  " : "FAIL", kernels[kernel], (long long) d, shapes[shape], tol,
-                   v.adaptive ? " adaptive" : "", v.loo ? " leave-one-out" : "",
+                   v.adaptive ? " adaptive" : v.loo ? " leave-one-out" : "",
+                   v.derivative == KDE_PRUNE_GRADIENT  ? " gradient"
+                   : v.derivative == KDE_PRUNE_HESSIAN ? " hessian"
+                                                       : "",
                    (long long) offset[blocks], (long long) [&] {
                      int64_t s = 0;
                      for (auto &r : refined) s += (int64_t) r.size();
                      return s;
                    }(),
-                   worst_low, worst_high, (long long) bad_lists);
+                   worst_low, worst_high, worst_derivative, (long long) bad_lists);
           }
   printf("pairs kept: the refined plans %.3f of the box plans'\n", kept_refined / kept_box);
   printf("plan_refine: %d failures\n", failures);
