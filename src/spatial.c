@@ -8,7 +8,9 @@
  * The split is the median of the widest coordinate (the classic k-d rule;
  * for the 1-5 dimensional data this is for it gives boxes whose widest
  * side shrinks by half every d levels), placed at a multiple of the leaf
- * size so that leaves are whole tiles. The selection is Floyd and
+ * size so that leaves are whole tiles, unless the points fall in two
+ * groups with a wide empty stretch between them along that coordinate
+ * (clusters: cities on a map): then at that stretch (gap_split_rank). The selection is Floyd and
  * Rivest's (two pivots from a sample bracket the median; duplicate
  * coordinates, common in real data, end it at once) with samples from a
  * fixed-seed generator, so the order is the same on every run and for
@@ -241,8 +243,10 @@ static void column_range(const double *col, int64_t len, double *lo_out, double 
   *hi_out = hi;
 }
 
-/* The coordinate with the widest spread over the rows [off, off + len). */
-static int64_t widest_axis(const kd_rows *r, int64_t off, int64_t len)
+/* The coordinate with the widest spread over the rows [off, off + len),
+ * and that spread's ends. */
+static int64_t widest_axis(const kd_rows *r, int64_t off, int64_t len, double *span_lo,
+                           double *span_hi)
 {
   int64_t best = 0;
   double best_span = -1.0;
@@ -272,37 +276,111 @@ static int64_t widest_axis(const kd_rows *r, int64_t off, int64_t len)
     if (hi - lo > best_span) {
       best_span = hi - lo;
       best = k;
+      *span_lo = lo;
+      *span_hi = hi;
     }
   }
   return best;
+}
+
+/* Where the rows [off, off + len) fall in two groups along `axis`, with an
+ * empty stretch of at least GAP_MIN_BINS / GAP_BINS of their spread
+ * [lo, hi] between them (clusters, or data with holes): the rank to split
+ * at, the multiple of `leaf` nearest to the count below the widest such
+ * stretch, so that the groups keep whole leaves but one (a median split
+ * cuts a group, and each cut leaves a leaf that spans the gap, whose box
+ * no query near either side can skip). -1 where there is no such stretch,
+ * or, with `balanced`, where the split would leave either side less than
+ * 1/GAP_MIN_SHARE of the rows: kd_split asks for that below GAP_MAX_DEPTH
+ * nested splits, which bounds its recursion on any data. */
+#define GAP_BINS 256
+#define GAP_MIN_BINS 16
+#define GAP_MIN_SHARE 16
+#define GAP_MAX_DEPTH 64
+static inline int gap_bin(double v, double lo, double scale)
+{
+  const double t = (v - lo) * scale;
+  return t >= GAP_BINS ? GAP_BINS - 1 : t > 0 ? (int) t : 0; /* NaN: 0 */
+}
+
+static int64_t gap_split_rank(const kd_rows *r, int64_t off, int64_t len, int64_t axis,
+                              double lo, double hi, int64_t leaf, int balanced)
+{
+  if (len < 2 * leaf || !(hi > lo) || !isfinite(hi - lo)) return -1;
+  const double *col = r->z + axis * r->n + off;
+  const double scale = GAP_BINS / (hi - lo);
+  int64_t bins[GAP_BINS] = {0};
+  if (len >= PARALLEL_MIN_ROWS) { /* by chunks, summed in a fixed order */
+    int64_t(*part)[GAP_BINS] = (int64_t(*)[GAP_BINS]) calloc(PARTITION_CHUNKS, sizeof *part);
+    if (part == NULL) return -1; /* the median split needs no memory */
+    const int64_t chunk = (len + PARTITION_CHUNKS - 1) / PARTITION_CHUNKS;
+#pragma omp taskloop grainsize(1) shared(part)
+    for (int64_t c = 0; c < PARTITION_CHUNKS; c++) {
+      const int64_t a = c * chunk < len ? c * chunk : len;
+      const int64_t e = a + chunk < len ? a + chunk : len;
+      for (int64_t i = a; i < e; i++) {
+        part[c][gap_bin(col[i], lo, scale)]++;
+      }
+    }
+    for (int64_t c = 0; c < PARTITION_CHUNKS; c++)
+      for (int b = 0; b < GAP_BINS; b++) bins[b] += part[c][b];
+    free(part);
+  } else {
+    for (int64_t i = 0; i < len; i++) {
+      bins[gap_bin(col[i], lo, scale)]++;
+    }
+  }
+  /* the widest run of empty bins (bins 0 and GAP_BINS - 1 hold lo and hi) */
+  int64_t best_run = 0, best_below = 0, below = 0, run = 0;
+  for (int b = 0; b < GAP_BINS; b++) {
+    if (bins[b] == 0) {
+      run++;
+      continue;
+    }
+    if (run > best_run) {
+      best_run = run;
+      best_below = below;
+    }
+    run = 0;
+    below += bins[b];
+  }
+  if (best_run < GAP_MIN_BINS) return -1;
+  int64_t k = (best_below + leaf / 2) / leaf * leaf;
+  if (k < leaf) k = leaf;
+  if (k > (len - 1) / leaf * leaf) k = (len - 1) / leaf * leaf;
+  if (balanced && (k < len / GAP_MIN_SHARE || len - k < len / GAP_MIN_SHARE)) return -1;
+  return k;
 }
 
 /* Orders the rows [off, off + len) into leaves of `leaf` rows; each leaf
  * then into sub-leaves of `sub_leaf` rows (0: none), so that runs of `leaf`
  * rows and runs of `sub_leaf` rows are both compact. */
 static void kd_split(const kd_rows *r, int64_t leaf, int64_t sub_leaf, int64_t off,
-                     int64_t len, uint64_t seed)
+                     int64_t len, uint64_t seed, int depth)
 {
   while (len > leaf) {
-    int64_t axis = widest_axis(r, off, len);
-    int64_t leaves = (len + leaf - 1) / leaf;
-    int64_t mid = (leaves / 2) * leaf;
+    double lo = 0, hi = 0;
+    const int64_t axis = widest_axis(r, off, len, &lo, &hi);
+    const int64_t leaves = (len + leaf - 1) / leaf;
+    const int64_t at_gap =
+        gap_split_rank(r, off, len, axis, lo, hi, leaf, depth >= GAP_MAX_DEPTH);
+    const int64_t mid = at_gap > 0 ? at_gap : (leaves / 2) * leaf;
     select_kth(r, off, len, mid, axis, seed);
     /* the left part is a whole number of leaves; sort the larger part in
      * this task, the other as a task of its own when it is large */
     uint64_t left_seed = seed * 2 + 1, right_seed = seed * 2 + 2;
     if (mid >= TASK_MIN_ROWS) {
-#pragma omp task firstprivate(off, mid, left_seed)
-      kd_split(r, leaf, sub_leaf, off, mid, left_seed);
+#pragma omp task firstprivate(off, mid, left_seed, depth)
+      kd_split(r, leaf, sub_leaf, off, mid, left_seed, depth + 1);
     } else {
-      kd_split(r, leaf, sub_leaf, off, mid, left_seed);
+      kd_split(r, leaf, sub_leaf, off, mid, left_seed, depth + 1);
     }
     off += mid;
     len -= mid;
     seed = right_seed;
   }
   if (sub_leaf > 0 && sub_leaf < leaf && len > sub_leaf)
-    kd_split(r, sub_leaf, 0, off, len, seed);
+    kd_split(r, sub_leaf, 0, off, len, seed, 0);
 }
 
 void kde_kd_sort(double *z, int64_t n, int64_t d, int64_t leaf, int64_t sub_leaf,
@@ -316,7 +394,7 @@ void kde_kd_sort(double *z, int64_t n, int64_t d, int64_t leaf, int64_t sub_leaf
 #pragma omp parallel num_threads(n_threads)
   {
 #pragma omp single
-    kd_split(&rows, leaf, sub_leaf, 0, n, 1);
+    kd_split(&rows, leaf, sub_leaf, 0, n, 1, 0);
   }
 }
 
