@@ -52,7 +52,10 @@
 #' `print()` says which it has). At d <= 4 the difference form stores each
 #' point relative to an anchor of its tile of 256 points and takes each
 #' query as a high and a low part, so that a difference rounds relative to
-#' the pair's distance and the tile's size, not to where the data sit.
+#' the pair's distance and the tile's size, not to where the data sit; a
+#' tile that spans a gap in the data (between clusters) is split into tiles
+#' of its own, at most 32 bandwidths wide where that adds at most a quarter
+#' of the tiles.
 #' Derivatives take the difference form where the density's expanded form
 #' would round too much; Hessians always do. Far from all the data a density
 #' made of terms \eqn{e^{-D^2/2}}{exp(-D^2/2)} at D bandwidths keeps about

@@ -109,7 +109,8 @@ typedef struct {
   int host_threads;          /* as in kde_training_set */
   /* Out, when not NULL: the share of the n_query x n_train pairs that the
    * evaluation computed (1 without pruning; the CUDA backend counts its
-   * padded units of 256 points, of n_train rounded up to 256). */
+   * padded units of 256 points, of its layout's positions: n_train
+   * rounded up to 256, or more where units were split, unit_spread.h). */
   double *pairs_share;
 } kde_query_set;
 

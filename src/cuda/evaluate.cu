@@ -27,6 +27,7 @@
 #include "plan.cuh"
 #include "prune.h"
 #include "spatial.h"
+#include "spread.cuh"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
 
@@ -366,43 +367,11 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
   kde_cuda_log_density_stats(model, query, interrupted, out, NULL, status);
 }
 
-extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
-                                           const kde_query_set *query,
-                                           kde_interrupt_probe interrupted,
-                                           double *out, kde_cuda_eval_stats *stats,
-                                           kde_status *status)
+/* The evaluation of a checked query set (kde_cuda_log_density_stats). */
+static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
+                            kde_interrupt_probe interrupted, double *out,
+                            kde_cuda_eval_stats *stats, kde_status *status)
 {
-  kde_status_clear(status);
-  if (stats != NULL) memset(stats, 0, sizeof *stats);
-  if (model == NULL || query == NULL || out == NULL ||
-      (query->n_query > 0 && query->query == NULL) || query->n_query < 0) {
-    kde_status_set(status, KDE_ERR_ARGUMENT,
-                   "kde_cuda_log_density needs a model, a query set and an"
-                   " output buffer");
-    return;
-  }
-  if (model->n_discrete > 0 && query->n_query > 0 && query->codes == NULL) {
-    kde_status_set(status, KDE_ERR_ARGUMENT, "internal: a mixed-data model needs the queries' codes");
-    return;
-  }
-  if ((query->center == NULL) != (query->transform == NULL)) {
-    kde_status_set(status, KDE_ERR_ARGUMENT,
-                   "the queries' whitening needs both a center and a"
-                   " transform, or neither");
-    return;
-  }
-  if (query->leave_one_out && query->n_query != model->n_train) {
-    kde_status_set(status, KDE_ERR_ARGUMENT,
-                   "leave-one-out needs the training points as queries:"
-                   " n_query = %lld but n_train = %lld",
-                   (long long) query->n_query, (long long) model->n_train);
-    return;
-  }
-  if (query->n_query == 0) return;
-  if (!(query->tolerance >= 0 && query->tolerance < 1)) {
-    kde_status_set(status, KDE_ERR_ARGUMENT, "the tolerance must be in [0, 1)");
-    return;
-  }
   /* Pruning pays where the kernels' work outweighs the ordering and the
    * planning. Made on the device (order.cu, plan.cu: milliseconds at 1e6 x
    * 1e6), it pays for every kernel; made on the host (KDEGPU_DEVICE_PLAN=0:
@@ -484,4 +453,57 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
 cleanup:
   ordered_queries_free(model, &oq);
   free(sorted_out);
+}
+
+extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
+                                           const kde_query_set *query,
+                                           kde_interrupt_probe interrupted,
+                                           double *out, kde_cuda_eval_stats *stats,
+                                           kde_status *status)
+{
+  kde_status_clear(status);
+  if (stats != NULL) memset(stats, 0, sizeof *stats);
+  if (model == NULL || query == NULL || out == NULL ||
+      (query->n_query > 0 && query->query == NULL) || query->n_query < 0) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "kde_cuda_log_density needs a model, a query set and an"
+                   " output buffer");
+    return;
+  }
+  if (model->n_discrete > 0 && query->n_query > 0 && query->codes == NULL) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "internal: a mixed-data model needs the queries' codes");
+    return;
+  }
+  if ((query->center == NULL) != (query->transform == NULL)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "the queries' whitening needs both a center and a"
+                   " transform, or neither");
+    return;
+  }
+  if (query->leave_one_out && query->n_query != model->n_train) {
+    kde_status_set(status, KDE_ERR_ARGUMENT,
+                   "leave-one-out needs the training points as queries:"
+                   " n_query = %lld but n_train = %lld",
+                   (long long) query->n_query, (long long) model->n_train);
+    return;
+  }
+  if (query->n_query == 0) return;
+  if (!(query->tolerance >= 0 && query->tolerance < 1)) {
+    kde_status_set(status, KDE_ERR_ARGUMENT, "the tolerance must be in [0, 1)");
+    return;
+  }
+  if (query->leave_one_out && model->spread.n_positions > 0) {
+    /* the training points as the spread layout holds them (spread.cu):
+     * each query at its point's position, so that the kernels leave out
+     * the pair whose positions match */
+    spread_queries_t laid_out;
+    if (spread_queries(model, query, &laid_out, status) != 0) return;
+    log_density_run(model, &laid_out.set, interrupted, laid_out.out, stats, status);
+    if (status->code == KDE_OK)
+      for (int64_t i = 0; i < query->n_query; i++)
+        out[i] = laid_out.out[model->spread.position_of[i]];
+    spread_queries_free(&laid_out);
+    return;
+  }
+  log_density_run(model, query, interrupted, out, stats, status);
 }

@@ -21,6 +21,7 @@
 #include "data_summary.h"
 #include "prune.h"
 #include "spatial.h"
+#include "spread.cuh"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
 
@@ -293,6 +294,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   free(model->unit_log_rest);
   free(model->unit_scale_lo);
   free(model->unit_scale_hi);
+  kde_unit_spread_free(&model->spread);
   kde_prune_groups_free(&model->unit_groups);
   free(model);
   if (prev >= 0) (void) cudaSetDevice(prev);
@@ -356,10 +358,12 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   int count = 0, prev = -1, ok = 0, mma_ok = 1, expanded_single, prunes;
   size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0, anchor_bytes = 0;
   void *host_anchor = NULL; /* an anchored model's anchors until uploaded */
+  spread_set spread;        /* an anchored model's spread training set */
   double min_budget = 0;
   phase_trace trace;
 
   kde_status_clear(status);
+  memset(&spread, 0, sizeof spread);
   if (train == NULL || train->train == NULL || train->weight == NULL ||
       train->log_weight == NULL || train->n_train < 1 || train->dim < 1) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
@@ -507,6 +511,17 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
            (model->layout == KDE_LAYOUT_PLAIN || model->layout == KDE_LAYOUT_TC_SMALL);
   model->anchored = model->layout == KDE_LAYOUT_PLAIN && !model->expanded &&
                     model->dim <= kSmallMaxDim && !(tuning != NULL && tuning->no_anchor);
+  /* An anchored model's runs that span gaps, each split into units of
+   * their own (spread.cu): from here on the training set is the laid-out
+   * one (model->n_train stays the caller's count) */
+  if (prunes && model->anchored) {
+    if (spread_training_set(train, &spread, status) != 0) goto cleanup;
+    if (spread.layout.n_positions > 0) {
+      model->spread = spread.layout;
+      model->n_points = spread.layout.n_positions;
+      train = &spread.set;
+    }
+  }
   /* The units' boxes: the pruning's, and the centres of the anchors */
   if (prunes || model->anchored) {
     KDE_HOST_ALLOC(model->unit_lo, model->n_points / kUnit * model->dim, "the units' boxes");
@@ -654,6 +669,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
 
 cleanup:
   free(host_anchor);
+  spread_set_free(&spread);
   if (prev >= 0) (void) cudaSetDevice(prev);
   if (!ok) {
     kde_cuda_model_free(model);

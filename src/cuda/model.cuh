@@ -14,6 +14,7 @@
 #include "kde_cuda.h"
 #include "prune.h"
 #include "tuning.cuh"
+#include "unit_spread.h"
 
 /* A device allocation that evaluations reuse while it is large enough. */
 typedef struct {
@@ -72,7 +73,8 @@ struct kde_cuda_model {
   int precision;
   int64_t n_train;
   int64_t dim;
-  int64_t n_points;     /* n_train padded to a multiple of kUnit */
+  int64_t n_points;     /* n_train padded to a multiple of kUnit, or the
+                           spread layout's positions */
   size_t elem;          /* sizeof(T) */
   double *center;       /* dim: training mean, subtracted from both sets */
   double scale;         /* then coordinates are multiplied by this */
@@ -89,6 +91,11 @@ struct kde_cuda_model {
    * that a pair's difference keeps the precision's relative accuracy
    * wherever the data sit (pack.cu). */
   int anchored;
+  /* An anchored model whose runs of kUnit points were not all compact:
+   * its layout (unit_spread.h; n_positions = n_points, point i at
+   * spread.position_of[i]), in which leave-one-out runs (spread.cu).
+   * n_positions 0: point i at position i. */
+  kde_unit_spread spread;
   int adaptive;         /* per-point scales: a row of 1 / lambda^2 after aux
                            (kernel_adaptive.cu), the plain layout only */
   /* Mixed data (kde_training_set's discrete columns; kernel_discrete.cu):

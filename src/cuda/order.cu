@@ -280,10 +280,12 @@ extern "C" int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *
   *visit = NULL;
   if (model == NULL || query == NULL || model->unit_lo == NULL || model->dim > kPlanMaxDim ||
       query->n_query < 1 || query->query == NULL ||
-      (query->leave_one_out && query->n_query != model->n_train)) {
+      (query->leave_one_out &&
+       (query->n_query != model->n_train || model->spread.n_positions > 0))) {
     kde_status_set(status, KDE_ERR_ARGUMENT,
                    "the device plan needs a model that prunes (a spatially ordered"
-                   " training set, d <= 4) and queries");
+                   " training set, d <= 4) and queries (leaving one out: not of a"
+                   " spread layout)");
     return -1;
   }
   m = query->n_query;

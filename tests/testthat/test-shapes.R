@@ -162,6 +162,31 @@ test_that("CUDA: both precisions keep their digits wherever the data sit (cluste
   }
 })
 
+test_that("CUDA: single precision keeps densities to 1e-5 near clustered data, leaving one out too (d = 2, 3)", {
+  skip_without_gpu()
+  # 20 clusters 800 bandwidths apart: the k-d order's runs of 256 points
+  # that span a gap get split into units of their own (src/unit_spread.h),
+  # so that no point is stored relative to an anchor hundreds of
+  # bandwidths away (3e-5 to 6.6e-5 of a density before); leave-one-out
+  # then runs over that layout's positions (src/cuda/spread.cu)
+  for (d in 2:3) {
+    set.seed(960 + d)
+    centres <- cbind(as.matrix(expand.grid(200 * (0:4), 200 * (0:3))), matrix(0, 20, d - 2))
+    x <- centres[sample.int(20, 2e4, replace = TRUE), ] + matrix(rnorm(2e4 * d), ncol = d)
+    q <- x[1:200, ] + matrix(rnorm(200 * d, sd = 0.3), ncol = d)
+    ref <- exact_gaussian_log_density(x, q, 0.25)
+    loo_ref <- predict(kde_gpu(x, bw = 0.25, backend = "cpu"), log = TRUE, leave_one_out = TRUE)
+    for (prec in c("single", "double")) {
+      fit <- kde_gpu(x, bw = 0.25, backend = "cuda", precision = prec)
+      lab <- sprintf("d = %d, %s", d, prec)
+      worst <- if (prec == "single") 1e-5 else 1e-12
+      expect_lte(max(abs(expm1(predict(fit, q, log = TRUE) - ref))), worst, label = lab)
+      loo <- predict(fit, log = TRUE, leave_one_out = TRUE)
+      expect_lte(max(abs(expm1(loo - loo_ref))), worst, label = paste(lab, "leave-one-out"))
+    }
+  }
+})
+
 test_that("every kernel, d = 1, 2, 3, 5: sparse, between-cluster and far queries on clustered data keep the default's and tolerance = 1e-3's guarantees", {
   # 12 tight clusters 30 bandwidths apart; queries at a few scattered
   # points (sparse), midway between clusters and far outside
