@@ -24,6 +24,7 @@
 #include "finite.h"
 #include "spatial.h"
 #include "threads.h"
+#include "unit_spread.h"
 #include "whiten.h"
 #include <kdegpu/kernels.h>
 
@@ -222,6 +223,37 @@ SEXP kdegpu_spatial_order(SEXP x, SEXP threads)
   kde_kd_sort(sorted, n, d, KDE_TILE_POINTS, KDE_QUERY_BLOCK, n_threads, order);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) n));
   for (int64_t i = 0; i < n; i++) REAL(out)[i] = (double) order[i] + 1;
+  UNPROTECT(1);
+  return out;
+}
+
+/* The CUDA backend's layout of a spatially ordered (whitened) training set
+ * (unit_spread.h), for the tests: each point's position, 1-based, and the
+ * width the split units keep; positions NULL where the plain layout
+ * serves. */
+SEXP kdegpu_unit_spread(SEXP z, SEXP width, SEXP growth, SEXP threads)
+{
+  int64_t n, d;
+  int n_threads = arg_threads(threads);
+  const double *data = arg_matrix(z, "z", n_threads, &n, &d);
+  if (!Rf_isReal(width) || XLENGTH(width) != 1 || !(REAL(width)[0] > 0))
+    Rf_error("`width` must be one positive number");
+  if (!Rf_isReal(growth) || XLENGTH(growth) != 1 || !(REAL(growth)[0] >= 0))
+    Rf_error("`growth` must be one number >= 0");
+  kde_unit_spread s;
+  if (kde_unit_spread_make(data, n, d, KDE_TILE_POINTS, REAL(width)[0], REAL(growth)[0],
+                           n_threads, &s) != 0)
+    Rf_error("out of memory laying out the points");
+  const char *names[] = {"position", "n_positions", "width", ""};
+  SEXP out = PROTECT(Rf_mkNamed(VECSXP, names));
+  SET_VECTOR_ELT(out, 1, Rf_ScalarReal((double) s.n_positions));
+  SET_VECTOR_ELT(out, 2, Rf_ScalarReal(s.width));
+  if (s.n_positions > 0) {
+    SEXP pos = Rf_allocVector(REALSXP, (R_xlen_t) n);
+    SET_VECTOR_ELT(out, 0, pos);
+    for (int64_t i = 0; i < n; i++) REAL(pos)[i] = (double) s.position_of[i] + 1;
+  }
+  kde_unit_spread_free(&s);
   UNPROTECT(1);
   return out;
 }

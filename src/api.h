@@ -21,6 +21,7 @@ SEXP kdegpu_cdf(SEXP train, SEXP weight, SEXP scale, SEXP bandwidth,
                 SEXP kernel, SEXP query, SEXP lower, SEXP upper,
                 SEXP images, SEXP model, SEXP threads, SEXP progress_delay);
 SEXP kdegpu_spatial_order(SEXP x, SEXP threads);
+SEXP kdegpu_unit_spread(SEXP z, SEXP width, SEXP growth, SEXP threads);
 SEXP kdegpu_whiten_sort(SEXP x, SEXP center, SEXP transform, SEXP weights, SEXP threads);
 SEXP kdegpu_weight_facts(SEXP weights, SEXP threads);
 SEXP kdegpu_weighted_centre(SEXP x, SEXP weights, SEXP threads);

@@ -20,6 +20,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_cdf, 12),
   CALLDEF(kdegpu_conditional_cdf, 11),
   CALLDEF(kdegpu_spatial_order, 2),
+  CALLDEF(kdegpu_unit_spread, 4),
   CALLDEF(kdegpu_whiten_sort, 5),
   CALLDEF(kdegpu_weight_facts, 2),
   CALLDEF(kdegpu_weighted_centre, 3),

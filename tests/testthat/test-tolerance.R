@@ -150,6 +150,41 @@ test_that("above 2^17 rows the order's partitions run in parallel, with the same
   expect_lte(max(z[one[seq_len(mid)], 1]), min(z[one[-seq_len(mid)], 1]))
 })
 
+test_that("the CUDA layout splits the order's runs that span gaps, and only those (src/unit_spread.c)", {
+  spread <- function(z, width = 32, growth = 0.25) {
+    .Call(kdegpu:::C_kdegpu_unit_spread, z, width, growth, 2L)
+  }
+  in_order <- function(z) z[.Call(kdegpu:::C_kdegpu_spatial_order, z, 2L), , drop = FALSE]
+  # 20 clusters 800 bandwidths apart (as whitened coordinates are)
+  set.seed(15)
+  n <- 5e4
+  centres <- cbind(as.matrix(expand.grid(800 * (0:4), 800 * (0:3))), 0)
+  z <- in_order(centres[sample.int(20, n, replace = TRUE), ] +
+                  matrix(rnorm(3 * n, sd = 4), ncol = 3))
+  s <- spread(z)
+  runs <- ceiling(n / 256)
+  expect_identical(s$width, 32)
+  expect_identical(s$n_positions %% 256, 0)
+  expect_gt(s$n_positions, runs * 256)
+  expect_lte(s$n_positions / 256, runs * 1.25 + 64)
+  # each point at a position of its own
+  expect_identical(anyDuplicated(s$position), 0L)
+  expect_true(all(s$position >= 1 & s$position <= s$n_positions))
+  # every unit at most 32 wide, made of one run of the order, in its order
+  unit <- (s$position - 1) %/% 256
+  expect_lte(max(apply(z, 2, function(v) tapply(v, unit, function(u) diff(range(u))))), 32)
+  expect_true(all(tapply((seq_len(n) - 1) %/% 256, unit, function(r) length(unique(r))) == 1))
+  by_position <- order(s$position)
+  expect_true(all(tapply(by_position, unit[by_position], function(i) !is.unsorted(i))))
+  # normal data at Scott's bandwidth: nothing to split
+  expect_identical(spread(in_order(matrix(rnorm(3 * n), ncol = 3) / n^(-1 / 7)))$n_positions, 0)
+  # sparse data whose every run is wide (points ~40 bandwidths apart): no
+  # width up to 8 x 32 within the growth, the plain layout
+  sparse <- spread(in_order(matrix(runif(2 * n, 0, 1e4), ncol = 2)))
+  expect_identical(sparse$n_positions, 0)
+  expect_null(sparse$position)
+})
+
 test_that("queries whose whitening overflows to NaN over half a large range still get ordered", {
   # a narrow fit (whitening multiplies by ~1e6 along one direction) and 2^19
   # finite queries of which three quarters whiten to +-Inf - Inf: the
