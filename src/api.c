@@ -240,21 +240,24 @@ SEXP kdegpu_unit_spread(SEXP z, SEXP width, SEXP growth, SEXP threads)
     Rf_error("`width` must be one positive number");
   if (!Rf_isReal(growth) || XLENGTH(growth) != 1 || !(REAL(growth)[0] >= 0))
     Rf_error("`growth` must be one number >= 0");
+  /* R's objects first: nothing can fail (and jump) while C holds memory */
+  const char *names[] = {"position", "n_positions", "width", ""};
+  SEXP out = PROTECT(Rf_mkNamed(VECSXP, names));
+  SEXP pos = PROTECT(Rf_allocVector(REALSXP, (R_xlen_t) n));
+  SET_VECTOR_ELT(out, 1, Rf_ScalarReal(0));
+  SET_VECTOR_ELT(out, 2, Rf_ScalarReal(0));
   kde_unit_spread s;
   if (kde_unit_spread_make(data, n, d, KDE_TILE_POINTS, REAL(width)[0], REAL(growth)[0],
                            n_threads, &s) != 0)
     Rf_error("out of memory laying out the points");
-  const char *names[] = {"position", "n_positions", "width", ""};
-  SEXP out = PROTECT(Rf_mkNamed(VECSXP, names));
-  SET_VECTOR_ELT(out, 1, Rf_ScalarReal((double) s.n_positions));
-  SET_VECTOR_ELT(out, 2, Rf_ScalarReal(s.width));
+  REAL(VECTOR_ELT(out, 1))[0] = (double) s.n_positions;
+  REAL(VECTOR_ELT(out, 2))[0] = s.width;
   if (s.n_positions > 0) {
-    SEXP pos = Rf_allocVector(REALSXP, (R_xlen_t) n);
-    SET_VECTOR_ELT(out, 0, pos);
     for (int64_t i = 0; i < n; i++) REAL(pos)[i] = (double) s.position_of[i] + 1;
+    SET_VECTOR_ELT(out, 0, pos);
   }
   kde_unit_spread_free(&s);
-  UNPROTECT(1);
+  UNPROTECT(2);
   return out;
 }
 

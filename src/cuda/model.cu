@@ -515,7 +515,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
    * their own (spread.cu): from here on the training set is the laid-out
    * one (model->n_train stays the caller's count) */
   if (prunes && model->anchored) {
-    if (spread_training_set(train, &spread, status) != 0) goto cleanup;
+    /* out of host memory for it: the plain layout, which needs none */
+    if (spread_training_set(train, &spread, status) != 0) kde_status_clear(status);
     if (spread.layout.n_positions > 0) {
       model->spread = spread.layout;
       model->n_points = spread.layout.n_positions;
