@@ -238,7 +238,6 @@ template <typename T> int deriv_size(deriv_run<T> *r, deriv_device<T> *dv, kde_s
   const int64_t d = r->p->dim, m = r->p->n_query;
   const size_t point = (size_t) (d + 1) * sizeof(T);
   const double train_bytes = (double) model->n_points * (double) point;
-  const double units = (double) r->n_units;
   const int64_t need = ceil_div(m, kThreads) * kThreads;
   double avail = rep->budget, per_row, room;
   int64_t rows;
@@ -248,10 +247,7 @@ template <typename T> int deriv_size(deriv_run<T> *r, deriv_device<T> *dv, kde_s
   /* per row of a batch: states, the uploaded rows, a plan's share */
   per_row = (double) r->fields * (sizeof(double) + sizeof(T)) +
             (dv->direct ? 0.0 : (double) d * sizeof(double));
-  if (r->prune)
-    per_row += (units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
-                (double) (2 * d + 2) * sizeof(double)) / kBlockQueries +
-               sizeof(double) + sizeof(int32_t);
+  if (r->prune) per_row += device_plan_bytes_per_query(r->n_units, d);
   /* The training points (a copy or a shard) take half the budget, but never
    * what the smallest batch needs: kThreads rows in half of what is left,
    * one split's partial states in the other half. (Half of a small budget

@@ -373,14 +373,12 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
   per_query = (double) model->query_elems * tsz +
               (double) (d + model->n_discrete + 3) * sizeof(double);
   if (job->prune != NULL) {
-    const double all_units = (double) (model->n_points / kUnit);
-    /* a host plan's lists stop at kPlanDropShare; the device's box
-     * lists may keep every unit before their refinement */
-    const double listed = job->prune->device ? all_units : kPlanDropShare * all_units;
-    per_query += (listed * sizeof(int32_t) + sizeof(int64_t)) / kBlockQueries;
-    if (job->prune->device)
-      per_query += (all_units / 8 + (2 * d + 2) * sizeof(double)) / kBlockQueries +
-                   sizeof(double) + sizeof(int32_t);
+    const int64_t all_units = model->n_points / kUnit;
+    /* a host plan's lists stop at kPlanDropShare */
+    per_query += job->prune->device
+                     ? device_plan_bytes_per_query(all_units, d)
+                     : (kPlanDropShare * (double) all_units * sizeof(int32_t) + sizeof(int64_t)) /
+                           kBlockQueries;
     if (job->prune->reserved_on == job->rep) avail -= job->prune->reserved;
   }
   job->ldq_max = (int64_t) (0.5 * avail / per_query) / kBlockQueries * kBlockQueries;

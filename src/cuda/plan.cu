@@ -137,12 +137,7 @@ __device__ __forceinline__ bool unit_visited(const kde_prune_plan &p, const doub
  * xor-butterfly, then warps in turn), known to every thread. */
 __device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s_sum)
 {
-  for (int o = 16; o > 0; o >>= 1) {
-    kde_lse other;
-    other.max = __shfl_xor_sync(0xffffffffu, s.max, o);
-    other.sum = __shfl_xor_sync(0xffffffffu, s.sum, o);
-    s = kde_lse_merge(s, other);
-  }
+  s = warp_lse(s);
   if (threadIdx.x % 32 == 0) {
     s_max[threadIdx.x / 32] = s.max;
     s_sum[threadIdx.x / 32] = s.sum;
@@ -331,13 +326,7 @@ static __device__ kde_lse merged_lower(const plan_chunks &c, int64_t b)
   kde_lse lower = kde_lse_empty();
   for (int64_t k = threadIdx.x % 32; k < c.chunks; k += 32)
     lower = kde_lse_merge(lower, kde_lse_make(part[2 * k], part[2 * k + 1]));
-  for (int o = 16; o > 0; o >>= 1) {
-    kde_lse other;
-    other.max = __shfl_xor_sync(0xffffffffu, lower.max, o);
-    other.sum = __shfl_xor_sync(0xffffffffu, lower.sum, o);
-    lower = kde_lse_merge(lower, other);
-  }
-  return lower;
+  return warp_lse(lower);
 }
 
 __global__ void __launch_bounds__(kPlanThreads)

@@ -58,6 +58,32 @@ constexpr int64_t kRefineMinBlocks = 8;
 /* How a query block decides: compact support, every unit, or the bounds;
  * the same on the host and in every kernel. */
 enum { kDecideSupport = 0, kDecideAll = 1, kDecideBounds = 2 };
+
+/* Device bytes per query that a plan made on the device takes at most (a
+ * batch's budget reserves them): per query block its lists with every
+ * unit listed (the box plan's, before the refinement narrows them) and
+ * their offset, the decisions' bits and the block's box; per query the
+ * refinement's state. */
+inline double device_plan_bytes_per_query(int64_t n_units, int64_t dim)
+{
+  const double units = (double) n_units;
+  return (units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
+          (double) (2 * dim + 2) * sizeof(double)) / kBlockQueries +
+         sizeof(double) + sizeof(int32_t);
+}
+
+/* The log-sum-exp of a warp's lanes' states, merged by xor-butterfly (the
+ * same order on every lane), known to every lane. */
+__device__ __forceinline__ kde_lse warp_lse(kde_lse s)
+{
+  for (int o = 16; o > 0; o >>= 1) {
+    kde_lse other;
+    other.max = __shfl_xor_sync(0xffffffffu, s.max, o);
+    other.sum = __shfl_xor_sync(0xffffffffu, s.sum, o);
+    s = kde_lse_merge(s, other);
+  }
+  return s;
+}
 __host__ __device__ inline int plan_decision(const kde_prune_plan &p)
 {
   return kde_kernel_is_compact(p.kernel) ? kDecideSupport

@@ -137,12 +137,7 @@ __global__ void __launch_bounds__(kRefineThreads)
   kde_lse total = lower[0];
 #pragma unroll
   for (int h = 1; h < kRefineUnroll; h++) total = kde_lse_merge(total, lower[h]);
-  for (int o = 16; o > 0; o >>= 1) {
-    kde_lse other;
-    other.max = __shfl_xor_sync(0xffffffffu, total.max, o);
-    other.sum = __shfl_xor_sync(0xffffffffu, total.sum, o);
-    total = kde_lse_merge(total, other);
-  }
+  total = warp_lse(total);
   const double rem =
       kde_prune_log_remaining(log(p.tolerance) + kde_lse_log(total) - kFloatExpMargin,
                               block_skipped[b]) -
