@@ -150,6 +150,26 @@ test_that("above 2^17 rows the order's partitions run in parallel, with the same
   expect_lte(max(z[one[seq_len(mid)], 1]), min(z[one[-seq_len(mid)], 1]))
 })
 
+test_that("the spatial order splits at the gaps between clusters, not through them", {
+  # 20 clusters 800 apart: median splits cut clusters and left 77 of 782
+  # leaves of 256 points holding two or more of them; splits at the gaps
+  # leave about one per cluster boundary
+  set.seed(16)
+  n <- 2e5
+  cluster <- sample.int(20, n, replace = TRUE)
+  centres <- as.matrix(expand.grid(800 * (0:4), 800 * (0:3)))
+  z <- centres[cluster, ] + matrix(rnorm(2 * n, sd = 4), ncol = 2)
+  order <- .Call(kdegpu:::C_kdegpu_spatial_order, z, 2L)
+  leaf <- (seq_len(n) - 1) %/% 256
+  mixed <- tapply(cluster[order], leaf, function(k) length(unique(k)) > 1)
+  expect_lte(sum(mixed), 40)
+  # and a normal cloud keeps the median's order: its leaves as compact
+  zn <- matrix(rnorm(2 * n), ncol = 2)
+  on <- .Call(kdegpu:::C_kdegpu_spatial_order, zn, 2L)
+  widths <- tapply(seq_len(n), leaf, function(i) max(apply(zn[on[i], ], 2, function(v) diff(range(v)))))
+  expect_lt(max(widths[-length(widths)]), 3)
+})
+
 test_that("the CUDA layout splits the order's runs that span gaps, and only those (src/unit_spread.c)", {
   spread <- function(z, width = 32, growth = 0.25) {
     .Call(kdegpu:::C_kdegpu_unit_spread, z, width, growth, 2L)
