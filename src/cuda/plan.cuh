@@ -20,6 +20,7 @@
 #include "kde_limits.h"
 #include "model.cuh"
 #include "prune.h"
+#include "tuning.cuh"
 
 namespace kdegpu {
 
