@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "unit_spread.h"
+#include "spatial.h"
 #include "threads.h"
 
 /* Runs longer than this are left as they are (the backend's unit is 256). */
@@ -105,16 +106,19 @@ int kde_unit_spread_make(const double *z, int64_t n, int64_t d, int64_t unit, do
   const int64_t n_runs = (n + unit - 1) / unit;
   const double most_units = (double) n_runs * (1.0 + max_growth) + SPREAD_SPARE_UNITS;
   double *extent = (double *) malloc((size_t) n_runs * sizeof(double));
+  double *box_lo = (double *) malloc((size_t) n_runs * d * sizeof(double));
+  double *box_hi = (double *) malloc((size_t) n_runs * d * sizeof(double));
   int64_t *order = NULL, *part_len = NULL, *n_parts = NULL;
   int ok = 0;
-  if (extent == NULL) goto cleanup;
+  if (extent == NULL || box_lo == NULL || box_hi == NULL) goto cleanup;
   const int n_threads = kde_thread_count_for(threads, (double) n * (double) d);
-#pragma omp parallel for num_threads(n_threads) schedule(static)
+  kde_tile_boxes(z, n, d, unit, threads, box_lo, box_hi);
   for (int64_t r = 0; r < n_runs; r++) {
-    int64_t idx[SPREAD_MAX_UNIT], axis;
-    const int64_t len = r * unit + unit <= n ? unit : n - r * unit;
-    for (int64_t p = 0; p < len; p++) idx[p] = r * unit + p;
-    extent[r] = widest(z, n, d, idx, len, &axis);
+    extent[r] = 0.0;
+    for (int64_t k = 0; k < d; k++) {
+      const double span = box_hi[r * d + k] - box_lo[r * d + k];
+      extent[r] = span > extent[r] ? span : extent[r];
+    }
   }
   for (int doubling = 0; doubling <= SPREAD_MAX_DOUBLINGS; doubling++, width *= 2) {
     /* each wide run takes a unit more at least: no split where that is
@@ -175,6 +179,8 @@ int kde_unit_spread_make(const double *z, int64_t n, int64_t d, int64_t unit, do
   ok = 1; /* no width within the growth: the plain layout */
 cleanup:
   free(extent);
+  free(box_lo);
+  free(box_hi);
   free(order);
   free(part_len);
   free(n_parts);

@@ -20,7 +20,8 @@ namespace kdegpu {
  * point's offset from its unit's anchor then keeps float's epsilon times
  * 16 bandwidths at worst, the order of what a pair's own distance costs.
  * Wider runs (gaps between clusters, far tails) are split while that adds
- * at most a quarter of the units (unit_spread.c: else wider units). */
+ * at most a quarter of the units and 64 more (unit_spread.c: else wider
+ * units). */
 constexpr double kSpreadWidth = 32;
 constexpr double kSpreadGrowth = 0.25;
 
