@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_threads.cuh"
 #include "kde_cuda_common.h"
 #include "model.cuh"
 #include "spread.cuh"
@@ -37,15 +38,17 @@ void spread_set_free(spread_set *s)
 
 /* Row p of `dst` (n_positions rows) from row point_at[p] of `src` (n
  * rows), or for a null position from its unit's first point, column by
- * column. */
+ * column; in parallel over positions (ranges of whole units). */
 static void gather_rows(const double *src, int64_t n, int64_t cols, const kde_unit_spread *s,
-                        double *dst)
+                        int threads, double *dst)
 {
-  for (int64_t k = 0; k < cols; k++)
-    for (int64_t p = 0; p < s->n_positions; p++) {
-      const int64_t i = s->point_at[p] >= 0 ? s->point_at[p] : s->point_at[p - p % kUnit];
-      dst[k * s->n_positions + p] = src[k * n + i];
-    }
+  parallel_ranges(s->n_positions, kUnit, threads, [&](int64_t first, int64_t last) {
+    for (int64_t k = 0; k < cols; k++)
+      for (int64_t p = first; p < last; p++) {
+        const int64_t i = s->point_at[p] >= 0 ? s->point_at[p] : s->point_at[p - p % kUnit];
+        dst[k * s->n_positions + p] = src[k * n + i];
+      }
+  });
 }
 
 int spread_training_set(const kde_training_set *train, spread_set *out, kde_status *status)
@@ -63,7 +66,7 @@ int spread_training_set(const kde_training_set *train, spread_set *out, kde_stat
   KDE_HOST_ALLOC(out->train, np * d, "the laid-out training set");
   KDE_HOST_ALLOC(out->weight, np, "the laid-out weights");
   KDE_HOST_ALLOC(out->log_weight, np, "the laid-out weights");
-  gather_rows(train->train, n, d, s, out->train);
+  gather_rows(train->train, n, d, s, train->host_threads, out->train);
   for (int64_t p = 0; p < np; p++) {
     const int64_t i = s->point_at[p];
     out->weight[p] = i >= 0 ? train->weight[i] : 0.0;
@@ -71,11 +74,11 @@ int spread_training_set(const kde_training_set *train, spread_set *out, kde_stat
   }
   if (train->inv_scale2 != NULL) {
     KDE_HOST_ALLOC(out->inv_scale2, np, "the laid-out scales");
-    gather_rows(train->inv_scale2, n, 1, s, out->inv_scale2);
+    gather_rows(train->inv_scale2, n, 1, s, train->host_threads, out->inv_scale2);
   }
   if (train->n_discrete > 0) {
     KDE_HOST_ALLOC(out->codes, np * train->n_discrete, "the laid-out codes");
-    gather_rows(train->codes, n, train->n_discrete, s, out->codes);
+    gather_rows(train->codes, n, train->n_discrete, s, train->host_threads, out->codes);
   }
   out->set = *train;
   out->set.n_train = np;
@@ -99,10 +102,10 @@ int spread_queries(const kde_cuda_model *model, const kde_query_set *query,
   memset(out, 0, sizeof *out);
   KDE_HOST_ALLOC(out->query, np * d, "the laid-out leave-one-out queries");
   KDE_HOST_ALLOC(out->out, np, "the laid-out results");
-  gather_rows(query->query, n, d, &model->spread, out->query);
+  gather_rows(query->query, n, d, &model->spread, query->host_threads, out->query);
   if (c > 0) {
     KDE_HOST_ALLOC(out->codes, np * c, "the laid-out codes");
-    gather_rows(query->codes, n, c, &model->spread, out->codes);
+    gather_rows(query->codes, n, c, &model->spread, query->host_threads, out->codes);
   }
   out->set = *query;
   out->set.n_query = np;
