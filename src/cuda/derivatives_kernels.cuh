@@ -182,11 +182,20 @@ __device__ __forceinline__ void load_chunk(T *rec, int R, int aux_at, const T *_
   }
 }
 
-/* The query's row in storage coordinates (as the packing kernel makes it). */
+/* Coordinate c of the query's row in storage coordinates, hi + lo, as the
+ * packers make the points' (layout.cuh's storage_coordinate). */
+__device__ __forceinline__ void storage_query(const double *query, int64_t ldz, int64_t row,
+                                              const double *center, int c, double scale,
+                                              double &hi, double &lo)
+{
+  storage_coordinate(query[c * ldz + row], 0.0, center[c], scale, hi, lo);
+}
 __device__ __forceinline__ double storage_query(const double *query, int64_t ldz, int64_t row,
                                                 const double *center, int c, double scale)
 {
-  return (query[c * ldz + row] - center[c]) * scale;
+  double hi, lo;
+  storage_query(query, ldz, row, center, c, scale, hi, lo);
+  return hi;
 }
 
 /* The end of a block for one field value: what it writes, relative to 2^M
@@ -232,17 +241,15 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
   const int64_t row = (int64_t) blockIdx.x * kThreads + threadIdx.x;
   const bool active = row < a.n_query;
   /* q: the query as the pairs use it. In the difference form on an
-   * anchored model, per unit q - anchor, rounded to T from double as the
-   * packer rounded x - anchor (pack.cu), so that a query on a training
-   * point is exactly on it (the cusps' t = 0); the expanded form takes the
-   * coordinates restored (load_chunk). */
-  double qd[D];
+   * anchored model, per unit q - anchor, formed again from the query (in
+   * L1) and rounded to T as the packer rounded x - anchor (pack.cu), so
+   * that a query on a training point is exactly on it (the cusps' t = 0);
+   * the expanded form takes the coordinates restored (load_chunk). */
   T q[D];
 #pragma unroll
-  for (int c = 0; c < D; c++) {
-    qd[c] = active && c < a.dim ? storage_query(a.query, a.ldz, row, a.center, c, scale) : 0.0;
-    q[c] = (T) qd[c];
-  }
+  for (int c = 0; c < D; c++)
+    q[c] = active && c < a.dim ? (T) storage_query(a.query, a.ldz, row, a.center, c, scale)
+                               : (T) 0;
   /* coordinates past dim (a bucket wider than d) stay 0 in every record */
   for (int i = threadIdx.x; i < CH * R; i += kThreads) rec[i] = 0;
 
@@ -262,8 +269,12 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
                           : a.anchor + (visits.base + visits.unit(t)) * (2 * a.dim);
     if (!EXPANDED && anchor != nullptr) {
 #pragma unroll
-      for (int c = 0; c < D; c++)
-        q[c] = c < a.dim ? (T) (qd[c] - anchor_value(anchor, a.dim, c)) : (T) 0;
+      for (int c = 0; c < D; c++) {
+        double hi = 0.0, lo = 0.0;
+        if (active && c < a.dim) storage_query(a.query, a.ldz, row, a.center, c, scale, hi, lo);
+        q[c] = active && c < a.dim ? (T) relative_to_anchor(hi, lo, anchor_value(anchor, a.dim, c))
+                                   : (T) 0;
+      }
     }
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
       load_chunk(rec, R, D, unit + c0 * (a.dim + 1), CH, a.dim, a.expanded, EXPANDED,

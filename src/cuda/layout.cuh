@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <math.h>
 #include <stdint.h>
 
 namespace kdegpu {
@@ -91,6 +92,44 @@ template <typename T>
 __host__ __device__ inline double anchor_value(const T *unit_anchor, int64_t dim, int64_t k)
 {
   return (double) unit_anchor[k] + (double) unit_anchor[dim + k];
+}
+
+/* Error-free transformations (Knuth's two-sum, the FMA's two-product):
+ * s + e == a + b and p + e == a * b exactly, in double. The packers form
+ * storage coordinates to twice double's precision with them. */
+__host__ __device__ inline void two_sum(double a, double b, double &s, double &e)
+{
+  s = a + b;
+  const double v = s - a;
+  e = (a - (s - v)) + (b - v);
+}
+__host__ __device__ inline void two_product(double a, double b, double &p, double &e)
+{
+  p = a * b;
+  e = fma(a, b, -p);
+}
+
+/* A whitened coordinate z = z_hi + z_lo in storage coordinates, (z -
+ * centre) * scale, as hi + lo to twice double's precision: what the packers
+ * store and the derivative sums use, so that an offset from an anchor,
+ * relative_to_anchor(), keeps double's precision relative to the offset
+ * (data 4,000 bandwidths from the centre lost eps x 4,000 bandwidths to a
+ * rounded product: 1e-13 of a density in double). */
+__host__ __device__ inline void storage_coordinate(double z_hi, double z_lo, double centre,
+                                                   double scale, double &hi, double &lo)
+{
+  double s, e, p, pe;
+  two_sum(z_hi, -centre, s, e);
+  two_product(s, scale, p, pe);
+  two_sum(p, fma(e + z_lo, scale, pe), hi, lo);
+}
+
+/* hi + lo - anchor, rounded once from double (in T) after an exact-ish
+ * subtraction: hi - anchor is exact where they are within a factor of 2,
+ * else rounded relative to the offset. */
+__host__ __device__ inline double relative_to_anchor(double hi, double lo, double anchor)
+{
+  return (hi - anchor) + lo;
 }
 
 } // namespace kdegpu

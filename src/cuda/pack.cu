@@ -27,26 +27,38 @@
 namespace kdegpu {
 
 /* Columns c0 .. c0 + 7 of a packed row (zero past dim and for padding
- * rows). Whitening is done in double, as kde_whiten() does on the CPU, and
- * the coordinates are then centred and scaled as the training points were. */
+ * rows). Whitening is done as kde_whiten() does on the CPU, in double but
+ * to twice its precision (two_sum, two_product), and the coordinates are
+ * then centred and scaled as the training points were
+ * (storage_coordinate): an anchored model subtracts its anchors from hi +
+ * lo, so that a query thousands of bandwidths from the centre keeps
+ * double's precision relative to its distance from a unit. */
 constexpr int kPackColumns = 8;
 template <typename T>
 __device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t row,
                                              int c0, T (&v)[kPackColumns])
 {
   constexpr int C = kPackColumns;
-  double z[C];
+  double z[C], z_lo[C];
 #pragma unroll
-  for (int u = 0; u < C; u++) z[u] = 0;
+  for (int u = 0; u < C; u++) z[u] = z_lo[u] = 0;
   if (c0 >= a.dim) {
     /* padding dimensions of the tensor-core layout: zeros */
   } else if (row < a.rows && a.transform != NULL) {
     for (int k = 0; k < a.dim; k++) {
-      const double xk = a.raw[k * a.ldr + row] - a.center[k];
+      double xk, xk_lo;
+      two_sum(a.raw[k * a.ldr + row], -a.center[k], xk, xk_lo);
       const double *t = a.transform + k;
 #pragma unroll
       for (int u = 0; u < C; u++)
-        if (c0 + u < a.dim) z[u] = fma(xk, t[(int64_t) (c0 + u) * a.dim], z[u]);
+        if (c0 + u < a.dim) {
+          const double tk = t[(int64_t) (c0 + u) * a.dim];
+          double p, p_lo, sum, sum_lo;
+          two_product(xk, tk, p, p_lo);
+          two_sum(z[u], p, sum, sum_lo);
+          z[u] = sum;
+          z_lo[u] += sum_lo + fma(xk_lo, tk, p_lo);
+        }
     }
   } else if (row < a.rows) {
 #pragma unroll
@@ -55,12 +67,13 @@ __device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t 
   }
 #pragma unroll
   for (int u = 0; u < C; u++) {
-    const double packed = row < a.rows && c0 + u < a.dim
-                              ? (z[u] - a.model_center[c0 + u]) * a.scale : 0.0;
-    v[u] = (T) packed;
-    /* an anchored model: the part T lost, in the rows after the query's */
+    double hi = 0.0, lo = 0.0;
+    if (row < a.rows && c0 + u < a.dim)
+      storage_coordinate(z[u], z_lo[u], a.model_center[c0 + u], a.scale, hi, lo);
+    v[u] = (T) hi;
+    /* an anchored model: the rest, in the rows after the query's */
     if (a.anchored && c0 + u < a.dim)
-      a.dst[(int64_t) (a.dim + c0 + u) * a.ldq + row] = (T) (packed - (double) v[u]);
+      a.dst[(int64_t) (a.dim + c0 + u) * a.ldq + row] = (T) ((hi - (double) v[u]) + lo);
   }
 }
 
@@ -141,11 +154,19 @@ template kde_pack_fn<double> select_pack_kernel<double>(int);
 
 /* Coordinate k of training point j as every layout stores it: centred on
  * the training mean and scaled (the packing kernel does the same to the
- * queries). */
+ * queries), as hi + lo (storage_coordinate). */
+static void train_coordinate(const kde_training_set *train, const kde_cuda_model *model,
+                             int64_t j, int64_t k, double &hi, double &lo)
+{
+  storage_coordinate(train->train[k * train->n_train + j], 0.0, model->center[k],
+                     model->scale, hi, lo);
+}
 static double train_coordinate(const kde_training_set *train,
                                const kde_cuda_model *model, int64_t j, int64_t k)
 {
-  return (train->train[k * train->n_train + j] - model->center[k]) * model->scale;
+  double hi, lo;
+  train_coordinate(train, model, j, k, hi, lo);
+  return hi;
 }
 
 /* aux of the tensor-core layouts: log2 w - |x|^2 / 2, with norm2 = |x|^2 of
@@ -298,12 +319,20 @@ void pack_train(const kde_training_set *train, const kde_cuda_model *model,
     for (int64_t j0 = first; j0 < last; j0 += kTileWidth)
       for (int64_t k = 0; k < d; k++) {
         T *at = dst + (j0 / kTileWidth) * rows * kTileWidth + k * kTileWidth;
-        /* an anchored model: relative to the unit's anchor (unit_anchors) */
+        /* an anchored model: relative to the unit's anchor (unit_anchors),
+         * from the coordinate to twice double's precision as the queries'
+         * (pack_columns) */
         const double anchor =
             anchors == NULL ? 0.0 : anchor_value(anchors + j0 / kUnit * 2 * d, d, k);
-        for (int64_t jj = 0; jj < kTileWidth; jj++)
-          at[jj] = j0 + jj < n ? (T) (train_coordinate(train, model, j0 + jj, k) - anchor)
-                               : (T) 0;
+        for (int64_t jj = 0; jj < kTileWidth; jj++) {
+          if (j0 + jj >= n) {
+            at[jj] = (T) 0;
+            continue;
+          }
+          double hi, lo;
+          train_coordinate(train, model, j0 + jj, k, hi, lo);
+          at[jj] = (T) (anchors == NULL ? hi : relative_to_anchor(hi, lo, anchor));
+        }
       }
     for (int64_t j = first; j < last; j++) {
       T *tile = dst + (j / kTileWidth) * rows * kTileWidth + j % kTileWidth;
