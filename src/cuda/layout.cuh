@@ -96,16 +96,37 @@ __host__ __device__ inline double anchor_value(const T *unit_anchor, int64_t dim
 
 /* Error-free transformations (Knuth's two-sum, the FMA's two-product):
  * s + e == a + b and p + e == a * b exactly, in double. The packers form
- * storage coordinates to twice double's precision with them. */
+ * storage coordinates to twice double's precision with them. The device
+ * takes the rounded operations as intrinsics, which the compiler never
+ * contracts into an FMA with a neighbour (a product contracted into the
+ * next sum gave the device other bits than the host: a query on a training
+ * point then missed it by 1e-17, and the exponential kernel's cusp saw a
+ * direction). */
+__host__ __device__ inline double add_rn(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ inline double mul_rn(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 __host__ __device__ inline void two_sum(double a, double b, double &s, double &e)
 {
-  s = a + b;
-  const double v = s - a;
-  e = (a - (s - v)) + (b - v);
+  s = add_rn(a, b);
+  const double v = add_rn(s, -a);
+  e = add_rn(add_rn(a, -add_rn(s, -v)), add_rn(b, -v));
 }
 __host__ __device__ inline void two_product(double a, double b, double &p, double &e)
 {
-  p = a * b;
+  p = mul_rn(a, b);
   e = fma(a, b, -p);
 }
 
@@ -121,7 +142,7 @@ __host__ __device__ inline void storage_coordinate(double z_hi, double z_lo, dou
   double s, e, p, pe;
   two_sum(z_hi, -centre, s, e);
   two_product(s, scale, p, pe);
-  two_sum(p, fma(e + z_lo, scale, pe), hi, lo);
+  two_sum(p, fma(add_rn(e, z_lo), scale, pe), hi, lo);
 }
 
 /* hi + lo - anchor, rounded once from double (in T) after an exact-ish
@@ -129,7 +150,7 @@ __host__ __device__ inline void storage_coordinate(double z_hi, double z_lo, dou
  * else rounded relative to the offset. */
 __host__ __device__ inline double relative_to_anchor(double hi, double lo, double anchor)
 {
-  return (hi - anchor) + lo;
+  return add_rn(add_rn(hi, -anchor), lo);
 }
 
 } // namespace kdegpu
