@@ -84,10 +84,13 @@ cpu_model <- function(object) {
   if (is.null(cache$cpu_handle) || !.Call(C_kdegpu_cpu_model_valid, cache$cpu_handle) ||
       !identical(cache$cpu_made_from, made_from)) {
     cache$cpu_handle <- NULL # a failed creation leaves none behind
+    # the raw points, their order and whitening: for the offset mode of
+    # data far from their centre (src/cpu_offsets.c)
     cache$cpu_handle <- .Call(C_kdegpu_cpu_model_create, training_queries(object),
                               object$tile_weights, object$tile_scale,
                               kernel_index(object$kernel), object$tile_size,
-                              object$discrete$penalty, cpu_threads())
+                              object$discrete$penalty, object$x, object$order,
+                              object$center, object$transform, cpu_threads())
     cache$cpu_made_from <- made_from
   }
   cache$cpu_handle

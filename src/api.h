@@ -29,7 +29,8 @@ SEXP kdegpu_column_magnitudes(SEXP x, SEXP threads);
 SEXP kdegpu_cpu_info(SEXP threads);
 SEXP kdegpu_limits(void);
 SEXP kdegpu_cpu_model_create(SEXP train, SEXP weight, SEXP scale, SEXP kernel,
-                             SEXP tile_size, SEXP discrete, SEXP threads);
+                             SEXP tile_size, SEXP discrete, SEXP raw, SEXP order,
+                             SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_cpu_model_valid(SEXP handle);
 SEXP kdegpu_log_density_cpu_model(SEXP handle, SEXP query, SEXP center, SEXP transform,
                                   SEXP log_const, SEXP leave_one_out, SEXP tolerance,

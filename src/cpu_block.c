@@ -55,6 +55,30 @@ static ALWAYS_INLINE void tile_squared_distances(const double *train,
   }
 }
 
+/* The same in the offset mode for a query that is its own anchor: each
+ * difference from the coordinates' and the residuals' differences. */
+static ALWAYS_INLINE void tile_squared_distances_residual(const double *train,
+                                                          const float *residual,
+                                                          int64_t n_train, int64_t dim,
+                                                          int64_t tile_begin,
+                                                          int64_t tile_len,
+                                                          const double *query_point,
+                                                          const double *query_residual,
+                                                          double *s2)
+{
+  for (int64_t j = 0; j < tile_len; j++) s2[j] = 0.0;
+  for (int64_t k = 0; k < dim; k++) {
+    const double *xk = train + k * n_train + tile_begin;
+    const float *lost = residual + k * n_train + tile_begin;
+    const double qk = query_point[k], qk_lost = query_residual[k];
+#pragma omp simd
+    for (int64_t j = 0; j < tile_len; j++) {
+      double diff = (xk[j] - qk) + ((double) lost[j] - qk_lost);
+      s2[j] += diff * diff;
+    }
+  }
+}
+
 /* Mixed data: the log weights of a chunk of training points times each
  * pair's discrete factors with one query (kde_training_set): p_k = 0 on a
  * match, mismatch[k] + per_level[k] * |c_q - c_x| otherwise. */
@@ -113,6 +137,28 @@ static ALWAYS_INLINE kde_lse tile_state(int kernel, const double *s2,
   return kde_lse_make(tile_max, sum);
 }
 
+/* The offset mode (kde_backend.h's kde_cpu_tiles): a query block wider than
+ * this (whitened units) takes each query as its own anchor. */
+#define OFFSET_BLOCK_WIDTH 32.0
+
+/* Points [begin, begin + len) relative to `anchor`, their residuals added:
+ * each rounded once, relative to its distance from the anchor. */
+static ALWAYS_INLINE void relative_points(const kde_training_set *t,
+                                          const cpu_offsets *offsets, int64_t begin,
+                                          int64_t len, const double *anchor,
+                                          double *relative)
+{
+  const int64_t n = t->n_train;
+  for (int64_t k = 0; k < t->dim; k++) {
+    const double *xk = t->train + k * n + begin;
+    const float *lost = offsets->residual + k * n + begin;
+    double *to = relative + k * len;
+    const double a = anchor[k];
+#pragma omp simd
+    for (int64_t j = 0; j < len; j++) to[j] = (xk[j] - a) + (double) lost[j];
+  }
+}
+
 /* The queries of one block, at most QUERY_BLOCK of them, against the
  * training tiles listed in `visit` (tile t holds points [t * tile,
  * (t + 1) * tile)). Consecutive listed tiles are one range of points, read
@@ -127,8 +173,9 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
                                                int64_t block_len,
                                                const int64_t *visit,
                                                int64_t n_visit, int64_t tile,
-                                               int64_t chunk, double *scratch,
-                                               kde_lse *state)
+                                               int64_t chunk,
+                                               const cpu_offsets *offsets,
+                                               double *scratch, kde_lse *state)
 {
   const int64_t dim = t->dim, n = t->n_train, m = qs->n_query, k_n = t->n_discrete;
   double *s2 = scratch;                       /* chunk */
@@ -136,6 +183,14 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
   double *points = scratch + 2 * chunk;       /* QUERY_BLOCK x dim, by row */
   double *mixed_log_weight = points + QUERY_BLOCK * dim; /* chunk (mixed data) */
   double *codes = mixed_log_weight + chunk;   /* QUERY_BLOCK x k_n, by row */
+  /* the offset mode's: the block's residuals, a chunk's points relative to
+   * the block's first query (where the block is compact; else each query's
+   * differences take the residuals' differences), and a query relative to
+   * it */
+  double *points_lo =                                 /* QUERY_BLOCK x dim, by row */
+      points + QUERY_BLOCK * dim + (k_n > 0 ? chunk + QUERY_BLOCK * k_n : 0);
+  double *relative = points_lo + QUERY_BLOCK * dim; /* chunk x dim, column-major */
+  double *query_relative = relative + chunk * dim;  /* dim */
 
   for (int64_t b = 0; b < block_len; b++) {
     state[b] = kde_lse_empty();
@@ -143,7 +198,18 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
       points[b * dim + k] = qs->query[query_rows[b] + k * m];
     for (int64_t k = 0; k < k_n; k++)
       codes[b * k_n + k] = qs->codes[query_rows[b] + k * m];
+    if (offsets != NULL)
+      for (int64_t k = 0; k < dim; k++)
+        points_lo[b * dim + k] =
+            offsets->query_residual != NULL ? offsets->query_residual[query_rows[b] + k * m]
+            : qs->query == t->train ? (double) offsets->residual[query_rows[b] + k * n]
+                                    : 0.0;
   }
+  int per_query = 0; /* the offset mode's anchor: each query, not the block's first */
+  if (offsets != NULL)
+    for (int64_t b = 1; b < block_len; b++)
+      for (int64_t k = 0; k < dim; k++)
+        per_query |= !(fabs(points[b * dim + k] - points[k]) <= OFFSET_BLOCK_WIDTH);
   for (int64_t v = 0; v < n_visit;) {
     int64_t last = visit[v];
     const int64_t first = last;
@@ -153,14 +219,26 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
          chunk_begin += chunk) {
       const int64_t chunk_len =
           range_end - chunk_begin < chunk ? range_end - chunk_begin : chunk;
+      if (offsets != NULL && !per_query)
+        relative_points(t, offsets, chunk_begin, chunk_len, points, relative);
       for (int64_t b = 0; b < block_len; b++) {
         int64_t self = -1;
         if (qs->leave_one_out) {
           int64_t own = query_rows[b] - chunk_begin;
           if (own >= 0 && own < chunk_len) self = own;
         }
-        tile_squared_distances(t->train, n, dim, chunk_begin, chunk_len,
-                               points + b * dim, s2);
+        if (offsets != NULL && per_query) {
+          tile_squared_distances_residual(t->train, offsets->residual, n, dim, chunk_begin,
+                                          chunk_len, points + b * dim, points_lo + b * dim,
+                                          s2);
+        } else if (offsets != NULL) {
+          for (int64_t k = 0; k < dim; k++)
+            query_relative[k] = (points[b * dim + k] - points[k]) + points_lo[b * dim + k];
+          tile_squared_distances(relative, chunk_len, dim, 0, chunk_len, query_relative, s2);
+        } else {
+          tile_squared_distances(t->train, n, dim, chunk_begin, chunk_len,
+                                 points + b * dim, s2);
+        }
         if (t->inv_scale2 != NULL) { /* adaptive: kernels of radius lambda_j */
           const double *inv = t->inv_scale2 + chunk_begin;
 #pragma omp simd
@@ -185,12 +263,13 @@ KDE_MULTIVERSION
 void kde_cpu_evaluate_block(int kernel, const kde_training_set *t, const kde_query_set *qs,
                             const int64_t *query_rows, int64_t block_len,
                             const int64_t *visit, int64_t n_visit, int64_t tile,
-                            int64_t chunk, double *scratch, kde_lse *state)
+                            int64_t chunk, const cpu_offsets *offsets, double *scratch,
+                            kde_lse *state)
 {
 #define KDE_CASE(K)                                                         \
   case K:                                                                   \
     evaluate_query_block(K, t, qs, query_rows, block_len, visit, n_visit,   \
-                         tile, chunk, scratch, state);                      \
+                         tile, chunk, offsets, scratch, state);             \
     break;
   switch (kernel) {
     KDE_CASE(KDE_GAUSSIAN)
@@ -220,5 +299,6 @@ int64_t kde_cpu_chunk(int64_t dim)
 int64_t kde_cpu_block_scratch(int64_t dim, int64_t chunk, int64_t n_discrete)
 {
   const int64_t mixed = n_discrete > 0 ? chunk + QUERY_BLOCK * n_discrete : 0;
-  return 2 * chunk + QUERY_BLOCK * dim + mixed;
+  const int64_t offsets = QUERY_BLOCK * dim + chunk * dim + dim;
+  return 2 * chunk + QUERY_BLOCK * dim + mixed + offsets;
 }

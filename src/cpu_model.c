@@ -60,8 +60,41 @@ static double *owned_copy(const double *src, int64_t n, int *failed)
   return dst;
 }
 
+/* The offset mode's anchors and residuals (kde_cpu_offsets_make) where the
+ * fit's raw points (`raw`, its rows in the spatial order `order`, 1-based,
+ * whitened by `center` and `transform`) come with it and are far from
+ * their centre. These are the fit's own fields, not a user's arguments:
+ * anything that does not fit leaves the mode off. 0, or -1 out of memory. */
+static int make_offsets(kde_cpu_model *model, SEXP raw, SEXP order, SEXP center,
+                        SEXP transform, int threads)
+{
+  const kde_training_set *t = &model->train;
+  const int64_t n = t->n_train, d = t->dim;
+  if (model->tiles.n_tiles == 0 || TYPEOF(raw) != REALSXP || TYPEOF(center) != REALSXP ||
+      TYPEOF(transform) != REALSXP || (TYPEOF(order) != INTSXP && TYPEOF(order) != REALSXP) ||
+      XLENGTH(order) != n || XLENGTH(center) != d || XLENGTH(transform) != d * d)
+    return 0;
+  SEXP raw_dim = Rf_getAttrib(raw, R_DimSymbol);
+  if (TYPEOF(raw_dim) != INTSXP || XLENGTH(raw_dim) != 2 || INTEGER(raw_dim)[1] != d ||
+      (double) INTEGER(raw_dim)[0] * (double) d != (double) XLENGTH(raw))
+    return 0;
+  int64_t *rows = (int64_t *) malloc((size_t) n * sizeof(int64_t));
+  if (rows == NULL) return -1;
+  for (int64_t i = 0; i < n; i++) {
+    const double r = TYPEOF(order) == INTSXP
+                         ? (INTEGER(order)[i] == NA_INTEGER ? 0.0 : (double) INTEGER(order)[i])
+                         : REAL(order)[i];
+    rows[i] = r >= 1 && r <= (double) INTEGER(raw_dim)[0] ? (int64_t) r - 1 : -1;
+  }
+  const int made = kde_cpu_offsets_make(t, REAL(raw), INTEGER(raw_dim)[0], rows, REAL(center),
+                                        REAL(transform), threads, &model->tiles);
+  free(rows);
+  return made < 0 ? -1 : 0;
+}
+
 SEXP kdegpu_cpu_model_create(SEXP train, SEXP weight, SEXP scale, SEXP kernel,
-                             SEXP tile_size, SEXP discrete, SEXP threads)
+                             SEXP tile_size, SEXP discrete, SEXP raw, SEXP order,
+                             SEXP center, SEXP transform, SEXP threads)
 {
   int n_threads = arg_threads(threads);
   kde_training_set t = arg_training_set(train, weight, scale, kernel, tile_size, n_threads);
@@ -78,6 +111,8 @@ SEXP kdegpu_cpu_model_create(SEXP train, SEXP weight, SEXP scale, SEXP kernel,
   }
   if (!failed && t.tile_size > 0)
     failed = kde_cpu_tiles_make(&model->train, n_threads, &model->tiles) != 0;
+  if (!failed && t.tile_size > 0 && t.n_discrete == 0)
+    failed = make_offsets(model, raw, order, center, transform, n_threads) != 0;
   if (failed) {
     cpu_model_free(model);
     Rf_error("out of memory making the CPU model of %lld points",

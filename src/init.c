@@ -14,7 +14,7 @@
 
 static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_log_density_cpu, 13),
-  CALLDEF(kdegpu_cpu_model_create, 7),
+  CALLDEF(kdegpu_cpu_model_create, 11),
   CALLDEF(kdegpu_cpu_model_valid, 1),
   CALLDEF(kdegpu_log_density_cpu_model, 9),
   CALLDEF(kdegpu_cdf, 12),

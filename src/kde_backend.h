@@ -116,17 +116,39 @@ typedef struct {
 
 /* What the CPU backend's skipping reads of a spatially ordered training
  * set (kde_cpu_tiles_make): per tile its box (n_tiles x dim, tile-major),
- * its log weights (prune.h), and an adaptive fit's range of 1 / lambda^2. */
+ * its log weights (prune.h), and an adaptive fit's range of 1 / lambda^2.
+ *
+ * The offset mode (kde_cpu_offsets_make, cpu_offsets.c): whitened
+ * coordinates keep eps |z| of precision, which for data thousands of
+ * bandwidths from their centre costs 1e-13 of a density (maps, GPS). With
+ * `residual` (per point the exact whitened coordinate minus train's, from
+ * the raw data, n_train x dim, column-major) a block's pairs are formed
+ * from coordinates relative to one of its queries, both sides' residuals
+ * added (the queries' from kde_whiten_exact): rounding then follows the
+ * distances from the queries, not from the centre. NULL otherwise. */
 typedef struct {
   int64_t n_tiles;
   double *lo, *hi, *log_weight, *log_rest;
   double *scale_lo, *scale_hi; /* NULL unless adaptive */
   kde_prune_groups groups;     /* for the test of whether a plan can pay */
+  float *residual;             /* the offset mode's, or NULL */
 } kde_cpu_tiles;
 
 /* 0, or -1 (out of memory, nothing left allocated). */
 int kde_cpu_tiles_make(const kde_training_set *train, int threads, kde_cpu_tiles *tiles);
 void kde_cpu_tiles_free(kde_cpu_tiles *tiles);
+
+/* The offset mode for tiles made of `train`, whose points are the raw
+ * rows raw[order[i]] (raw: n_raw x dim, column-major; order 0-based)
+ * whitened by center and transform: made where the whitened points reach
+ * KDE_OFFSET_MIN_EXTENT from the centre (d <= KDE_WHITEN_EXACT_MAX_DIM)
+ * and train is that whitening of them (to 2^-40 relative: else the data
+ * were not these points, and nothing is made). 1 made, 0 not wanted or not
+ * these points, -1 out of memory (nothing made). */
+#define KDE_OFFSET_MIN_EXTENT 256.0
+int kde_cpu_offsets_make(const kde_training_set *train, const double *raw, int64_t n_raw,
+                         const int64_t *order, const double *center,
+                         const double *transform, int threads, kde_cpu_tiles *tiles);
 
 /* CPU backend (kde_cpu.c). Writes n_query log-densities to `out`. `tiles`:
  * the training set's, made once per fit (cpu_model.c), or NULL to make

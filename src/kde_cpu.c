@@ -40,6 +40,7 @@ void kde_cpu_tiles_free(kde_cpu_tiles *tiles)
   free(tiles->log_rest);
   free(tiles->scale_lo);
   free(tiles->scale_hi);
+  free(tiles->residual);
   kde_prune_groups_free(&tiles->groups);
   memset(tiles, 0, sizeof *tiles);
 }
@@ -89,6 +90,7 @@ typedef struct {
 /* What the evaluation allocates, freed together on every path. */
 typedef struct {
   double *whitened;      /* the queries, whitened (when the backend does it) */
+  double *whitened_lo;   /* the offset mode's: what their rounding lost */
   int64_t *query_order;  /* queries in spatial order (or 0..m-1) */
   double *sorted;        /* the queries' copy that kde_kd_sort ordered */
   kde_cpu_tiles tiles;   /* made here when the caller has none */
@@ -105,6 +107,7 @@ typedef struct {
 static void free_buffers(cpu_buffers *b)
 {
   free(b->whitened);
+  free(b->whitened_lo);
   free(b->query_order);
   free(b->sorted);
   kde_cpu_tiles_free(&b->tiles);
@@ -145,7 +148,8 @@ static void evaluate_unit(void *ctx, const int64_t *rows, int64_t len, const int
   const evaluate_ctx *c = (const evaluate_ctx *) ctx;
   const block_work *w = c->work;
   kde_cpu_evaluate_block(w->train->kernel, w->train, w->query, rows, len, visit, n_visit,
-                          w->tile, w->chunk, w->scratch, c->state + (rows - c->block_rows));
+                          w->tile, w->chunk, w->offsets, w->scratch,
+                          c->state + (rows - c->block_rows));
 }
 
 typedef struct {
@@ -204,10 +208,22 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
     }                                                                        \
   } while (0)
 
+  /* the offset mode (kde_backend.h): where the tiles have it; queries
+   * whitened here keep what their rounding lost */
+  cpu_offsets offsets = {NULL, NULL};
+  const int offset_mode = spatial && tiles != NULL && tiles->residual != NULL;
+  if (offset_mode) offsets.residual = tiles->residual;
   if (query->transform != NULL) {
     CPU_ALLOC(buf.whitened, m * dim);
-    kde_whiten(query->query, m, dim, query->center, query->transform,
-               n_threads, buf.whitened);
+    if (offset_mode) {
+      CPU_ALLOC(buf.whitened_lo, m * dim);
+      kde_whiten_exact(query->query, m, dim, query->center, query->transform, n_threads,
+                       buf.whitened, buf.whitened_lo);
+      offsets.query_residual = buf.whitened_lo;
+    } else {
+      kde_whiten(query->query, m, dim, query->center, query->transform, n_threads,
+                 buf.whitened);
+    }
     whitened_query = *query;
     whitened_query.query = buf.whitened;
     whitened_query.center = whitened_query.transform = NULL;
@@ -277,7 +293,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   CPU_ALLOC(buf.halves, (int64_t) n_threads * 2 * REFINE_LEVELS * n_tiles);
   /* what every thread's blocks share; thread_work adds its scratch */
   const block_work shared = {train, query, block_plan, groups, n_tiles, tile, chunk,
-                             NULL, NULL, NULL};
+                             offset_mode ? &offsets : NULL, NULL, NULL, NULL};
   if (few) {
     /* each block's plan and splits (units), then every unit's list in parts */
     buf.n_blocks = n_blocks;
@@ -326,6 +342,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
           const int64_t from = u->n_visit * part / parts, to = u->n_visit * (part + 1) / parts;
           kde_cpu_evaluate_block(train->kernel, train, query, buf.query_order + u->first,
                                   u->len, u->visit + from, to - from, tile, chunk,
+                                  offset_mode ? &offsets : NULL,
                                   buf.scratch + thread * scratch_per_thread,
                                   buf.parts + item * QUERY_BLOCK);
         }

@@ -4,6 +4,14 @@
  * product on one core at about 1 GFLOP/s, which at d = 64 took longer than
  * the GPU evaluation it prepared.
  */
+/* kde_whiten_exact's error-free transformations must not be contracted
+ * into FMAs across statements (GCC's default for GNU C where the target
+ * has them). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <math.h>
 #include <stdint.h>
 
 #include "whiten.h"
@@ -31,6 +39,64 @@ void kde_whiten(const double *x, int64_t n, int64_t d, const double *center,
         const double center_k = center[k];
 #pragma omp simd
         for (int64_t i = begin; i < end; i++) out_c[i] += (x_k[i] - center_k) * t;
+      }
+    }
+  }
+}
+
+/* s + e == a + b and p + e == a * b exactly (Knuth's two-sum, the FMA's
+ * two-product). */
+static inline void two_sum(double a, double b, double *s, double *e)
+{
+  *s = a + b;
+  const double v = *s - a;
+  *e = (a - (*s - v)) + (b - v);
+}
+static inline void two_product(double a, double b, double *p, double *e)
+{
+  *p = a * b;
+  *e = fma(a, b, -*p);
+}
+
+void kde_whiten_row_exact(const double *x, int64_t ldx, int64_t row, int64_t d,
+                          const double *center, const double *transform, double *hi,
+                          double *lo)
+{
+  for (int64_t c = 0; c < d; c++) hi[c] = lo[c] = 0.0;
+  for (int64_t k = 0; k < d; k++) {
+    double xk, xk_lo;
+    two_sum(x[row + k * ldx], -center[k], &xk, &xk_lo);
+    for (int64_t c = 0; c < d; c++) {
+      const double t = transform[k + c * d];
+      if (t == 0.0) continue;
+      double p, p_lo, sum, sum_lo;
+      two_product(xk, t, &p, &p_lo);
+      two_sum(hi[c], p, &sum, &sum_lo);
+      hi[c] = sum;
+      lo[c] += sum_lo + fma(xk_lo, t, p_lo);
+    }
+  }
+  for (int64_t c = 0; c < d; c++) {
+    double sum, sum_lo;
+    two_sum(hi[c], lo[c], &sum, &sum_lo);
+    hi[c] = sum;
+    lo[c] = sum_lo;
+  }
+}
+
+void kde_whiten_exact(const double *x, int64_t n, int64_t d, const double *center,
+                      const double *transform, int threads, double *hi, double *lo)
+{
+  const int n_threads = kde_thread_count_for(threads, 8.0 * (double) n * (double) (d * d));
+#pragma omp parallel num_threads(n_threads)
+  {
+    double row_hi[KDE_WHITEN_EXACT_MAX_DIM], row_lo[KDE_WHITEN_EXACT_MAX_DIM];
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+      kde_whiten_row_exact(x, n, i, d, center, transform, row_hi, row_lo);
+      for (int64_t c = 0; c < d; c++) {
+        hi[i + c * n] = row_hi[c];
+        lo[i + c * n] = row_lo[c];
       }
     }
   }

@@ -104,6 +104,63 @@ test_that("data offset by 1e6 bandwidths evaluate as at the origin", {
   }
 })
 
+# log sum_j w_j K_H(q - x_j) with the differences taken first in the data's
+# own coordinates, then whitened (ref_log_density whitens the points
+# first, which loses eps |z| of each coordinate far from the origin);
+# leave_out: each query is the training point of its row, left out.
+exact_log_density <- function(x, q, H, kernel, leave_out = FALSE) {
+  d <- ncol(x)
+  R_inverse <- backsolve(chol(H), diag(d))
+  cst <- ref_constants(kernel, d)
+  vapply(seq_len(nrow(q)), function(i) {
+    z <- sweep(x, 2, q[i, ]) %*% R_inverse
+    terms <- ref_log_profile(kernel, sqrt(rowSums(z^2)) / cst$a)
+    if (leave_out) terms <- terms[-i]
+    ref_log_sum_exp(terms) - log(length(terms))
+  }, 0) + cst$log_c - sum(log(diag(chol(H))))
+}
+
+test_that("CPU: data thousands of bandwidths from their centre keep double's digits (the offset mode), leaving one out too", {
+  # The whitened points keep eps |z| of each coordinate: 1-2e-13 of a
+  # density here before the offset mode (src/cpu_offsets.c), which forms
+  # each block's pairs relative to one of its queries from both sides'
+  # rounding residuals.
+  set.seed(960)
+  centres <- as.matrix(expand.grid(200 * (0:4), 200 * (0:3)))
+  clustered <- centres[sample.int(20, 4000, replace = TRUE), ] + matrix(rnorm(8000), ncol = 2)
+  gps <- matrix(runif(2 * 4000, 0, 4000), ncol = 2)
+  gps[1:2000, ] <- gps[2001:4000, ] + matrix(rnorm(4000, sd = 2), ncol = 2)
+  one_far <- rbind(matrix(rnorm(3000 * 3), ncol = 3) + 1e5, matrix(rnorm(30), ncol = 3) - 1e5)
+  H_full <- matrix(c(1, 0.3, 0.2, 0.3, 0.5, 0.1, 0.2, 0.1, 0.8), 3) * 0.04
+  cases <- list(
+    list(x = clustered, H = diag(0.25^2, 2), kernel = "gaussian", label = "20 clusters"),
+    list(x = clustered, H = diag(0.25^2, 2), kernel = "epanechnikov", label = "20 clusters"),
+    list(x = gps, H = diag(2), kernel = "gaussian", label = "GPS-like"),
+    list(x = one_far, H = H_full, kernel = "gaussian", label = "a cluster 5e5 bandwidths out, full H"))
+  for (cs in cases) {
+    x <- cs$x
+    q <- x[1:150, ] + matrix(rnorm(150 * ncol(x), sd = 0.3), ncol = ncol(x))
+    fit <- kde_gpu(x, H = cs$H, kernel = cs$kernel, backend = "cpu")
+    lab <- paste(cs$label, cs$kernel)
+    ref <- exact_log_density(x, q, cs$H, cs$kernel)
+    for (tol in c(0, 1e-14)) {
+      got <- predict(fit, q, log = TRUE, tolerance = tol)
+      ok <- is.finite(ref)
+      expect_identical(is.finite(got), ok, label = paste(lab, "support"))
+      expect_lte(max(abs(expm1(got[ok] - ref[ok]))), 2e-14 + tol)
+    }
+    # at the training points and leaving each out (the bandwidth searches)
+    at <- 1:150
+    loo <- predict(fit, log = TRUE, leave_one_out = TRUE)[at]
+    ref_loo <- exact_log_density(x, x, cs$H, cs$kernel, leave_out = TRUE)[at]
+    ok <- is.finite(ref_loo)
+    expect_identical(is.finite(loo), ok, label = paste(lab, "leave-one-out support"))
+    expect_lte(max(abs(expm1(loo[ok] - ref_loo[ok]))), 2e-14)
+    own <- predict(fit, log = TRUE)[at]
+    expect_lte(max(abs(expm1(own - exact_log_density(x, x[at, ], cs$H, cs$kernel)))), 2e-14)
+  }
+})
+
 test_that("CUDA: double precision keeps its digits on clustered data spanning ~3,000 bandwidths (d = 3)", {
   skip_without_gpu()
   set.seed(940)
