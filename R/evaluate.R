@@ -67,12 +67,14 @@ record_pairs_share <- function(object, share) {
 
 # log f (or, leaving one out, log f_{-i} before renormalising) at every
 # training point, in the order of the user's data; `queries` may put other
-# whitened points in their place, in the fit's spatial order (a bounded
-# fit's images of its points), point i still leaving out its own term.
+# points in their place, in the fit's spatial order (a bounded fit's images
+# of its points; whitened, or raw with whitened = FALSE), point i still
+# leaving out its own term.
 log_density_at_training_points <- function(object, leave_one_out, tolerance = NULL,
-                                           queries = training_queries(object)) {
+                                           queries = training_queries(object),
+                                           whitened = TRUE) {
   in_spatial_order <- evaluate_log_density(object, queries, leave_one_out = leave_one_out,
-                                           whitened = TRUE, tolerance = tolerance)
+                                           whitened = whitened, tolerance = tolerance)
   out <- numeric(length(in_spatial_order))
   out[object$order] <- in_spatial_order
   out

@@ -12,9 +12,16 @@
 #include "whiten.h"
 
 /* The residual must be what train lost to rounding: a train that differs
- * from the raw points' whitening by more than this (relative) is not
- * their whitening. */
+ * from the raw points' whitening by more than this, relative to the sum of
+ * the whitening's terms' magnitudes, is not their whitening. */
 #define OFFSET_SAME_POINTS 0x1p-40
+/* The skipping's boxes are the rounded points' and the queries' rounded
+ * coordinates, the pairs the exact ones: each tile's box is widened by its
+ * points' largest residual and by this much of its largest coordinate, for
+ * the residuals of the queries near it (at most a few ulps of theirs), so
+ * that a compact kernel's support test never skips a tile whose exact
+ * pairs reach into the support. */
+#define OFFSET_QUERY_SLACK 0x1p-48
 
 int kde_cpu_offsets_make(const kde_training_set *train, const double *raw, int64_t n_raw,
                          const int64_t *order, const double *center,
@@ -39,17 +46,40 @@ int kde_cpu_offsets_make(const kde_training_set *train, const double *raw, int64
   const int n_threads = kde_thread_count_for(threads, 8.0 * (double) n * (double) (d * d));
 #pragma omp parallel for num_threads(n_threads) schedule(static) reduction(&& : same)
   for (int64_t i = 0; i < n; i++) {
-    double hi[KDE_WHITEN_EXACT_MAX_DIM], lo[KDE_WHITEN_EXACT_MAX_DIM];
-    kde_whiten_row_exact(raw, n_raw, order[i], d, center, transform, hi, lo);
+    double hi[KDE_WHITEN_EXACT_MAX_DIM], lo[KDE_WHITEN_EXACT_MAX_DIM],
+        size[KDE_WHITEN_EXACT_MAX_DIM];
+    kde_whiten_row_exact(raw, n_raw, order[i], d, center, transform, hi, lo, size);
     for (int64_t k = 0; k < d; k++) {
       const double z = train->train[i + k * n], lost = (hi[k] - z) + lo[k];
-      same = same && fabs(lost) <= OFFSET_SAME_POINTS * fabs(z) + 0x1p-1000;
       residual[i + k * n] = (float) lost;
+      same = same && fabs(lost) <= OFFSET_SAME_POINTS * size[k] + 0x1p-1000 &&
+             isfinite(residual[i + k * n]);
     }
   }
   if (!same) {
     free(residual);
     return 0;
+  }
+  /* the boxes widened (OFFSET_QUERY_SLACK) */
+  for (int64_t t = 0; t < tiles->n_tiles; t++) {
+    const int64_t first = t * tile, last = first + tile < n ? first + tile : n;
+    for (int64_t k = 0; k < d; k++) {
+      double *lo = tiles->lo + t * d + k, *hi = tiles->hi + t * d + k;
+      double pad = OFFSET_QUERY_SLACK * (fabs(*lo) > fabs(*hi) ? fabs(*lo) : fabs(*hi));
+      float most = 0.0f;
+      for (int64_t j = first; j < last; j++)
+        most = fabsf(residual[j + k * n]) > most ? fabsf(residual[j + k * n]) : most;
+      pad += 2.0 * (double) most;
+      *lo -= pad;
+      *hi += pad;
+    }
+  }
+  /* and the groups of tiles, which plans bound first, of the wider boxes */
+  kde_prune_groups_free(&tiles->groups);
+  if (kde_prune_groups_make(d, tiles->n_tiles, tiles->lo, tiles->hi, tiles->log_weight,
+                            tiles->log_rest, &tiles->groups) != 0) {
+    free(residual);
+    return -1;
   }
   tiles->residual = residual;
   return 1;

@@ -12,6 +12,7 @@
 #endif
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "whiten.h"
@@ -60,9 +61,10 @@ static inline void two_product(double a, double b, double *p, double *e)
 
 void kde_whiten_row_exact(const double *x, int64_t ldx, int64_t row, int64_t d,
                           const double *center, const double *transform, double *hi,
-                          double *lo)
+                          double *lo, double *size)
 {
   for (int64_t c = 0; c < d; c++) hi[c] = lo[c] = 0.0;
+  if (size != NULL) for (int64_t c = 0; c < d; c++) size[c] = 0.0;
   for (int64_t k = 0; k < d; k++) {
     double xk, xk_lo;
     two_sum(x[row + k * ldx], -center[k], &xk, &xk_lo);
@@ -74,6 +76,7 @@ void kde_whiten_row_exact(const double *x, int64_t ldx, int64_t row, int64_t d,
       two_sum(hi[c], p, &sum, &sum_lo);
       hi[c] = sum;
       lo[c] += sum_lo + fma(xk_lo, t, p_lo);
+      if (size != NULL) size[c] += fabs(p);
     }
   }
   for (int64_t c = 0; c < d; c++) {
@@ -93,7 +96,7 @@ void kde_whiten_exact(const double *x, int64_t n, int64_t d, const double *cente
     double row_hi[KDE_WHITEN_EXACT_MAX_DIM], row_lo[KDE_WHITEN_EXACT_MAX_DIM];
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; i++) {
-      kde_whiten_row_exact(x, n, i, d, center, transform, row_hi, row_lo);
+      kde_whiten_row_exact(x, n, i, d, center, transform, row_hi, row_lo, NULL);
       for (int64_t c = 0; c < d; c++) {
         hi[i + c * n] = row_hi[c];
         lo[i + c * n] = row_lo[c];

@@ -42,7 +42,10 @@ static int morton_bits(int dim)
   return bits < 52 ? bits : 52;
 }
 
-/* z = (raw - center) transform, as the packing kernel computes it. */
+/* z = (raw - center) transform in double, rounded as the CPU's kde_whiten
+ * rounds a diagonal transform. (Given raw queries, the packing kernel
+ * whitens to twice double's precision instead; the queries ordered here
+ * reach it whitened, without the part their rounding lost.) */
 __global__ void kde_order_whiten_kernel(const double *raw, int64_t m, int dim,
                                         const double *center, const double *transform,
                                         double *z)

@@ -161,6 +161,56 @@ test_that("CPU: data thousands of bandwidths from their centre keep double's dig
   }
 })
 
+test_that("CPU: the offset mode holds where a whitened coordinate cancels (full H) and at a compact kernel's edge far out", {
+  # A full H's whitening sums terms that can cancel: 500 points whose
+  # second whitened coordinate is near 0, 5,000-15,000 bandwidths out, keep
+  # only the terms' rounding; the mode's check of the points allows that
+  # (it turned the mode off for the whole fit: 2.2e-12).
+  set.seed(970)
+  H <- matrix(c(1, 0.6, 0.6, 1), 2)
+  base <- matrix(runif(2e4 * 2, 0, 4e4), ncol = 2)
+  probe <- kde_gpu(base, H = H, backend = "cpu")
+  centre <- probe$center
+  u <- runif(500, 5000, 15000)
+  jitter <- runif(500, -0.5, 0.5)
+  for (it in 1:30) {
+    band <- cbind(centre[1] + u, centre[2] - u * probe$transform[1, 2] / probe$transform[2, 2] + jitter)
+    centre <- colMeans(rbind(base, band))
+  }
+  x <- rbind(base, band)
+  fit <- kde_gpu(x, H = H, backend = "cpu")
+  expect_lt(min(abs(fit$z[fit$order > nrow(base), 2])), 0.01) # the cancellation is there
+  q <- base[1:100, ] + matrix(rnorm(200, sd = 0.3), ncol = 2)
+  expect_lte(max(abs(expm1(predict(fit, q, log = TRUE, tolerance = 0) -
+                             exact_log_density(x, q, H, "gaussian")))), 2e-14)
+
+  # Epanechnikov, points 4e7 apart: queries just inside the support of the
+  # corner point whose rounded whitening lies outside it by more than the
+  # skipping's margin; the skipping's boxes cover the residuals, so one
+  # query alone keeps the pair as it does in a batch (it was skipped:
+  # -Inf). Its value, 1 - s^2 of about 1e-11, keeps only a few digits of
+  # s^2's rounding, which differs with the block's anchor.
+  set.seed(971)
+  grid <- as.matrix(expand.grid(0:99, 0:99)) * 6
+  x <- rbind(grid + runif(2e4), 4e7 + grid + runif(2e4))
+  corner <- nrow(x)
+  x[corner, ] <- 4e7 + 99 * 6 + 2
+  fit <- kde_gpu(x, H = diag(2), kernel = "epanechnikov", backend = "cpu")
+  angle <- runif(2e5, 0.1, pi / 2 - 0.1)
+  r <- (1 - runif(2e5, 0, 4e-9)) / fit$transform[1, 1]
+  q <- cbind(x[corner, 1] + r * cos(angle), x[corner, 2] + r * sin(angle))
+  s2 <- rowSums((sweep(q, 2, x[corner, ]) %*% fit$transform)^2)
+  z_corner <- fit$z[fit$order == corner, ]
+  rounded_s2 <- rowSums(sweep(kdegpu:::whiten(fit, q), 2, z_corner)^2)
+  edge <- head(which(s2 < 1 - 1e-12 & rounded_s2 > 1 + 1e-9), 6)
+  expect_gt(length(edge), 0)
+  together <- predict(fit, q[edge, , drop = FALSE], log = TRUE)
+  alone <- vapply(edge, function(i) predict(fit, q[i, , drop = FALSE], log = TRUE), 0)
+  expect_true(all(is.finite(together)))
+  expect_true(all(is.finite(alone)))
+  expect_equal(alone, together, tolerance = 1e-6)
+})
+
 test_that("CUDA: double precision keeps its digits on clustered data spanning ~3,000 bandwidths (d = 3)", {
   skip_without_gpu()
   set.seed(940)
