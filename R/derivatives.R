@@ -30,9 +30,16 @@ check_differentiable <- function(object, what) {
 # log_weights: log(object$tile_weights), for callers that sum many times.
 # finish: NULL (the sums), or list(log_const, transform, log, columns): the
 # estimate's gradient, log-density and Hessian, finished in the same trip
-# down to C (kdegpu_derivative_sums_*).
+# down to C (kdegpu_derivative_sums_*). zq: the whitened queries, or
+# whiten_for_sums()'s list, whose residual a CPU fit in the offset mode
+# adds to each difference (src/cpu_offsets.c).
 derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL,
                             log_weights = log(object$tile_weights), finish = NULL) {
+  residual <- NULL
+  if (is.list(zq)) {
+    residual <- zq$residual
+    zq <- zq$z
+  }
   # Where the GPU does not serve the fit (capability_table(): beyond its
   # dimensions, or an adaptive fit, whose kernels differ per point and
   # whose scales only src/derivatives.c takes), its sums run on the CPU.
@@ -43,8 +50,9 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL,
           cpu_threads(), progress_delay())
   } else {
     scale <- if (!is.null(object$adaptive)) object$tile_scale
+    model <- if (object$backend == "cpu") cpu_model(object)
     .Call(C_kdegpu_derivative_sums_cpu, kernel_index(object$kernel), object$z, log_weights,
-          scale, zq, second, finish, cpu_threads(), progress_delay())
+          scale, zq, second, finish, model, residual, cpu_threads(), progress_delay())
   }
   names(res) <- if (is.null(finish)) c("log_scale", "s0", "k1sum", "first", "second")
                 else c("gradient", "log_density", "hessian")
@@ -74,7 +82,7 @@ unbounded_derivative <- function(object, query, second, log, tolerance) {
   # finished in C: at m = 1e6 R's m x d^2 temporaries cost more than the
   # GPU's sums
   finish <- list(object$log_const, object$transform, log, colnames(object$x))
-  res <- derivative_sums(object, whiten(object, query), second = second,
+  res <- derivative_sums(object, whiten_for_sums(object, query), second = second,
                          tolerance = tolerance, finish = finish)
   if (second) res else res[1:2]
 }

@@ -146,14 +146,14 @@ kde_modes <- function(fit, start = NULL, step_tol = NULL, merge_tol = NULL, max_
 # log(fit$tile_weights), which kde_modes() takes once per call.
 mean_shift_step <- function(fit, x, tolerance, A_inverse, log_weights) {
   if (!is_bounded(fit)) {
-    sums <- derivative_sums(fit, whiten(fit, x), tolerance = tolerance,
+    sums <- derivative_sums(fit, whiten_for_sums(fit, x), tolerance = tolerance,
                             log_weights = log_weights)
     return((sums$first / sums$k1sum) %*% A_inverse)
   }
   images <- fit$images
   parts <- lapply(seq_len(nrow(images$sign)), function(g) {
-    sums <- derivative_sums(fit, whiten(fit, image_points(x, images, g)), tolerance = tolerance,
-                            log_weights = log_weights)
+    sums <- derivative_sums(fit, whiten_for_sums(fit, image_points(x, images, g)),
+                            tolerance = tolerance, log_weights = log_weights)
     first <- (sums$first %*% t(fit$transform)) * rep(images$sign[g, ], each = nrow(x))
     list(log_scale = sums$log_scale, first = first, k1sum = sums$k1sum)
   })

@@ -277,6 +277,40 @@ SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads)
   return out;
 }
 
+/* The same and what its rounding lost: list(z, residual), z kdegpu_whiten's
+ * (to the bit: a query at a training point stays on it), z + residual the
+ * whitened points to twice double's precision (kde_whiten_exact); residual
+ * NULL beyond KDE_WHITEN_EXACT_MAX_DIM columns. */
+SEXP kdegpu_whiten_exact(SEXP x, SEXP center, SEXP transform, SEXP threads)
+{
+  int64_t n, d, t_rows, t_cols;
+  int n_threads = arg_threads(threads);
+  const double *data = arg_matrix(x, "x", n_threads, &n, &d);
+  const double *c = arg_double_vector(center, "center", d);
+  const double *t = arg_matrix(transform, "transform", n_threads, &t_rows, &t_cols);
+  if (t_rows != d || t_cols != d)
+    Rf_error("`transform` must be a %lld x %lld matrix", (long long) d, (long long) d);
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, 2));
+  SET_STRING_ELT(names, 0, Rf_mkChar("z"));
+  SET_STRING_ELT(names, 1, Rf_mkChar("residual"));
+  Rf_setAttrib(out, R_NamesSymbol, names);
+  SEXP z = Rf_allocMatrix(REALSXP, (int) n, (int) d);
+  SET_VECTOR_ELT(out, 0, z);
+  kde_whiten(data, n, d, c, t, n_threads, REAL(z));
+  if (d <= KDE_WHITEN_EXACT_MAX_DIM) {
+    SEXP residual = Rf_allocMatrix(REALSXP, (int) n, (int) d);
+    SET_VECTOR_ELT(out, 1, residual);
+    double *hi = (double *) R_alloc((size_t) (n * d), sizeof(double));
+    double *lost = REAL(residual);
+    const double *zz = REAL(z);
+    kde_whiten_exact(data, n, d, c, t, n_threads, hi, lost);
+    for (int64_t i = 0; i < n * d; i++) lost[i] = (hi[i] - zz[i]) + lost[i];
+  }
+  UNPROTECT(2);
+  return out;
+}
+
 /* sum_i w_i (x_i - m)(x_i - m)' for weights summing to 1 (kde_weighted_cov). */
 SEXP kdegpu_weighted_cov(SEXP x, SEXP weights, SEXP threads)
 {

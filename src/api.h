@@ -41,6 +41,7 @@ SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
 SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads);
+SEXP kdegpu_whiten_exact(SEXP x, SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_weighted_cov(SEXP x, SEXP weights, SEXP threads);
 SEXP kdegpu_weighted_spread(SEXP x, SEXP weights);
 SEXP kdegpu_cuda_info(void);
@@ -67,7 +68,8 @@ SEXP kdegpu_moments_cuda(SEXP train, SEXP weight, SEXP query, SEXP degree,
 SEXP kdegpu_moment_index(SEXP dim, SEXP degree);
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
                                 SEXP scale, SEXP query, SEXP second, SEXP finish,
-                                SEXP threads, SEXP progress_delay);
+                                SEXP model, SEXP query_residual, SEXP threads,
+                                SEXP progress_delay);
 SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
                                  SEXP query, SEXP second, SEXP tolerance, SEXP finish,
                                  SEXP threads, SEXP progress_delay);

@@ -30,6 +30,11 @@ void arg_weights(SEXP weight, int64_t n, int threads, kde_training_set *train);
 const double *arg_inv_scale2(SEXP scale, int64_t n);
 kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
                                   SEXP kernel, SEXP tile_size, int threads);
+/* The offset mode's residuals (kde_backend.h's kde_cpu_tiles) of the CPU
+ * model `handle` (cpu_model.c), if it is a live one made of these n_train x
+ * dim points (the same memory) with them; else NULL. */
+const float *cpu_model_residual(SEXP handle, const double *train, int64_t n_train,
+                               int64_t dim);
 /* Mixed data: the last nrow(penalty) columns of the training set are
  * discrete codes, and penalty their kde_training_set.discrete_penalty
  * (NULL: none). */

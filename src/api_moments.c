@@ -58,6 +58,8 @@ static kde_moment_problem arg_moment_problem(SEXP train, SEXP weight,
     log_w[j] = w[j] > 0 ? log(w[j]) : -INFINITY;
   }
   pr.log_weight = log_w;
+  pr.train_residual = NULL;
+  pr.query_residual = NULL;
   pr.degree = arg_degree(degree);
   pr.pairs = arg_int_scalar(pairs, "pairs");
   if (pr.pairs < KDE_PAIRS_ALL || pr.pairs > KDE_PAIRS_ABOVE)
@@ -240,6 +242,8 @@ static kde_derivative_problem arg_derivative_problem(SEXP kernel, SEXP train,
     Rf_error("`query` has too many rows");
   p.log_weight = arg_double_vector(log_weight, "log_weight", p.n_train);
   p.inv_scale2 = NULL;
+  p.train_residual = NULL;
+  p.query_residual = NULL;
   for (int64_t j = 0; j < p.n_train; j++)
     if (ISNAN(p.log_weight[j]) || p.log_weight[j] == INFINITY)
       Rf_error("`log_weight` must be below Inf and not NaN (element %lld)", (long long) j + 1);
@@ -262,12 +266,24 @@ static SEXP derivative_result(const kde_derivative_problem *p, int want_second)
 
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
                                 SEXP scale, SEXP query, SEXP second, SEXP finish,
-                                SEXP threads, SEXP progress_delay)
+                                SEXP model, SEXP query_residual, SEXP threads,
+                                SEXP progress_delay)
 {
   int n_threads = arg_threads(threads);
   kde_derivative_problem p = arg_derivative_problem(kernel, train, log_weight, query,
                                                     n_threads);
   p.inv_scale2 = arg_inv_scale2(scale, p.n_train);
+  /* the offset mode, where `model` (NULL: none) is the CPU model of these
+   * points and has it; `query_residual`: what the queries' whitening lost
+   * (NULL: nothing) */
+  p.train_residual = Rf_isNull(model) ? NULL : cpu_model_residual(model, p.train, p.n_train, p.dim);
+  if (p.train_residual != NULL && !Rf_isNull(query_residual)) {
+    int64_t rows, cols;
+    p.query_residual = arg_matrix(query_residual, "query_residual", n_threads, &rows, &cols);
+    if (rows != p.n_query || cols != p.dim)
+      Rf_error("`query_residual` must be a %lld x %lld matrix, like `query`",
+               (long long) p.n_query, (long long) p.dim);
+  }
   int want_second = arg_flag(second, "second");
   SEXP out = PROTECT(derivative_result(&p, want_second));
   kde_status status;

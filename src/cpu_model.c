@@ -129,6 +129,17 @@ SEXP kdegpu_cpu_model_create(SEXP train, SEXP weight, SEXP scale, SEXP kernel,
   return handle;
 }
 
+const float *cpu_model_residual(SEXP handle, const double *train, int64_t n_train,
+                               int64_t dim)
+{
+  if (!Rf_asLogical(kdegpu_cpu_model_valid(handle))) return NULL;
+  const kde_cpu_model *model = (const kde_cpu_model *) R_ExternalPtrAddr(handle);
+  if (model->train.train != train || model->train.n_train != n_train ||
+      model->train.dim != dim)
+    return NULL;
+  return model->tiles.residual;
+}
+
 SEXP kdegpu_cpu_model_valid(SEXP handle)
 {
   return Rf_ScalarLogical(TYPEOF(handle) == EXTPTRSXP &&

@@ -30,6 +30,9 @@ static double sums_at(const kde_derivative_problem *p, int64_t i, double *v,
     double t = 0;
     for (int64_t c = 0; c < d; c++) {
       v[c] = p->train[j + c * n] - p->query[i + c * m];
+      if (p->train_residual != NULL) /* the offset mode */
+        v[c] += (double) p->train_residual[j + c * n] -
+                (p->query_residual != NULL ? p->query_residual[i + c * m] : 0.0);
       t += v[c] * v[c];
     }
     const double s = p->inv_scale2 != NULL ? p->inv_scale2[j] : 1.0;
@@ -89,15 +92,17 @@ static void gaussian_sums(const kde_derivative_problem *p, int threads,
   int64_t chunk = (int64_t) (MOMENT_CHUNK_BYTES / ((double) count * sizeof(double)));
   int *exponents = malloc((size_t) (count * d) * sizeof *exponents);
   int64_t *pair = malloc((size_t) (count * 2) * sizeof *pair); /* (c, e) of S_a */
-  double *query = NULL, *sums = NULL;
+  double *query = NULL, *sums = NULL, *query_lost = NULL;
   kde_moment_problem mp;
   if (chunk < 1024) chunk = 1024;
   if (chunk > m) chunk = m;
   if (exponents != NULL && pair != NULL) {
     query = malloc((size_t) (chunk * d) * sizeof *query);
     sums = malloc((size_t) (chunk * count) * sizeof *sums);
+    if (p->query_residual != NULL)
+      query_lost = malloc((size_t) (chunk * d) * sizeof *query_lost);
   }
-  if (query == NULL || sums == NULL) {
+  if (query == NULL || sums == NULL || (p->query_residual != NULL && query_lost == NULL)) {
     kde_status_set(status, KDE_ERR_ALLOC, "could not allocate memory for the derivative sums");
     goto done;
   }
@@ -116,10 +121,16 @@ static void gaussian_sums(const kde_derivative_problem *p, int threads,
   mp.query = query;
   mp.degree = degree;
   mp.pairs = KDE_PAIRS_ALL;
+  mp.train_residual = p->train_residual;
+  mp.query_residual = query_lost;
   for (int64_t at = 0; at < m; at += chunk) {
     const int64_t rows = m - at < chunk ? m - at : chunk;
-    for (int64_t c = 0; c < d; c++)
+    for (int64_t c = 0; c < d; c++) {
       memcpy(query + c * rows, p->query + at + c * m, (size_t) rows * sizeof(double));
+      if (query_lost != NULL)
+        memcpy(query_lost + c * rows, p->query_residual + at + c * m,
+               (size_t) rows * sizeof(double));
+    }
     mp.n_query = rows;
     kde_cpu_moments(&mp, threads, interrupted, log_scale + at, sums, status);
     if (status->code != KDE_OK) break;
@@ -144,6 +155,7 @@ done:
   free(pair);
   free(query);
   free(sums);
+  free(query_lost);
 }
 
 void kde_cpu_derivative_sums(const kde_derivative_problem *p, int threads,

@@ -44,6 +44,11 @@ typedef struct {
    * k(t s_j), k1(t s_j) s_j and k2(t s_j) s_j^2 with s_j = inv_scale2[j]
    * (the derivatives of k(|v|^2 s_j) with respect to the query) */
   const double *inv_scale2;
+  /* The CPU's offset mode (kde_moment_problem's; NULL: none, and always
+   * NULL for the CUDA backend): the rounding the points' and the queries'
+   * whitened coordinates lost, added to each difference. */
+  const float *train_residual;
+  const double *query_residual;
 } kde_derivative_problem;
 
 /* second may be NULL (gradients and mean shift need only the rest). */

@@ -33,6 +33,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_lse_rows, 1),
   CALLDEF(kdegpu_first_nonfinite, 2),
   CALLDEF(kdegpu_whiten, 4),
+  CALLDEF(kdegpu_whiten_exact, 4),
   CALLDEF(kdegpu_weighted_cov, 3),
   CALLDEF(kdegpu_weighted_spread, 2),
   CALLDEF(kdegpu_cuda_info, 0),
@@ -46,7 +47,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_moments_cpu, 7),
   CALLDEF(kdegpu_moments_cuda, 9),
   CALLDEF(kdegpu_moment_index, 2),
-  CALLDEF(kdegpu_derivative_sums_cpu, 9),
+  CALLDEF(kdegpu_derivative_sums_cpu, 11),
   CALLDEF(kdegpu_derivative_sums_cuda, 10),
   {NULL, NULL, 0}
 };

@@ -110,8 +110,9 @@ void kde_moment_index(int64_t dim, int degree, int64_t count, int *exponents,
 KDE_MULTIVERSION
 static void query_moments(const kde_moment_problem *pr, int64_t count,
                           const int64_t *parent, const int *variable,
-                          int64_t chunk, const double *q, int64_t start,
-                          int64_t self, double *scratch, double *log_scale, double *acc)
+                          int64_t chunk, const double *q, const double *q_lost,
+                          int64_t start, int64_t self, double *scratch, double *log_scale,
+                          double *acc)
 {
   const int64_t n = pr->n_train, dim = pr->dim;
   double *term = scratch;                /* chunk: exponents, then terms */
@@ -129,6 +130,16 @@ static void query_moments(const kde_moment_problem *pr, int64_t count,
       const double *xk = pr->train + k * n + begin;
       double *uk = u + k * chunk;
       const double qk = q[k];
+      if (pr->train_residual != NULL) { /* the offset mode */
+        const float *lost = pr->train_residual + k * n + begin;
+        const double qk_lost = q_lost[k];
+#pragma omp simd
+        for (int64_t j = 0; j < len; j++) {
+          uk[j] = (xk[j] - qk) + ((double) lost[j] - qk_lost);
+          term[j] += uk[j] * uk[j];
+        }
+        continue;
+      }
 #pragma omp simd
       for (int64_t j = 0; j < len; j++) {
         uk[j] = xk[j] - qk;
@@ -196,7 +207,7 @@ void kde_cpu_moments(const kde_moment_problem *pr, int threads,
   if (chunk < CHUNK_MIN) chunk = CHUNK_MIN;
   if (chunk > CHUNK_MAX) chunk = CHUNK_MAX;
   chunk -= chunk % 8;
-  const int64_t per_thread = chunk * (1 + dim + count) + count + dim;
+  const int64_t per_thread = chunk * (1 + dim + count) + count + 2 * dim;
   int *exponents = NULL;
   int64_t *parent = NULL;
   int *variable = NULL;
@@ -223,11 +234,14 @@ void kde_cpu_moments(const kde_moment_problem *pr, int threads,
       const int thread = kde_thread_index();
       double *mine = scratch + thread * per_thread;
       double *acc = mine + chunk * (1 + dim + count);
-      double *q = acc + count;
+      double *q = acc + count, *q_lost = q + dim;
       int64_t i, last;
       while (kde_slice_claim(&slice, 1, &i, &last)) {
-        for (int64_t k = 0; k < dim; k++) q[k] = pr->query[i + k * m_query];
-        query_moments(pr, count, parent, variable, chunk, q,
+        for (int64_t k = 0; k < dim; k++) {
+          q[k] = pr->query[i + k * m_query];
+          q_lost[k] = pr->query_residual != NULL ? pr->query_residual[i + k * m_query] : 0.0;
+        }
+        query_moments(pr, count, parent, variable, chunk, q, q_lost,
                       pr->pairs == KDE_PAIRS_ABOVE ? i + 1 : 0,
                       pr->pairs == KDE_PAIRS_LEAVE_ONE_OUT ? i : -1, mine,
                       log_scale + i, acc);

@@ -61,6 +61,12 @@ typedef struct {
   const double *query;       /* n_query x dim, whitened */
   int degree;                /* p, 0..KDE_MOMENT_MAX_DEGREE */
   int pairs;                 /* KDE_PAIRS_*: which j each query i sums over */
+  /* The CPU's offset mode (kde_backend.h's kde_cpu_tiles; NULL: none, and
+   * always NULL for the CUDA engine): what the points' and the queries'
+   * whitened coordinates lost to rounding (n_train x dim, n_query x dim),
+   * added to each difference. */
+  const float *train_residual;
+  const double *query_residual;
 } kde_moment_problem;
 
 /* The number of multi-indices a in `dim` dimensions with |a| <= degree:
