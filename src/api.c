@@ -261,18 +261,32 @@ SEXP kdegpu_unit_spread(SEXP z, SEXP width, SEXP growth, SEXP threads)
   return out;
 }
 
+/* The arguments of a whitening, z = (x - center) T, checked. */
+typedef struct {
+  const double *x, *center, *transform;
+  int64_t n, d;
+  int threads;
+} whitening_args;
+
+static whitening_args arg_whitening(SEXP x, SEXP center, SEXP transform, SEXP threads)
+{
+  whitening_args a;
+  int64_t t_rows, t_cols;
+  a.threads = arg_threads(threads);
+  a.x = arg_matrix(x, "x", a.threads, &a.n, &a.d);
+  a.center = arg_double_vector(center, "center", a.d);
+  a.transform = arg_matrix(transform, "transform", a.threads, &t_rows, &t_cols);
+  if (t_rows != a.d || t_cols != a.d)
+    Rf_error("`transform` must be a %lld x %lld matrix", (long long) a.d, (long long) a.d);
+  return a;
+}
+
 /* z = (x - center) T, the whitening every evaluation's queries go through. */
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads)
 {
-  int64_t n, d, t_rows, t_cols;
-  int n_threads = arg_threads(threads);
-  const double *data = arg_matrix(x, "x", n_threads, &n, &d);
-  const double *c = arg_double_vector(center, "center", d);
-  const double *t = arg_matrix(transform, "transform", n_threads, &t_rows, &t_cols);
-  if (t_rows != d || t_cols != d)
-    Rf_error("`transform` must be a %lld x %lld matrix", (long long) d, (long long) d);
-  SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) n, (int) d));
-  kde_whiten(data, n, d, c, t, n_threads, REAL(out));
+  const whitening_args a = arg_whitening(x, center, transform, threads);
+  SEXP out = PROTECT(Rf_allocMatrix(REALSXP, (int) a.n, (int) a.d));
+  kde_whiten(a.x, a.n, a.d, a.center, a.transform, a.threads, REAL(out));
   UNPROTECT(1);
   return out;
 }
@@ -283,13 +297,8 @@ SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads)
  * NULL beyond KDE_WHITEN_EXACT_MAX_DIM columns. */
 SEXP kdegpu_whiten_exact(SEXP x, SEXP center, SEXP transform, SEXP threads)
 {
-  int64_t n, d, t_rows, t_cols;
-  int n_threads = arg_threads(threads);
-  const double *data = arg_matrix(x, "x", n_threads, &n, &d);
-  const double *c = arg_double_vector(center, "center", d);
-  const double *t = arg_matrix(transform, "transform", n_threads, &t_rows, &t_cols);
-  if (t_rows != d || t_cols != d)
-    Rf_error("`transform` must be a %lld x %lld matrix", (long long) d, (long long) d);
+  const whitening_args a = arg_whitening(x, center, transform, threads);
+  const int64_t n = a.n, d = a.d;
   SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
   SEXP names = PROTECT(Rf_allocVector(STRSXP, 2));
   SET_STRING_ELT(names, 0, Rf_mkChar("z"));
@@ -297,14 +306,14 @@ SEXP kdegpu_whiten_exact(SEXP x, SEXP center, SEXP transform, SEXP threads)
   Rf_setAttrib(out, R_NamesSymbol, names);
   SEXP z = Rf_allocMatrix(REALSXP, (int) n, (int) d);
   SET_VECTOR_ELT(out, 0, z);
-  kde_whiten(data, n, d, c, t, n_threads, REAL(z));
+  kde_whiten(a.x, n, d, a.center, a.transform, a.threads, REAL(z));
   if (d <= KDE_WHITEN_EXACT_MAX_DIM) {
     SEXP residual = Rf_allocMatrix(REALSXP, (int) n, (int) d);
     SET_VECTOR_ELT(out, 1, residual);
     double *hi = (double *) R_alloc((size_t) (n * d), sizeof(double));
     double *lost = REAL(residual);
     const double *zz = REAL(z);
-    kde_whiten_exact(data, n, d, c, t, n_threads, hi, lost);
+    kde_whiten_exact(a.x, n, d, a.center, a.transform, a.threads, hi, lost);
     for (int64_t i = 0; i < n * d; i++) lost[i] = (hi[i] - zz[i]) + lost[i];
   }
   UNPROTECT(2);
