@@ -168,6 +168,7 @@ kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
   t.inv_scale2 = arg_inv_scale2(scale, t.n_train);
   t.n_discrete = 0;
   t.codes = t.discrete_penalty = NULL;
+  t.residual = NULL;
   return t;
 }
 
@@ -389,4 +390,33 @@ int cuda_allowed(kde_status *status)
   }
   kde_note_cuda_used();
   return 1;
+}
+
+int arg_fit_points(SEXP raw, SEXP order, SEXP center, SEXP transform, int64_t n, int64_t d,
+                   fit_points *out)
+{
+  memset(out, 0, sizeof *out);
+  if (TYPEOF(raw) != REALSXP || TYPEOF(center) != REALSXP || TYPEOF(transform) != REALSXP ||
+      (TYPEOF(order) != INTSXP && TYPEOF(order) != REALSXP) || XLENGTH(order) != n ||
+      XLENGTH(center) != d || XLENGTH(transform) != d * d)
+    return 0;
+  SEXP raw_dim = Rf_getAttrib(raw, R_DimSymbol);
+  if (TYPEOF(raw_dim) != INTSXP || XLENGTH(raw_dim) != 2 || INTEGER(raw_dim)[1] != d ||
+      (double) INTEGER(raw_dim)[0] * (double) d != (double) XLENGTH(raw))
+    return 0;
+  int64_t *rows = (int64_t *) malloc((size_t) (n > 0 ? n : 1) * sizeof(int64_t));
+  if (rows == NULL) return -1;
+  const double n_raw = (double) INTEGER(raw_dim)[0];
+  for (int64_t i = 0; i < n; i++) {
+    const double r = TYPEOF(order) == INTSXP
+                         ? (INTEGER(order)[i] == NA_INTEGER ? 0.0 : (double) INTEGER(order)[i])
+                         : REAL(order)[i];
+    rows[i] = r >= 1 && r <= n_raw ? (int64_t) r - 1 : -1;
+  }
+  out->raw = REAL(raw);
+  out->n_raw = INTEGER(raw_dim)[0];
+  out->center = REAL(center);
+  out->transform = REAL(transform);
+  out->rows = rows;
+  return 0;
 }

@@ -60,35 +60,20 @@ static double *owned_copy(const double *src, int64_t n, int *failed)
   return dst;
 }
 
-/* The offset mode's anchors and residuals (kde_cpu_offsets_make) where the
- * fit's raw points (`raw`, its rows in the spatial order `order`, 1-based,
- * whitened by `center` and `transform`) come with it and are far from
- * their centre. These are the fit's own fields, not a user's arguments:
- * anything that does not fit leaves the mode off. 0, or -1 out of memory. */
+/* The offset mode's residuals (kde_cpu_offsets_make) where the fit's raw
+ * points come with it (arg_fit_points) and are far from their centre.
+ * 0, or -1 out of memory. */
 static int make_offsets(kde_cpu_model *model, SEXP raw, SEXP order, SEXP center,
                         SEXP transform, int threads)
 {
   const kde_training_set *t = &model->train;
-  const int64_t n = t->n_train, d = t->dim;
-  if (model->tiles.n_tiles == 0 || TYPEOF(raw) != REALSXP || TYPEOF(center) != REALSXP ||
-      TYPEOF(transform) != REALSXP || (TYPEOF(order) != INTSXP && TYPEOF(order) != REALSXP) ||
-      XLENGTH(order) != n || XLENGTH(center) != d || XLENGTH(transform) != d * d)
-    return 0;
-  SEXP raw_dim = Rf_getAttrib(raw, R_DimSymbol);
-  if (TYPEOF(raw_dim) != INTSXP || XLENGTH(raw_dim) != 2 || INTEGER(raw_dim)[1] != d ||
-      (double) INTEGER(raw_dim)[0] * (double) d != (double) XLENGTH(raw))
-    return 0;
-  int64_t *rows = (int64_t *) malloc((size_t) n * sizeof(int64_t));
-  if (rows == NULL) return -1;
-  for (int64_t i = 0; i < n; i++) {
-    const double r = TYPEOF(order) == INTSXP
-                         ? (INTEGER(order)[i] == NA_INTEGER ? 0.0 : (double) INTEGER(order)[i])
-                         : REAL(order)[i];
-    rows[i] = r >= 1 && r <= (double) INTEGER(raw_dim)[0] ? (int64_t) r - 1 : -1;
-  }
-  const int made = kde_cpu_offsets_make(t, REAL(raw), INTEGER(raw_dim)[0], rows, REAL(center),
-                                        REAL(transform), threads, &model->tiles);
-  free(rows);
+  if (model->tiles.n_tiles == 0) return 0;
+  fit_points p;
+  if (arg_fit_points(raw, order, center, transform, t->n_train, t->dim, &p) != 0) return -1;
+  if (p.rows == NULL) return 0;
+  const int made = kde_cpu_offsets_make(t, p.raw, p.n_raw, p.rows, p.center, p.transform,
+                                        threads, &model->tiles);
+  free(p.rows);
   return made < 0 ? -1 : 0;
 }
 

@@ -8,13 +8,8 @@
 #include <stdlib.h>
 
 #include "kde_backend.h"
-#include "threads.h"
 #include "whiten.h"
 
-/* The residual must be what train lost to rounding: a train that differs
- * from the raw points' whitening by more than this, relative to the sum of
- * the whitening's terms' magnitudes, is not their whitening. */
-#define OFFSET_SAME_POINTS 0x1p-40
 /* The skipping's boxes are the rounded points' and the queries' rounded
  * coordinates, the pairs the exact ones: each tile's box is widened by its
  * points' largest residual and by this much of its largest coordinate, for
@@ -37,26 +32,10 @@ int kde_cpu_offsets_make(const kde_training_set *train, const double *raw, int64
     extent = fabs(tiles->hi[i]) > extent ? fabs(tiles->hi[i]) : extent;
   }
   if (!(extent >= KDE_OFFSET_MIN_EXTENT)) return 0;
-  for (int64_t i = 0; i < n; i++)
-    if (order[i] < 0 || order[i] >= n_raw) return 0;
-
   float *residual = (float *) malloc((size_t) (n * d) * sizeof(float));
   if (residual == NULL) return -1;
-  int same = 1;
-  const int n_threads = kde_thread_count_for(threads, 8.0 * (double) n * (double) (d * d));
-#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(&& : same)
-  for (int64_t i = 0; i < n; i++) {
-    double hi[KDE_WHITEN_EXACT_MAX_DIM], lo[KDE_WHITEN_EXACT_MAX_DIM],
-        size[KDE_WHITEN_EXACT_MAX_DIM];
-    kde_whiten_row_exact(raw, n_raw, order[i], d, center, transform, hi, lo, size);
-    for (int64_t k = 0; k < d; k++) {
-      const double z = train->train[i + k * n], lost = (hi[k] - z) + lo[k];
-      residual[i + k * n] = (float) lost;
-      same = same && fabs(lost) <= OFFSET_SAME_POINTS * size[k] + 0x1p-1000 &&
-             isfinite(residual[i + k * n]);
-    }
-  }
-  if (!same) {
+  if (!kde_whitening_residual(train->train, n, d, raw, n_raw, order, center, transform,
+                              threads, residual)) {
     free(residual);
     return 0;
   }

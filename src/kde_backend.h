@@ -63,6 +63,10 @@ typedef struct {
   const double *codes;              /* n_train x n_discrete: level ranks */
   const double *discrete_penalty;   /* n_discrete x 3, column-major:
                                        mismatch, per_level, worst */
+  /* NULL, or what `train`'s whitening lost to rounding (n_train x dim,
+   * kde_whitening_residual): the CUDA backend's anchored double fits store
+   * each point from train + residual (pack.cu). */
+  const float *residual;
 } kde_training_set;
 
 /* log of the smallest factor a pair's discrete columns can give, the sum

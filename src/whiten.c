@@ -104,3 +104,32 @@ void kde_whiten_exact(const double *x, int64_t n, int64_t d, const double *cente
     }
   }
 }
+
+/* A z that differs from the raw points' whitening by more than this,
+ * relative to the sum of the whitening's terms' magnitudes, is not their
+ * whitening. */
+#define WHITEN_SAME_POINTS 0x1p-40
+
+int kde_whitening_residual(const double *z, int64_t n, int64_t d, const double *raw,
+                           int64_t n_raw, const int64_t *order, const double *center,
+                           const double *transform, int threads, float *residual)
+{
+  if (d > KDE_WHITEN_EXACT_MAX_DIM) return 0;
+  for (int64_t i = 0; i < n; i++)
+    if (order[i] < 0 || order[i] >= n_raw) return 0;
+  int same = 1;
+  const int n_threads = kde_thread_count_for(threads, 8.0 * (double) n * (double) (d * d));
+#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(&& : same)
+  for (int64_t i = 0; i < n; i++) {
+    double hi[KDE_WHITEN_EXACT_MAX_DIM], lo[KDE_WHITEN_EXACT_MAX_DIM],
+        size[KDE_WHITEN_EXACT_MAX_DIM];
+    kde_whiten_row_exact(raw, n_raw, order[i], d, center, transform, hi, lo, size);
+    for (int64_t k = 0; k < d; k++) {
+      const double lost = (hi[k] - z[i + k * n]) + lo[k];
+      residual[i + k * n] = (float) lost;
+      same = same && fabs(lost) <= WHITEN_SAME_POINTS * size[k] + 0x1p-1000 &&
+             isfinite(residual[i + k * n]);
+    }
+  }
+  return same;
+}

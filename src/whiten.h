@@ -25,6 +25,17 @@ void kde_whiten_row_exact(const double *x, int64_t ldx, int64_t row, int64_t d,
 void kde_whiten_exact(const double *x, int64_t n, int64_t d, const double *center,
                       const double *transform, int threads, double *hi, double *lo);
 
+/* What the whitened points z (n x d, column-major) lost to rounding: for
+ * the raw rows raw[order[i]] (raw: n_raw x d; order 0-based) whitened by
+ * center and transform, the exact whitening minus z, as floats, into
+ * residual (n x d). 1 when z is that whitening (to 2^-40 of its terms'
+ * magnitudes) and every residual is a finite float; else 0 (the data were
+ * not these points), also for d > KDE_WHITEN_EXACT_MAX_DIM or an order out
+ * of range. The offset modes' (CPU: cpu_offsets.c; CUDA: pack.cu). */
+int kde_whitening_residual(const double *z, int64_t n, int64_t d, const double *raw,
+                           int64_t n_raw, const int64_t *order, const double *center,
+                           const double *transform, int threads, float *residual);
+
 #ifdef __cplusplus
 }
 #endif

@@ -158,8 +158,10 @@ template kde_pack_fn<double> select_pack_kernel<double>(int);
 static void train_coordinate(const kde_training_set *train, const kde_cuda_model *model,
                              int64_t j, int64_t k, double &hi, double &lo)
 {
-  storage_coordinate(train->train[k * train->n_train + j], 0.0, model->center[k],
-                     model->scale, hi, lo);
+  const int64_t at = k * train->n_train + j;
+  storage_coordinate(train->train[at],
+                     train->residual != NULL ? (double) train->residual[at] : 0.0,
+                     model->center[k], model->scale, hi, lo);
 }
 static double train_coordinate(const kde_training_set *train,
                                const kde_cuda_model *model, int64_t j, int64_t k)

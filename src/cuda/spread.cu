@@ -33,14 +33,16 @@ void spread_set_free(spread_set *s)
   free(s->log_weight);
   free(s->inv_scale2);
   free(s->codes);
+  free(s->residual);
   memset(s, 0, sizeof *s);
 }
 
 /* Row p of `dst` (n_positions rows) from row point_at[p] of `src` (n
  * rows), or for a null position from its unit's first point, column by
  * column; in parallel over positions (ranges of whole units). */
-static void gather_rows(const double *src, int64_t n, int64_t cols, const kde_unit_spread *s,
-                        int threads, double *dst)
+template <typename V>
+static void gather_rows(const V *src, int64_t n, int64_t cols, const kde_unit_spread *s,
+                        int threads, V *dst)
 {
   parallel_ranges(s->n_positions, kUnit, threads, [&](int64_t first, int64_t last) {
     for (int64_t k = 0; k < cols; k++)
@@ -80,6 +82,10 @@ int spread_training_set(const kde_training_set *train, spread_set *out, kde_stat
     KDE_HOST_ALLOC(out->codes, np * train->n_discrete, "the laid-out codes");
     gather_rows(train->codes, n, train->n_discrete, s, train->host_threads, out->codes);
   }
+  if (train->residual != NULL) {
+    KDE_HOST_ALLOC(out->residual, np * d, "the laid-out residuals");
+    gather_rows(train->residual, n, d, s, train->host_threads, out->residual);
+  }
   out->set = *train;
   out->set.n_train = np;
   out->set.train = out->train;
@@ -87,6 +93,7 @@ int spread_training_set(const kde_training_set *train, spread_set *out, kde_stat
   out->set.log_weight = out->log_weight;
   out->set.inv_scale2 = out->inv_scale2;
   out->set.codes = out->codes;
+  out->set.residual = out->residual;
   return 0;
 cleanup:
   kde_unit_spread_free(&out->layout);

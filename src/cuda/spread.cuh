@@ -18,6 +18,7 @@ struct spread_set {
   kde_unit_spread layout; /* n_positions 0: the plain layout serves */
   kde_training_set set;
   double *train, *weight, *log_weight, *inv_scale2, *codes;
+  float *residual;
 };
 
 /* The layout for `train` (kde_unit_spread_make at the widths above) and,
