@@ -293,8 +293,8 @@ SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads)
 
 /* The same and what its rounding lost: list(z, residual), z kdegpu_whiten's
  * (to the bit: a query at a training point stays on it), z + residual the
- * whitened points to twice double's precision (kde_whiten_exact); residual
- * NULL beyond KDE_WHITEN_EXACT_MAX_DIM columns. */
+ * whitened points to twice double's precision (kde_whiten_residual);
+ * residual NULL beyond KDE_WHITEN_EXACT_MAX_DIM columns. */
 SEXP kdegpu_whiten_exact(SEXP x, SEXP center, SEXP transform, SEXP threads)
 {
   const whitening_args a = arg_whitening(x, center, transform, threads);
@@ -310,11 +310,7 @@ SEXP kdegpu_whiten_exact(SEXP x, SEXP center, SEXP transform, SEXP threads)
   if (d <= KDE_WHITEN_EXACT_MAX_DIM) {
     SEXP residual = Rf_allocMatrix(REALSXP, (int) n, (int) d);
     SET_VECTOR_ELT(out, 1, residual);
-    double *hi = (double *) R_alloc((size_t) (n * d), sizeof(double));
-    double *lost = REAL(residual);
-    const double *zz = REAL(z);
-    kde_whiten_exact(a.x, n, d, a.center, a.transform, a.threads, hi, lost);
-    for (int64_t i = 0; i < n * d; i++) lost[i] = (hi[i] - zz[i]) + lost[i];
+    kde_whiten_residual(a.x, n, d, a.center, a.transform, a.threads, REAL(z), REAL(residual));
   }
   UNPROTECT(2);
   return out;

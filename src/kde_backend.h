@@ -128,7 +128,7 @@ typedef struct {
  * `residual` (per point the exact whitened coordinate minus train's, from
  * the raw data, n_train x dim, column-major) a block's pairs are formed
  * from coordinates relative to one of its queries, both sides' residuals
- * added (the queries' from kde_whiten_exact): rounding then follows the
+ * added (the queries' from kde_whiten_residual): rounding then follows the
  * distances from the queries, not from the centre. NULL otherwise. */
 typedef struct {
   int64_t n_tiles;

@@ -215,14 +215,13 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   if (offset_mode) offsets.residual = tiles->residual;
   if (query->transform != NULL) {
     CPU_ALLOC(buf.whitened, m * dim);
+    kde_whiten(query->query, m, dim, query->center, query->transform, n_threads,
+               buf.whitened);
     if (offset_mode) {
       CPU_ALLOC(buf.whitened_lo, m * dim);
-      kde_whiten_exact(query->query, m, dim, query->center, query->transform, n_threads,
-                       buf.whitened, buf.whitened_lo);
+      kde_whiten_residual(query->query, m, dim, query->center, query->transform, n_threads,
+                          buf.whitened, buf.whitened_lo);
       offsets.query_residual = buf.whitened_lo;
-    } else {
-      kde_whiten(query->query, m, dim, query->center, query->transform, n_threads,
-                 buf.whitened);
     }
     whitened_query = *query;
     whitened_query.query = buf.whitened;

@@ -4,7 +4,7 @@
  * product on one core at about 1 GFLOP/s, which at d = 64 took longer than
  * the GPU evaluation it prepared.
  */
-/* kde_whiten_exact's error-free transformations must not be contracted
+/* kde_whiten_row_exact's error-free transformations must not be contracted
  * into FMAs across statements (GCC's default for GNU C where the target
  * has them). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -87,20 +87,18 @@ void kde_whiten_row_exact(const double *x, int64_t ldx, int64_t row, int64_t d,
   }
 }
 
-void kde_whiten_exact(const double *x, int64_t n, int64_t d, const double *center,
-                      const double *transform, int threads, double *hi, double *lo)
+void kde_whiten_residual(const double *x, int64_t n, int64_t d, const double *center,
+                         const double *transform, int threads, const double *z,
+                         double *residual)
 {
   const int n_threads = kde_thread_count_for(threads, 8.0 * (double) n * (double) (d * d));
 #pragma omp parallel num_threads(n_threads)
   {
-    double row_hi[KDE_WHITEN_EXACT_MAX_DIM], row_lo[KDE_WHITEN_EXACT_MAX_DIM];
+    double hi[KDE_WHITEN_EXACT_MAX_DIM], lo[KDE_WHITEN_EXACT_MAX_DIM];
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; i++) {
-      kde_whiten_row_exact(x, n, i, d, center, transform, row_hi, row_lo, NULL);
-      for (int64_t c = 0; c < d; c++) {
-        hi[i + c * n] = row_hi[c];
-        lo[i + c * n] = row_lo[c];
-      }
+      kde_whiten_row_exact(x, n, i, d, center, transform, hi, lo, NULL);
+      for (int64_t c = 0; c < d; c++) residual[i + c * n] = (hi[c] - z[i + c * n]) + lo[c];
     }
   }
 }

@@ -16,14 +16,18 @@ void kde_whiten(const double *x, int64_t n, int64_t d, const double *center,
  * kde_cpu_tiles). Row `row` of x (leading dimension ldx) into hi[0 .. d),
  * lo[0 .. d), and (size not NULL) the sum of its terms' magnitudes, which
  * bounds what kde_whiten's rounding loses (a coordinate that cancels to
- * near 0 keeps the terms' rounding, not its own); or every row,
- * column-major, for d <= KDE_WHITEN_EXACT_MAX_DIM. */
+ * near 0 keeps the terms' rounding, not its own). d <=
+ * KDE_WHITEN_EXACT_MAX_DIM. */
 #define KDE_WHITEN_EXACT_MAX_DIM 8
 void kde_whiten_row_exact(const double *x, int64_t ldx, int64_t row, int64_t d,
                           const double *center, const double *transform, double *hi,
                           double *lo, double *size);
-void kde_whiten_exact(const double *x, int64_t n, int64_t d, const double *center,
-                      const double *transform, int threads, double *hi, double *lo);
+/* What kde_whiten's z (n x d, column-major, from these x) lost to
+ * rounding: residual = the exact whitening - z, each row by
+ * kde_whiten_row_exact (d <= KDE_WHITEN_EXACT_MAX_DIM). */
+void kde_whiten_residual(const double *x, int64_t n, int64_t d, const double *center,
+                         const double *transform, int threads, const double *z,
+                         double *residual);
 
 /* What the whitened points z (n x d, column-major) lost to rounding: for
  * the raw rows raw[order[i]] (raw: n_raw x d; order 0-based) whitened by
