@@ -213,13 +213,10 @@ training_image_log_density <- function(object, sign, shift, leave_one_out, toler
   }
   in_order <- object$x[object$order, , drop = FALSE]
   images <- reflect_points(in_order, sign, shift)
-  # the CPU whitens them itself, to twice double's precision where its
-  # offset mode serves the fit (src/cpu_offsets.c)
-  if (object$backend == "cpu") {
-    return(log_density_at_training_points(object, leave_one_out, tolerance, images,
-                                          whitened = FALSE))
-  }
-  log_density_at_training_points(object, leave_one_out, tolerance, whiten(object, images))
+  # the backend whitens them itself, to twice double's precision where the
+  # fit's data lie far from their centre (src/cpu_offsets.c,
+  # src/cuda/model.cu)
+  log_density_at_training_points(object, leave_one_out, tolerance, images, whitened = FALSE)
 }
 
 # Folds points into the box: reflect across the bound crossed, repeatedly

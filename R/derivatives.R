@@ -31,8 +31,8 @@ check_differentiable <- function(object, what) {
 # finish: NULL (the sums), or list(log_const, transform, log, columns): the
 # estimate's gradient, log-density and Hessian, finished in the same trip
 # down to C (kdegpu_derivative_sums_*). zq: the whitened queries, or
-# whiten_for_sums()'s list, whose residual a CPU fit in the offset mode
-# adds to each difference (src/cpu_offsets.c).
+# whiten_for_sums()'s list, whose residual fits of data far from their
+# centre add to each difference (src/cpu_offsets.c, src/cuda/model.cu).
 derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL,
                             log_weights = log(object$tile_weights), finish = NULL) {
   residual <- NULL
@@ -46,8 +46,8 @@ derivative_sums <- function(object, zq, second = FALSE, tolerance = NULL,
   res <- if (gpu_serves("gradient, hessian, modes", object)) {
     tolerance <- resolve_tolerance(tolerance, object)
     .Call(C_kdegpu_derivative_sums_cuda, cuda_model(object, tolerance),
-          kernel_index(object$kernel), object$z, log_weights, zq, second, tolerance, finish,
-          cpu_threads(), progress_delay())
+          kernel_index(object$kernel), object$z, log_weights, zq, residual, second, tolerance,
+          finish, cpu_threads(), progress_delay())
   } else {
     scale <- if (!is.null(object$adaptive)) object$tile_scale
     model <- if (object$backend == "cpu") cpu_model(object)

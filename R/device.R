@@ -63,7 +63,10 @@ cuda_model <- function(object, tolerance = resolve_tolerance(NULL, object)) {
       object$tile_scale, object$tile_size,
       kernel_index(object$kernel),
       if (object$precision == "single") 1L else 0L, config$devices, config$budget,
-      tolerance, object$discrete$penalty, cpu_threads()
+      tolerance, object$discrete$penalty,
+      # the raw points, their order and whitening: for what a double fit's
+      # whitening of data far from their centre lost (src/cuda/model.cu)
+      object$x, object$order, object$center, object$transform, cpu_threads()
     )
     cache$config <- config
     cache$expanded <- isTRUE(attr(cache$handle, "rounding") <= tolerance)

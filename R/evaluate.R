@@ -119,10 +119,10 @@ whiten <- function(object, x) {
   .Call(C_kdegpu_whiten, x, as.double(object$center), object$transform, cpu_threads())
 }
 
-# The same for the derivative sums: on a CPU fit, list(z, residual), z
-# whiten()'s and residual what its rounding lost, which the offset mode adds
-# to each difference (src/cpu_offsets.c; NULL beyond 8 dimensions).
+# The same for the derivative sums: list(z, residual), z whiten()'s and
+# residual what its rounding lost, which fits of data far from their centre
+# add to each difference (src/cpu_offsets.c, src/cuda/model.cu; NULL beyond
+# 8 dimensions).
 whiten_for_sums <- function(object, x) {
-  if (object$backend != "cpu") return(whiten(object, x))
   .Call(C_kdegpu_whiten_exact, x, as.double(object$center), object$transform, cpu_threads())
 }

@@ -46,10 +46,10 @@ SEXP kdegpu_weighted_cov(SEXP x, SEXP weights, SEXP threads);
 SEXP kdegpu_weighted_spread(SEXP x, SEXP weights);
 SEXP kdegpu_cuda_info(void);
 SEXP kdegpu_cuda_device_count(void);
-SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
-                              SEXP tile_size, SEXP kernel, SEXP precision,
-                              SEXP devices, SEXP memory_budget, SEXP max_rounding,
-                              SEXP discrete, SEXP threads);
+SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale, SEXP tile_size,
+                              SEXP kernel, SEXP precision, SEXP devices, SEXP memory_budget,
+                              SEXP max_rounding, SEXP discrete, SEXP raw, SEXP order,
+                              SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_cuda_model_valid(SEXP handle);
 SEXP kdegpu_cuda_model_release(SEXP handle);
 SEXP kdegpu_log_density_cuda(SEXP handle, SEXP query, SEXP center,
@@ -71,7 +71,7 @@ SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
                                 SEXP model, SEXP query_residual, SEXP threads,
                                 SEXP progress_delay);
 SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
-                                 SEXP query, SEXP second, SEXP tolerance, SEXP finish,
-                                 SEXP threads, SEXP progress_delay);
+                                 SEXP query, SEXP query_residual, SEXP second, SEXP tolerance,
+                                 SEXP finish, SEXP threads, SEXP progress_delay);
 
 #endif

@@ -3,9 +3,10 @@
  * model (an external pointer with a finalizer), evaluation and sampling.
  * Without CUDA these call kde_cuda_stub.c, which says why.
  */
-#include <math.h>
-#include <string.h>
 #include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define R_NO_REMAP
 #include <R.h>
@@ -100,10 +101,10 @@ static void cuda_model_finalizer(SEXP handle)
 
 /* Uploads the training set; returns an external pointer whose finalizer
  * frees the device memory when the fit is garbage-collected. */
-SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
-                              SEXP tile_size, SEXP kernel, SEXP precision,
-                              SEXP devices, SEXP memory_budget, SEXP max_rounding,
-                              SEXP discrete, SEXP threads)
+SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale, SEXP tile_size,
+                              SEXP kernel, SEXP precision, SEXP devices, SEXP memory_budget,
+                              SEXP max_rounding, SEXP discrete, SEXP raw, SEXP order,
+                              SEXP center, SEXP transform, SEXP threads)
 {
   int n_threads = arg_threads(threads);
   kde_training_set t = arg_training_set(train, weight, scale, kernel,
@@ -125,9 +126,17 @@ SEXP kdegpu_cuda_model_create(SEXP train, SEXP weight, SEXP scale,
   kde_status status;
   kde_status_clear(&status);
   kde_cuda_model *model = NULL;
+  /* a double fit far from its centre: what its points' whitening lost
+   * (the model keeps it where it serves: model.cu) */
+  float *residual = NULL;
+  if (prec == KDE_PRECISION_DOUBLE && t.n_discrete == 0 &&
+      arg_fit_residual(raw, order, center, transform, &t, &residual) != 0)
+    Rf_error("out of memory for the residuals of a fit of %lld points", (long long) t.n_train);
+  t.residual = residual;
   if (cuda_allowed(&status))
     model = kde_cuda_model_create(&t, prec, INTEGER(devices),
                                   (int) XLENGTH(devices), budget, rounding, &status);
+  free(residual);
   if (model == NULL) {
     kde_status_set(&status, KDE_ERR_CUDA, "could not create the CUDA model");
     raise_status(&status);

@@ -20,6 +20,7 @@
 #include "data_summary.h"
 #include "finite.h"
 #include "threads.h"
+#include "whiten.h"
 #include <kdegpu/kernels.h>
 
 /* ---- argument checkers ------------------------------------------------- */
@@ -208,7 +209,7 @@ kde_query_set arg_query_set(SEXP query, SEXP center, SEXP transform,
   q.codes = n_discrete > 0 ? q.query + dim * q.n_query : NULL;
   if (Rf_isNull(transform) != Rf_isNull(center))
     Rf_error("`center` and `transform` must both be given or both be NULL");
-  q.center = q.transform = NULL;
+  q.center = q.transform = q.query_lo = NULL;
   if (!Rf_isNull(transform)) {
     int64_t rows, cols;
     q.center = arg_double_vector(center, "center", dim);
@@ -392,31 +393,43 @@ int cuda_allowed(kde_status *status)
   return 1;
 }
 
-int arg_fit_points(SEXP raw, SEXP order, SEXP center, SEXP transform, int64_t n, int64_t d,
-                   fit_points *out)
+int arg_fit_residual(SEXP raw, SEXP order, SEXP center, SEXP transform,
+                     const kde_training_set *train, float **residual)
 {
-  memset(out, 0, sizeof *out);
-  if (TYPEOF(raw) != REALSXP || TYPEOF(center) != REALSXP || TYPEOF(transform) != REALSXP ||
-      (TYPEOF(order) != INTSXP && TYPEOF(order) != REALSXP) || XLENGTH(order) != n ||
-      XLENGTH(center) != d || XLENGTH(transform) != d * d)
+  const int64_t n = train->n_train, d = train->dim;
+  *residual = NULL;
+  if (d > KDE_WHITEN_EXACT_MAX_DIM || TYPEOF(raw) != REALSXP || TYPEOF(center) != REALSXP ||
+      TYPEOF(transform) != REALSXP || (TYPEOF(order) != INTSXP && TYPEOF(order) != REALSXP) ||
+      XLENGTH(order) != n || XLENGTH(center) != d || XLENGTH(transform) != d * d)
     return 0;
   SEXP raw_dim = Rf_getAttrib(raw, R_DimSymbol);
   if (TYPEOF(raw_dim) != INTSXP || XLENGTH(raw_dim) != 2 || INTEGER(raw_dim)[1] != d ||
       (double) INTEGER(raw_dim)[0] * (double) d != (double) XLENGTH(raw))
     return 0;
+  double extent = 0.0;
+  for (int64_t i = 0; i < n * d; i++)
+    extent = fabs(train->train[i]) > extent ? fabs(train->train[i]) : extent;
+  if (!(extent >= KDE_OFFSET_MIN_EXTENT)) return 0;
+
+  const int64_t n_raw = INTEGER(raw_dim)[0];
   int64_t *rows = (int64_t *) malloc((size_t) (n > 0 ? n : 1) * sizeof(int64_t));
-  if (rows == NULL) return -1;
-  const double n_raw = (double) INTEGER(raw_dim)[0];
+  float *lost = (float *) malloc((size_t) (n * d > 0 ? n * d : 1) * sizeof(float));
+  if (rows == NULL || lost == NULL) {
+    free(rows);
+    free(lost);
+    return -1;
+  }
   for (int64_t i = 0; i < n; i++) {
     const double r = TYPEOF(order) == INTSXP
                          ? (INTEGER(order)[i] == NA_INTEGER ? 0.0 : (double) INTEGER(order)[i])
                          : REAL(order)[i];
-    rows[i] = r >= 1 && r <= n_raw ? (int64_t) r - 1 : -1;
+    rows[i] = r >= 1 && r <= (double) n_raw ? (int64_t) r - 1 : -1;
   }
-  out->raw = REAL(raw);
-  out->n_raw = INTEGER(raw_dim)[0];
-  out->center = REAL(center);
-  out->transform = REAL(transform);
-  out->rows = rows;
+  if (kde_fit_residual(train->train, n, d, REAL(raw), n_raw, rows, REAL(center),
+                       REAL(transform), train->host_threads, lost))
+    *residual = lost;
+  else
+    free(lost);
+  free(rows);
   return 0;
 }

@@ -30,19 +30,15 @@ void arg_weights(SEXP weight, int64_t n, int threads, kde_training_set *train);
 const double *arg_inv_scale2(SEXP scale, int64_t n);
 kde_training_set arg_training_set(SEXP train, SEXP weight, SEXP scale,
                                   SEXP kernel, SEXP tile_size, int threads);
-/* A fit's raw points in its spatial order (object$x, object$order,
- * object$center, object$transform, as R/device.R passes them), for the
- * offset modes: rows (0-based, malloc'ed: the caller frees it) where they
- * describe n x d points, else NULL. These are the fit's own fields, not a
- * user's arguments: what does not fit leaves the mode off, no error.
- * 0, or -1 out of memory. */
-typedef struct {
-  const double *raw, *center, *transform;
-  int64_t n_raw;
-  int64_t *rows;
-} fit_points;
-int arg_fit_points(SEXP raw, SEXP order, SEXP center, SEXP transform, int64_t n, int64_t d,
-                   fit_points *out);
+/* What a fit's whitened points lost to rounding (kde_fit_residual: n x d
+ * floats, column-major, in the fit's spatial order; the caller frees it),
+ * where its raw points come with it (object$x, $order, $center,
+ * $transform, as R/device.R passes them) and reach KDE_OFFSET_MIN_EXTENT
+ * bandwidths from its centre; else NULL. These are the fit's own fields,
+ * not a user's arguments: what does not fit leaves *residual NULL, no
+ * error. 0, or -1 out of memory. */
+int arg_fit_residual(SEXP raw, SEXP order, SEXP center, SEXP transform,
+                     const kde_training_set *train, float **residual);
 /* The offset mode's residuals (kde_backend.h's kde_cpu_tiles) of the CPU
  * model `handle` (cpu_model.c), if it is a live one made of these n_train x
  * dim points (the same memory) with them; else NULL. */

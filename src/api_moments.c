@@ -264,6 +264,19 @@ static SEXP derivative_result(const kde_derivative_problem *p, int want_second)
   return out;
 }
 
+/* The queries' residuals (R's whiten_for_sums()), NULL or n_query x dim. */
+static const double *arg_query_residual(SEXP query_residual, const kde_derivative_problem *p,
+                                        int threads)
+{
+  int64_t rows, cols;
+  if (Rf_isNull(query_residual)) return NULL;
+  const double *out = arg_matrix(query_residual, "query_residual", threads, &rows, &cols);
+  if (rows != p->n_query || cols != p->dim)
+    Rf_error("`query_residual` must be a %lld x %lld matrix, like `query`",
+             (long long) p->n_query, (long long) p->dim);
+  return out;
+}
+
 SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
                                 SEXP scale, SEXP query, SEXP second, SEXP finish,
                                 SEXP model, SEXP query_residual, SEXP threads,
@@ -277,13 +290,7 @@ SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
    * points and has it; `query_residual`: what the queries' whitening lost
    * (NULL: nothing) */
   p.train_residual = Rf_isNull(model) ? NULL : cpu_model_residual(model, p.train, p.n_train, p.dim);
-  if (p.train_residual != NULL && !Rf_isNull(query_residual)) {
-    int64_t rows, cols;
-    p.query_residual = arg_matrix(query_residual, "query_residual", n_threads, &rows, &cols);
-    if (rows != p.n_query || cols != p.dim)
-      Rf_error("`query_residual` must be a %lld x %lld matrix, like `query`",
-               (long long) p.n_query, (long long) p.dim);
-  }
+  if (p.train_residual != NULL) p.query_residual = arg_query_residual(query_residual, &p, n_threads);
   int want_second = arg_flag(second, "second");
   SEXP out = PROTECT(derivative_result(&p, want_second));
   kde_status status;
@@ -303,8 +310,8 @@ SEXP kdegpu_derivative_sums_cpu(SEXP kernel, SEXP train, SEXP log_weight,
  * these training points and weights); the fit's precision, within relative
  * `tolerance` (kde_cuda_derivative_sums). */
 SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_weight,
-                                 SEXP query, SEXP second, SEXP tolerance, SEXP finish,
-                                 SEXP threads, SEXP progress_delay)
+                                 SEXP query, SEXP query_residual, SEXP second, SEXP tolerance,
+                                 SEXP finish, SEXP threads, SEXP progress_delay)
 {
   int64_t n_train, dim;
   int n_threads = arg_threads(threads);
@@ -317,6 +324,9 @@ SEXP kdegpu_derivative_sums_cuda(SEXP model, SEXP kernel, SEXP train, SEXP log_w
   if (p.n_train != n_train || p.dim != dim)
     Rf_error("`train` must be the %lld x %lld training set of `model`", (long long) n_train,
              (long long) dim);
+  /* what the queries' whitening lost (NULL: nothing), which a model with
+   * its points' residuals adds (kde_derivative_problem) */
+  p.query_residual = arg_query_residual(query_residual, &p, n_threads);
   int want_second = arg_flag(second, "second");
   double tol = arg_tolerance(tolerance);
   SEXP out = PROTECT(derivative_result(&p, want_second));

@@ -60,21 +60,18 @@ static double *owned_copy(const double *src, int64_t n, int *failed)
   return dst;
 }
 
-/* The offset mode's residuals (kde_cpu_offsets_make) where the fit's raw
- * points come with it (arg_fit_points) and are far from their centre.
- * 0, or -1 out of memory. */
+/* The offset mode (kde_cpu_offsets_make) where the fit's raw points come
+ * with it and are far from their centre (arg_fit_residual). 0, or -1 out
+ * of memory. */
 static int make_offsets(kde_cpu_model *model, SEXP raw, SEXP order, SEXP center,
-                        SEXP transform, int threads)
+                        SEXP transform)
 {
-  const kde_training_set *t = &model->train;
+  float *residual = NULL;
   if (model->tiles.n_tiles == 0) return 0;
-  fit_points p;
-  if (arg_fit_points(raw, order, center, transform, t->n_train, t->dim, &p) != 0) return -1;
-  if (p.rows == NULL) return 0;
-  const int made = kde_cpu_offsets_make(t, p.raw, p.n_raw, p.rows, p.center, p.transform,
-                                        threads, &model->tiles);
-  free(p.rows);
-  return made < 0 ? -1 : 0;
+  if (arg_fit_residual(raw, order, center, transform, &model->train, &residual) != 0)
+    return -1;
+  if (residual == NULL) return 0;
+  return kde_cpu_offsets_make(&model->train, residual, &model->tiles) < 0 ? -1 : 0;
 }
 
 SEXP kdegpu_cpu_model_create(SEXP train, SEXP weight, SEXP scale, SEXP kernel,
@@ -97,7 +94,7 @@ SEXP kdegpu_cpu_model_create(SEXP train, SEXP weight, SEXP scale, SEXP kernel,
   if (!failed && t.tile_size > 0)
     failed = kde_cpu_tiles_make(&model->train, n_threads, &model->tiles) != 0;
   if (!failed && t.tile_size > 0 && t.n_discrete == 0)
-    failed = make_offsets(model, raw, order, center, transform, n_threads) != 0;
+    failed = make_offsets(model, raw, order, center, transform) != 0;
   if (failed) {
     cpu_model_free(model);
     Rf_error("out of memory making the CPU model of %lld points",

@@ -38,7 +38,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_weighted_spread, 2),
   CALLDEF(kdegpu_cuda_info, 0),
   CALLDEF(kdegpu_cuda_device_count, 0),
-  CALLDEF(kdegpu_cuda_model_create, 11),
+  CALLDEF(kdegpu_cuda_model_create, 15),
   CALLDEF(kdegpu_cuda_model_valid, 1),
   CALLDEF(kdegpu_cuda_model_release, 1),
   CALLDEF(kdegpu_log_density_cuda, 9),
@@ -48,7 +48,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_moments_cuda, 9),
   CALLDEF(kdegpu_moment_index, 2),
   CALLDEF(kdegpu_derivative_sums_cpu, 11),
-  CALLDEF(kdegpu_derivative_sums_cuda, 10),
+  CALLDEF(kdegpu_derivative_sums_cuda, 11),
   {NULL, NULL, 0}
 };
 

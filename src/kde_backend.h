@@ -64,8 +64,9 @@ typedef struct {
   const double *discrete_penalty;   /* n_discrete x 3, column-major:
                                        mismatch, per_level, worst */
   /* NULL, or what `train`'s whitening lost to rounding (n_train x dim,
-   * kde_whitening_residual): the CUDA backend's anchored double fits store
-   * each point from train + residual (pack.cu). */
+   * arg_fit_residual): the CUDA backend's anchored double models store
+   * each point from train + residual (pack.cu) and keep it for the
+   * training points as queries (kde_cuda_log_density). */
   const float *residual;
 } kde_training_set;
 
@@ -96,6 +97,12 @@ typedef struct {
    * when the queries are whitened already. */
   const double *center;
   const double *transform;
+  /* NULL, or what whitened queries (center and transform NULL) lost to
+   * rounding, n_query x dim, rounded to float (kde_whiten_residual): the
+   * CUDA backend's models with their points' residuals (kde_training_set)
+   * add it, as they whiten queries given raw to twice double's precision.
+   * The CPU backend takes its own (kde_cpu_tiles' offset mode). */
+  const double *query_lo;
   /* n_query x n_discrete: the queries' level ranks (NULL when the
    * training set has no discrete columns) */
   const double *codes;
@@ -142,17 +149,14 @@ typedef struct {
 int kde_cpu_tiles_make(const kde_training_set *train, int threads, kde_cpu_tiles *tiles);
 void kde_cpu_tiles_free(kde_cpu_tiles *tiles);
 
-/* The offset mode for tiles made of `train`, whose points are the raw
- * rows raw[order[i]] (raw: n_raw x dim, column-major; order 0-based)
- * whitened by center and transform: made where the whitened points reach
- * KDE_OFFSET_MIN_EXTENT from the centre (d <= KDE_WHITEN_EXACT_MAX_DIM)
- * and train is that whitening of them (to 2^-40 relative: else the data
- * were not these points, and nothing is made). 1 made, 0 not wanted or not
- * these points, -1 out of memory (nothing made). */
+/* The offset mode for tiles made of `train`, with its points' residuals
+ * (arg_fit_residual: made where the whitened points reach
+ * KDE_OFFSET_MIN_EXTENT bandwidths from the centre), which the tiles then
+ * own: the boxes and groups widened to the exact points
+ * (kde_tile_boxes_widen). 1 made, 0 not (the residual freed), -1 out of
+ * memory (nothing made, the residual freed). */
 #define KDE_OFFSET_MIN_EXTENT 256.0
-int kde_cpu_offsets_make(const kde_training_set *train, const double *raw, int64_t n_raw,
-                         const int64_t *order, const double *center,
-                         const double *transform, int threads, kde_cpu_tiles *tiles);
+int kde_cpu_offsets_make(const kde_training_set *train, float *residual, kde_cpu_tiles *tiles);
 
 /* CPU backend (kde_cpu.c). Writes n_query log-densities to `out`. `tiles`:
  * the training set's, made once per fit (cpu_model.c), or NULL to make

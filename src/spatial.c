@@ -423,6 +423,25 @@ void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
   }
 }
 
+void kde_tile_boxes_widen(const float *residual, int64_t n, int64_t d, int64_t tile,
+                          double *lo, double *hi)
+{
+  const int64_t n_tiles = (n + tile - 1) / tile;
+  for (int64_t t = 0; t < n_tiles; t++) {
+    const int64_t first = t * tile, last = first + tile < n ? first + tile : n;
+    for (int64_t k = 0; k < d; k++) {
+      double *box_lo = lo + t * d + k, *box_hi = hi + t * d + k;
+      double pad = 0x1p-48 * (fabs(*box_lo) > fabs(*box_hi) ? fabs(*box_lo) : fabs(*box_hi));
+      float most = 0.0f;
+      for (int64_t j = first; j < last; j++)
+        most = fabsf(residual[j + k * n]) > most ? fabsf(residual[j + k * n]) : most;
+      pad += 2.0 * (double) most;
+      *box_lo -= pad;
+      *box_hi += pad;
+    }
+  }
+}
+
 void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
                       int threads, double *dst)
 {

@@ -31,6 +31,16 @@ void kde_kd_sort(double *z, int64_t n, int64_t d, int64_t leaf, int64_t sub_leaf
 void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
                     int threads, double *lo, double *hi);
 
+/* The boxes of kde_tile_boxes widened for the offset mode (kde_backend.h's
+ * kde_cpu_tiles, the CUDA model's residuals): the boxes hold the rounded
+ * points, the pairs the exact ones, so each widens by twice its points'
+ * largest residual (n x d floats, column-major) and by 2^-48 of its
+ * largest coordinate, for the residuals of the queries near it (a few ulps
+ * of theirs); a compact kernel's support test then never skips a tile whose
+ * exact pairs reach into the support. */
+void kde_tile_boxes_widen(const float *residual, int64_t n, int64_t d, int64_t tile,
+                          double *lo, double *hi);
+
 /* dst[order[i]] = src[i] for i < n: results computed in a spatial order
  * put back in the caller's (random writes: in parallel, they take 1/10 of
  * the time at 1e7 rows). */

@@ -98,7 +98,13 @@ void kde_whiten_residual(const double *x, int64_t n, int64_t d, const double *ce
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; i++) {
       kde_whiten_row_exact(x, n, i, d, center, transform, hi, lo, NULL);
-      for (int64_t c = 0; c < d; c++) residual[i + c * n] = (hi[c] - z[i + c * n]) + lo[c];
+      for (int64_t c = 0; c < d; c++) {
+        const double lost = (hi[c] - z[i + c * n]) + lo[c];
+        /* rounded as a fit's own residuals are (kde_fit_residual), so that a
+         * query on a training point lands on it; a float that would
+         * overflow (a query far beyond any fit that has residuals) stays */
+        residual[i + c * n] = fabs(lost) < 0x1p127 ? (double) (float) lost : lost;
+      }
     }
   }
 }
@@ -108,9 +114,9 @@ void kde_whiten_residual(const double *x, int64_t n, int64_t d, const double *ce
  * whitening. */
 #define WHITEN_SAME_POINTS 0x1p-40
 
-int kde_whitening_residual(const double *z, int64_t n, int64_t d, const double *raw,
-                           int64_t n_raw, const int64_t *order, const double *center,
-                           const double *transform, int threads, float *residual)
+int kde_fit_residual(const double *z, int64_t n, int64_t d, const double *raw, int64_t n_raw,
+                     const int64_t *order, const double *center, const double *transform,
+                     int threads, float *residual)
 {
   if (d > KDE_WHITEN_EXACT_MAX_DIM) return 0;
   for (int64_t i = 0; i < n; i++)

@@ -24,7 +24,8 @@ void kde_whiten_row_exact(const double *x, int64_t ldx, int64_t row, int64_t d,
                           double *lo, double *size);
 /* What kde_whiten's z (n x d, column-major, from these x) lost to
  * rounding: residual = the exact whitening - z, each row by
- * kde_whiten_row_exact (d <= KDE_WHITEN_EXACT_MAX_DIM). */
+ * kde_whiten_row_exact (d <= KDE_WHITEN_EXACT_MAX_DIM), rounded to float
+ * as kde_fit_residual's are. */
 void kde_whiten_residual(const double *x, int64_t n, int64_t d, const double *center,
                          const double *transform, int threads, const double *z,
                          double *residual);
@@ -35,10 +36,10 @@ void kde_whiten_residual(const double *x, int64_t n, int64_t d, const double *ce
  * residual (n x d). 1 when z is that whitening (to 2^-40 of its terms'
  * magnitudes) and every residual is a finite float; else 0 (the data were
  * not these points), also for d > KDE_WHITEN_EXACT_MAX_DIM or an order out
- * of range. The offset modes' (CPU: cpu_offsets.c; CUDA: pack.cu). */
-int kde_whitening_residual(const double *z, int64_t n, int64_t d, const double *raw,
-                           int64_t n_raw, const int64_t *order, const double *center,
-                           const double *transform, int threads, float *residual);
+ * of range. The offset modes' (arg_fit_residual in api_glue.c). */
+int kde_fit_residual(const double *z, int64_t n, int64_t d, const double *raw, int64_t n_raw,
+                     const int64_t *order, const double *center, const double *transform,
+                     int threads, float *residual);
 
 #ifdef __cplusplus
 }

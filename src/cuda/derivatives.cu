@@ -198,6 +198,13 @@ cleanup:
   return -1;
 }
 
+/* The columns of a batch of queries: their coordinates, and the lo parts
+ * where the model reads them. */
+template <typename T> int64_t query_columns(const deriv_run<T> *r)
+{
+  return r->p->dim * (r->oq.z_lo != NULL ? 2 : 1);
+}
+
 /* The queries' order and the plan's tolerance, when the fit prunes. */
 template <typename T>
 int deriv_order(deriv_run<T> *r, double tolerance, int threads, kde_status *status)
@@ -206,11 +213,14 @@ int deriv_order(deriv_run<T> *r, double tolerance, int threads, kde_status *stat
   kde_query_set qs;
   const int compact = kde_kernel_is_compact(p->kernel);
   r->oq.z = p->query;
+  /* what the queries' whitening lost, where the model reads it */
+  r->oq.z_lo = query_lo_rows(r->model) > 0 ? p->query_residual : NULL;
   r->prune = r->model->unit_lo != NULL && p->dim <= kPlanMaxDim && (compact || tolerance > 0);
   if (!r->prune) return 0;
   memset(&qs, 0, sizeof qs);
   qs.n_query = p->n_query;
   qs.query = p->query; /* whitened already */
+  qs.query_lo = r->oq.z_lo;
   qs.tolerance = tolerance;
   qs.host_threads = threads;
   if (order_evaluation_queries(r->model, &qs, 1, &r->oq, status) != 0) return -1;
@@ -246,7 +256,7 @@ template <typename T> int deriv_size(deriv_run<T> *r, deriv_device<T> *dv, kde_s
   if (dv->direct) avail -= r->oq.reserved;
   /* per row of a batch: states, the uploaded rows, a plan's share */
   per_row = (double) r->fields * (sizeof(double) + sizeof(T)) +
-            (dv->direct ? 0.0 : (double) d * sizeof(double));
+            (dv->direct ? 0.0 : (double) query_columns(r) * sizeof(double));
   if (r->prune) per_row += device_plan_bytes_per_query(r->n_units, d);
   /* The training points (a copy or a shard) take half the budget, but never
    * what the smallest batch needs: kThreads rows in half of what is left,
@@ -331,7 +341,8 @@ int deriv_buffers(const deriv_run<T> *r, deriv_device<T> *dv, kde_status *status
   KDE_CUDA_TRY(cudaMalloc((void **) &dv->d_acc,
                           (size_t) (r->fields * r->ldq_max) * sizeof(double)));
   if (!dv->direct)
-    KDE_CUDA_TRY(cudaMalloc((void **) &dv->d_query, (size_t) (d * r->ldq_max) * sizeof(double)));
+    KDE_CUDA_TRY(cudaMalloc((void **) &dv->d_query,
+                            (size_t) (query_columns(r) * r->ldq_max) * sizeof(double)));
   KDE_HOST_ALLOC(dv->staging, r->fields * r->ldq_max, "the derivative sums of a batch");
   return 0;
 cleanup:
@@ -394,13 +405,24 @@ int deriv_enqueue(deriv_run<T> *r, deriv_device<T> *dv, int64_t first, int64_t r
   const size_t point = (size_t) (d + 1) * sizeof(T);
   const double *qz = dv->direct ? r->oq.on_device + first : dv->d_query;
   const int64_t ldz = dv->direct ? m : r->ldq_max;
+  /* the lo parts: in the ordered queries' columns after z's (order.cu), or
+   * in the batch's rows after its coordinates */
+  const double *qz_lo = r->oq.z_lo == NULL ? NULL
+                        : dv->direct      ? r->oq.z_lo + first
+                                          : dv->d_query + d * r->ldq_max;
   int visiting = 0;
   KDE_CUDA_TRY(cudaSetDevice(rep->device));
-  if (!dv->direct) /* from the host, or from the device that ordered them */
+  if (!dv->direct) { /* from the host, or from the device that ordered them */
     KDE_CUDA_TRY(cudaMemcpy2DAsync(dv->d_query, (size_t) r->ldq_max * sizeof(double),
                                    r->oq.z + first, (size_t) m * sizeof(double),
                                    (size_t) rows * sizeof(double), (size_t) d,
                                    cudaMemcpyDefault, rep->stream));
+    if (qz_lo != NULL)
+      KDE_CUDA_TRY(cudaMemcpy2DAsync(dv->d_query + d * r->ldq_max,
+                                     (size_t) r->ldq_max * sizeof(double), r->oq.z_lo + first,
+                                     (size_t) m * sizeof(double), (size_t) rows * sizeof(double),
+                                     (size_t) d, cudaMemcpyDefault, rep->stream));
+  }
   if (r->prune) {
     batch_plan bp;
     if (buffer_reserve(&rep->plan_box, (size_t) (2 * d * blocks_q) * sizeof(double), status) !=
@@ -426,6 +448,7 @@ int deriv_enqueue(deriv_run<T> *r, deriv_device<T> *dv, int64_t first, int64_t r
     a.split_points = ceil_div(units, splits) * kUnit;
     a.train_base = shard_first * kUnit;
     a.query = qz;
+    a.query_lo = qz_lo;
     a.ldz = ldz;
     a.n_query = rows;
     a.center = rep->model_center;

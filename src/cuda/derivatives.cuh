@@ -55,6 +55,7 @@ struct deriv_args {
   int64_t split_points;       /* points per blockIdx.y, a multiple of kUnit */
   int64_t train_base;         /* global index of the shard's first point */
   const double *query;        /* whitened rows, column-major (ld ldz) */
+  const double *query_lo;     /* NULL, or their lo parts (model.cuh's residual) */
   int64_t ldz;
   int64_t n_query;
   const double *center;       /* dim: the model's centre, on the device */

@@ -183,18 +183,21 @@ __device__ __forceinline__ void load_chunk(T *rec, int R, int aux_at, const T *_
 }
 
 /* Coordinate c of the query's row in storage coordinates, hi + lo, as the
- * packers make the points' (layout.cuh's storage_coordinate). */
-__device__ __forceinline__ void storage_query(const double *query, int64_t ldz, int64_t row,
-                                              const double *center, int c, double scale,
-                                              double &hi, double &lo)
+ * packers make the points' (layout.cuh's storage_coordinate), with its lo
+ * part where the model reads them (query_lo not NULL). */
+__device__ __forceinline__ void storage_query(const double *query, const double *query_lo,
+                                              int64_t ldz, int64_t row, const double *center,
+                                              int c, double scale, double &hi, double &lo)
 {
-  storage_coordinate(query[c * ldz + row], 0.0, center[c], scale, hi, lo);
+  storage_coordinate(query[c * ldz + row], query_lo != NULL ? query_lo[c * ldz + row] : 0.0,
+                     center[c], scale, hi, lo);
 }
-__device__ __forceinline__ double storage_query(const double *query, int64_t ldz, int64_t row,
-                                                const double *center, int c, double scale)
+__device__ __forceinline__ double storage_query(const double *query, const double *query_lo,
+                                                int64_t ldz, int64_t row, const double *center,
+                                                int c, double scale)
 {
   double hi, lo;
-  storage_query(query, ldz, row, center, c, scale, hi, lo);
+  storage_query(query, query_lo, ldz, row, center, c, scale, hi, lo);
   return hi;
 }
 
@@ -248,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
   T q[D];
 #pragma unroll
   for (int c = 0; c < D; c++)
-    q[c] = active && c < a.dim ? (T) storage_query(a.query, a.ldz, row, a.center, c, scale)
+    q[c] = active && c < a.dim ? (T) storage_query(a.query, a.query_lo, a.ldz, row, a.center, c, scale)
                                : (T) 0;
   /* coordinates past dim (a bucket wider than d) stay 0 in every record */
   for (int i = threadIdx.x; i < CH * R; i += kThreads) rec[i] = 0;
@@ -271,7 +274,7 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
 #pragma unroll
       for (int c = 0; c < D; c++) {
         double hi = 0.0, lo = 0.0;
-        if (active && c < a.dim) storage_query(a.query, a.ldz, row, a.center, c, scale, hi, lo);
+        if (active && c < a.dim) storage_query(a.query, a.query_lo, a.ldz, row, a.center, c, scale, hi, lo);
         q[c] = active && c < a.dim ? (T) relative_to_anchor(hi, lo, anchor_value(anchor, a.dim, c))
                                    : (T) 0;
       }
@@ -414,7 +417,7 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_generic_kernel(const deriv
   const int n_sums = a.fields - kFieldFirst;
   for (int c = 0; c < dim; c++)
     sq[c * kThreads + threadIdx.x] =
-        active ? (T) storage_query(a.query, a.ldz, row, a.center, c, scale) : (T) 0;
+        active ? (T) storage_query(a.query, a.query_lo, a.ldz, row, a.center, c, scale) : (T) 0;
   for (int f = 0; f < n_sums; f++) first[f * a.ldq] = 0;
   const T *q = sq + threadIdx.x;
 

@@ -405,6 +405,7 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
   if (order_evaluation_queries(model, query, device_plan, &oq, status) != 0) goto cleanup;
   if (oq.order != NULL) KDE_HOST_ALLOC(sorted_out, m, "the ordered results");
   sorted_query.query = oq.z;
+  sorted_query.query_lo = oq.z_lo;
   sorted_query.codes = oq.codes;
   sorted_query.center = sorted_query.transform = NULL;
   pc.plan.kernel = model->kernel;
@@ -492,18 +493,35 @@ extern "C" void kde_cuda_log_density_stats(kde_cuda_model *model,
     kde_status_set(status, KDE_ERR_ARGUMENT, "the tolerance must be in [0, 1)");
     return;
   }
+  /* The training points as queries (the whitened points in the memory the
+   * model was made from): with what their whitening lost, as the model
+   * stores them (model.cuh's residual). */
+  kde_query_set with_lo;
+  double *training_lo = NULL;
+  if (model->residual != NULL && query->transform == NULL && query->query_lo == NULL &&
+      query->query == model->made_from && query->n_query == model->n_train) {
+    const int64_t count = model->n_train * model->dim;
+    KDE_HOST_ALLOC(training_lo, count, "the training points' residuals");
+    for (int64_t i = 0; i < count; i++) training_lo[i] = (double) model->residual[i];
+    with_lo = *query;
+    with_lo.query_lo = training_lo;
+    query = &with_lo;
+  }
   if (query->leave_one_out && model->spread.n_positions > 0) {
     /* the training points as the spread layout holds them (spread.cu):
      * each query at its point's position, so that the kernels leave out
      * the pair whose positions match */
     spread_queries_t laid_out;
-    if (spread_queries(model, query, &laid_out, status) != 0) return;
-    log_density_run(model, &laid_out.set, interrupted, laid_out.out, stats, status);
-    if (status->code == KDE_OK)
-      for (int64_t i = 0; i < query->n_query; i++)
-        out[i] = laid_out.out[model->spread.position_of[i]];
+    if (spread_queries(model, query, &laid_out, status) == 0) {
+      log_density_run(model, &laid_out.set, interrupted, laid_out.out, stats, status);
+      if (status->code == KDE_OK)
+        for (int64_t i = 0; i < query->n_query; i++)
+          out[i] = laid_out.out[model->spread.position_of[i]];
+    }
     spread_queries_free(&laid_out);
-    return;
+  } else {
+    log_density_run(model, query, interrupted, out, stats, status);
   }
-  log_density_run(model, query, interrupted, out, stats, status);
+cleanup:
+  free(training_lo);
 }

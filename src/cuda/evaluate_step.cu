@@ -94,6 +94,16 @@ static double pair_cost(const kde_cuda_model *model)
   return cost;
 }
 
+/* Where a batch's lo parts go in rep->raw, after its coordinates and codes;
+ * NULL where the queries bring none that the model reads. */
+static double *raw_lo(const kde_cuda_model *model, const kde_query_set *query,
+                      const kde_device_job *job)
+{
+  if (query_lo_rows(model) == 0 || query->query_lo == NULL || query->transform != NULL)
+    return NULL;
+  return (double *) job->rep->raw.ptr + (model->dim + model->n_discrete) * job->ldq_max;
+}
+
 int upload_raw(const kde_cuda_model *model, const kde_query_set *query, kde_device_job *job,
                int64_t first, int64_t rows, kde_status *status)
 {
@@ -109,6 +119,12 @@ int upload_raw(const kde_cuda_model *model, const kde_query_set *query, kde_devi
                                    (size_t) job->ldq_max * sizeof(double), query->codes + first,
                                    (size_t) query->n_query * sizeof(double),
                                    (size_t) rows * sizeof(double), (size_t) model->n_discrete,
+                                   cudaMemcpyDefault, rep->upload));
+  if (raw_lo(model, query, job) != NULL) /* and then the lo parts */
+    KDE_CUDA_TRY(cudaMemcpy2DAsync(raw_lo(model, query, job), (size_t) job->ldq_max * sizeof(double),
+                                   query->query_lo + first,
+                                   (size_t) query->n_query * sizeof(double),
+                                   (size_t) rows * sizeof(double), (size_t) model->dim,
                                    cudaMemcpyDefault, rep->upload));
   KDE_CUDA_TRY(cudaEventRecord(rep->raw_ready, rep->upload));
   job->raw_first = first;
@@ -137,6 +153,7 @@ static int pack_batch(const kde_cuda_model *model, const kde_query_set *query,
   args.k16 = model->k16;
   args.center = query->transform != NULL ? rep->whitening : NULL;
   args.transform = query->transform != NULL ? rep->whitening + model->dim : NULL;
+  args.raw_lo = raw_lo(model, query, job);
   args.model_center = rep->model_center;
   args.scale = model->scale;
   args.dst = (T *) rep->query.ptr;
@@ -371,7 +388,7 @@ int prepare_job(const kde_cuda_model *model, kde_device_job *job, kde_status *st
    * state), half for the partial states of the splits. The
    * queries ordered on this device stay there for the whole evaluation. */
   per_query = (double) model->query_elems * tsz +
-              (double) (d + model->n_discrete + 3) * sizeof(double);
+              (double) (d + model->n_discrete + query_lo_rows(model) + 3) * sizeof(double);
   if (job->prune != NULL) {
     const int64_t all_units = model->n_points / kUnit;
     /* a host plan's lists stop at kPlanDropShare */
@@ -437,7 +454,9 @@ int reserve_scratch(const kde_cuda_model *model, kde_device_job *job, kde_status
 {
   kde_replica *rep = job->rep;
   const size_t rows = (size_t) job->ldq_max;
-  if (buffer_reserve(&rep->raw, rows * (model->dim + model->n_discrete) * sizeof(double),
+  if (buffer_reserve(&rep->raw,
+                     rows * (model->dim + model->n_discrete + query_lo_rows(model)) *
+                         sizeof(double),
                      status) != 0 ||
       buffer_reserve(&rep->query, rows * model->query_elems * sizeof(T), status) != 0 ||
       buffer_reserve(&rep->part, 2 * (size_t) job->split_cap * rows * sizeof(T),

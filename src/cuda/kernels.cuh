@@ -184,6 +184,7 @@ struct kde_pack_args {
   int k16;                  /* wide tensor-core layout: dimensions / 16, rounded up */
   const double *center;     /* whitening: z = (raw - center) transform */
   const double *transform;  /* dim x dim, column-major; NULL: raw is z */
+  const double *raw_lo;     /* NULL, or z's lo parts (ld ldr): no transform */
   const double *model_center;
   double scale;             /* packed value = (z - model_center) scale */
   T *dst;

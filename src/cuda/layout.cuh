@@ -130,6 +130,36 @@ __host__ __device__ inline void two_product(double a, double b, double &p, doubl
   e = fma(a, b, -p);
 }
 
+/* Coordinate c of (raw row - center) transform (dim x dim, column-major)
+ * to twice double's precision, hi + lo: the terms as the CPU's
+ * kde_whiten_row_exact sums them (whiten.c), before its renormalisation. */
+__host__ __device__ inline void whiten_exact(const double *raw, int64_t ldr, int64_t row,
+                                             int dim, const double *center,
+                                             const double *transform, int c, double &hi,
+                                             double &lo)
+{
+  hi = lo = 0.0;
+  for (int k = 0; k < dim; k++) {
+    const double t = transform[(int64_t) c * dim + k];
+    double xk, xk_lo, p, p_lo, sum, sum_lo;
+    two_sum(raw[(int64_t) k * ldr + row], -center[k], xk, xk_lo);
+    two_product(xk, t, p, p_lo);
+    two_sum(hi, p, sum, sum_lo);
+    hi = sum;
+    lo = add_rn(lo, add_rn(sum_lo, fma(xk_lo, t, p_lo)));
+  }
+}
+
+/* What a whitened coordinate z lost to rounding, given its exact value hi
+ * + lo, rounded to float as kde_whiten_residual and a fit's residuals are
+ * (so that a query on a training point lands on it); one that would
+ * overflow a float stays. */
+__host__ __device__ inline double whitening_residual(double hi, double lo, double z)
+{
+  const double lost = add_rn(add_rn(hi, -z), lo);
+  return fabs(lost) < 0x1p127 ? (double) (float) lost : lost;
+}
+
 /* A whitened coordinate z = z_hi + z_lo in storage coordinates, (z -
  * centre) * scale, as hi + lo to twice double's precision: what the packers
  * store and the derivative sums use, so that an offset from an anchor,

@@ -287,6 +287,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   free(model->rep);
   free(model->host_train);
   free(model->center);
+  free(model->residual);
   free(model->whitening);
   free(model->unit_lo);
   free(model->unit_hi);
@@ -359,6 +360,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0, anchor_bytes = 0;
   void *host_anchor = NULL; /* an anchored model's anchors until uploaded */
   spread_set spread;        /* an anchored model's spread training set */
+  kde_training_set without_residual; /* the caller's, where residuals do not serve */
   double min_budget = 0;
   phase_trace trace;
 
@@ -511,6 +513,20 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
            (model->layout == KDE_LAYOUT_PLAIN || model->layout == KDE_LAYOUT_TC_SMALL);
   model->anchored = model->layout == KDE_LAYOUT_PLAIN && !model->expanded &&
                     model->dim <= kSmallMaxDim && !(tuning != NULL && tuning->no_anchor);
+  /* The points' residuals serve an anchored double model, which keeps
+   * double's digits relative to its anchors; the others store the points
+   * as their queries are formed, without them. */
+  if (train->residual != NULL && !(model->anchored && precision == KDE_PRECISION_DOUBLE)) {
+    without_residual = *train;
+    without_residual.residual = NULL;
+    train = &without_residual;
+  }
+  if (train->residual != NULL) {
+    KDE_HOST_ALLOC(model->residual, train->n_train * model->dim, "the points' residuals");
+    memcpy(model->residual, train->residual,
+           (size_t) (train->n_train * model->dim) * sizeof(float));
+    model->made_from = train->train;
+  }
   /* An anchored model's runs that span gaps, each split into units of
    * their own (spread.cu): from here on the training set is the laid-out
    * one (model->n_train stays the caller's count) */
@@ -529,6 +545,9 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     KDE_HOST_ALLOC(model->unit_hi, model->n_points / kUnit * model->dim, "the units' boxes");
     kde_tile_boxes(train->train, train->n_train, model->dim, kUnit, train->host_threads,
                    model->unit_lo, model->unit_hi);
+    if (train->residual != NULL) /* the exact points' */
+      kde_tile_boxes_widen(train->residual, train->n_train, model->dim, kUnit, model->unit_lo,
+                           model->unit_hi);
   }
   if (model->anchored) model->code_row = 2 * model->dim; /* hi and lo parts */
   trace.mark("boxes");

@@ -91,6 +91,15 @@ struct kde_cuda_model {
    * that a pair's difference keeps the precision's relative accuracy
    * wherever the data sit (pack.cu). */
   int anchored;
+  /* An anchored double model of data far from their centre: what its
+   * points' whitening lost (kde_training_set's residual: n_train x dim
+   * floats in the caller's order, added when packing), kept for the
+   * training points as queries, which come in the memory the model was
+   * made from (kde_cuda_log_density), and the queries' lo parts
+   * (kde_query_set's query_lo, query_lo_rows()) read. NULL: neither (a
+   * query on a training point must land on it, and the points lack it). */
+  float *residual;
+  const double *made_from;
   /* An anchored model whose runs of kUnit points were not all compact:
    * its layout (unit_spread.h; n_positions = n_points, point i at
    * spread.position_of[i]), in which leave-one-out runs (spread.cu).
@@ -133,6 +142,13 @@ struct kde_cuda_model {
 namespace kdegpu {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The rows of a query batch that hold its lo parts (model.cuh's residual),
+ * after the coordinates and codes. */
+inline int64_t query_lo_rows(const kde_cuda_model *model)
+{
+  return model->residual != NULL ? model->dim : 0;
+}
 
 /* Device bytes per training point (a 32-point storage tile / 32). */
 inline size_t point_bytes(const kde_cuda_model *model)

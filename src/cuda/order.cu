@@ -23,6 +23,7 @@
 #include <chrono>
 
 #include "kde_cuda_common.h"
+#include "layout.cuh"
 #include "model.cuh"
 #include "plan.cuh"
 #include "spatial.h"
@@ -43,12 +44,12 @@ static int morton_bits(int dim)
 }
 
 /* z = (raw - center) transform in double, rounded as the CPU's kde_whiten
- * rounds a diagonal transform. (Given raw queries, the packing kernel
- * whitens to twice double's precision instead; the queries ordered here
- * reach it whitened, without the part their rounding lost.) */
+ * rounds a diagonal transform, and (lo not NULL) what its rounding lost
+ * (whitening_residual: as the host's kde_whiten_residual), in the columns
+ * of lo. */
 __global__ void kde_order_whiten_kernel(const double *raw, int64_t m, int dim,
                                         const double *center, const double *transform,
-                                        double *z)
+                                        double *z, double *lo)
 {
   const int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
@@ -57,6 +58,11 @@ __global__ void kde_order_whiten_kernel(const double *raw, int64_t m, int dim,
     for (int k = 0; k < dim; k++)
       acc = fma(raw[k * m + i] - center[k], transform[(int64_t) c * dim + k], acc);
     z[c * m + i] = acc;
+    if (lo != NULL) {
+      double hi, hi_lo;
+      whiten_exact(raw, m, i, dim, center, transform, c, hi, hi_lo);
+      lo[c * m + i] = whitening_residual(hi, hi_lo, acc);
+    }
   }
 }
 
@@ -82,14 +88,14 @@ __global__ void kde_order_key_kernel(const double *z, int64_t m, int dim, int bi
   index[i] = i;
 }
 
-/* sorted row i = z row index[i] */
-__global__ void kde_order_gather_kernel(const double *z, int64_t m, int dim,
+/* sorted row i = z row index[i], over `cols` columns */
+__global__ void kde_order_gather_kernel(const double *z, int64_t m, int cols,
                                         const int64_t *index, double *sorted)
 {
   const int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
   const int64_t from = index[i];
-  for (int k = 0; k < dim; k++) sorted[k * m + i] = z[k * m + from];
+  for (int k = 0; k < cols; k++) sorted[k * m + i] = z[k * m + from];
 }
 
 int order_queries(const kde_cuda_model *model, const kde_query_set *query,
@@ -99,6 +105,9 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   const int64_t m = query->n_query;
   const int dim = (int) model->dim;
   const int whiten = query->transform != NULL, sort = !query->leave_one_out;
+  /* the lo parts, where the model reads them, in the columns after z's */
+  const int lo = query_lo_rows(model) > 0 && (whiten || query->query_lo != NULL);
+  const int cols = dim * (lo ? 2 : 1);
   const int bits = morton_bits(dim);
   const size_t coords = (size_t) m * dim * sizeof(double);
   const unsigned grid = (unsigned) ceil_div(m, kOrderThreads);
@@ -124,19 +133,23 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
                                         (double *) nullptr, m, rep->stream));
     if (reduce_bytes > temp_bytes) temp_bytes = reduce_bytes;
   }
-  /* raw, whitened, ordered coordinates; keys and indices twice (the sort's
-   * input and output) */
-  need = (double) coords * (1 + whiten + sort) +
+  /* raw, whitened, ordered coordinates (each with the lo parts but the raw
+   * ones to be whitened); keys and indices twice (the sort's input and
+   * output) */
+  need = (double) coords * ((whiten ? 1 : cols / dim) + (whiten + sort) * (cols / dim)) +
          (sort ? 4.0 * (double) m * sizeof(int64_t) + (double) temp_bytes : 0.0);
   if (need > bytes_allowed) return 0;
 
-  KDE_CUDA_TRY(cudaMalloc((void **) &raw, coords));
+  KDE_CUDA_TRY(cudaMalloc((void **) &raw, whiten ? coords : (size_t) m * cols * sizeof(double)));
   KDE_CUDA_TRY(cudaMemcpyAsync(raw, query->query, coords, cudaMemcpyHostToDevice, rep->stream));
+  if (lo && !whiten)
+    KDE_CUDA_TRY(cudaMemcpyAsync(raw + (size_t) m * dim, query->query_lo, coords,
+                                 cudaMemcpyHostToDevice, rep->stream));
   z = raw;
   if (whiten) {
-    KDE_CUDA_TRY(cudaMalloc((void **) &z, coords));
+    KDE_CUDA_TRY(cudaMalloc((void **) &z, (size_t) m * cols * sizeof(double)));
     kde_order_whiten_kernel<<<grid, kOrderThreads, 0, rep->stream>>>(
-        raw, m, dim, rep->whitening, rep->whitening + dim, z);
+        raw, m, dim, rep->whitening, rep->whitening + dim, z, lo ? z + (size_t) m * dim : NULL);
     KDE_CUDA_LAUNCHED("query whitening kernel");
   }
   if (!sort) { /* leave one out: the training set's order */
@@ -168,8 +181,8 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
     KDE_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp, bytes, keys, keys + m, index,
                                                  index + m, m, 0, bits * dim, rep->stream));
   }
-  KDE_CUDA_TRY(cudaMalloc((void **) &out, coords));
-  kde_order_gather_kernel<<<grid, kOrderThreads, 0, rep->stream>>>(z, m, dim, index + m, out);
+  KDE_CUDA_TRY(cudaMalloc((void **) &out, (size_t) m * cols * sizeof(double)));
+  kde_order_gather_kernel<<<grid, kOrderThreads, 0, rep->stream>>>(z, m, cols, index + m, out);
   KDE_CUDA_LAUNCHED("query gather kernel");
   /* the order goes to the host, which puts the results back with it */
   KDE_CUDA_TRY(cudaMemcpyAsync(order, index + m, (size_t) m * sizeof(int64_t),
@@ -206,9 +219,14 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
                              int on_device, ordered_queries *oq, kde_status *status)
 {
   const int64_t m = query->n_query, d = model->dim;
+  /* the lo parts, where the model reads them (order_queries' rule) */
+  const int lo = query_lo_rows(model) > 0 &&
+                 (query->transform != NULL || query->query_lo != NULL);
+  const int64_t cols = d * (lo ? 2 : 1);
   int ordered = 0, prev = -1, ok = 0;
   memset(oq, 0, sizeof *oq);
   oq->z = query->query;
+  oq->z_lo = lo ? query->query_lo : NULL;
   KDE_CUDA_TRY(cudaGetDevice(&prev));
   if (!query->leave_one_out) KDE_HOST_ALLOC(oq->order, m, "the queries' order");
   /* a few queries: the host whitens and orders them in microseconds */
@@ -224,25 +242,38 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
     if (ordered < 0) goto cleanup;
     if (ordered) { /* several devices copy their batches from the first */
       oq->z = oq->on_device;
-      oq->reserved = (double) (m * d) * sizeof(double);
+      oq->z_lo = lo ? oq->on_device + m * d : NULL;
+      oq->reserved = (double) (m * cols) * sizeof(double);
       oq->reserved_on = rep;
     }
   }
   if (!ordered) { /* on the host: a k-d order */
-    const double *z = query->query;
+    const double *z = query->query, *z_lo = oq->z_lo;
     if (query->transform != NULL) {
-      KDE_HOST_ALLOC(oq->host_whitened, m * d, "the whitened queries");
+      KDE_HOST_ALLOC(oq->host_whitened, m * cols, "the whitened queries");
       kde_whiten(query->query, m, d, query->center, query->transform, query->host_threads,
                  oq->host_whitened);
       z = oq->host_whitened;
+      if (lo) {
+        z_lo = oq->host_whitened + m * d;
+        kde_whiten_residual(query->query, m, d, query->center, query->transform,
+                            query->host_threads, z, oq->host_whitened + m * d);
+      }
     }
     if (!query->leave_one_out) {
-      KDE_HOST_ALLOC(oq->host_sorted, m * d, "the ordered queries");
+      KDE_HOST_ALLOC(oq->host_sorted, m * cols, "the ordered queries");
       memcpy(oq->host_sorted, z, (size_t) (m * d) * sizeof(double));
       kde_kd_sort(oq->host_sorted, m, d, kBlockQueries, 0, query->host_threads, oq->order);
       z = oq->host_sorted;
+      if (lo) { /* the lo parts follow */
+        double *sorted_lo = oq->host_sorted + m * d;
+        for (int64_t k = 0; k < d; k++)
+          for (int64_t i = 0; i < m; i++) sorted_lo[k * m + i] = z_lo[k * m + oq->order[i]];
+        z_lo = sorted_lo;
+      }
     }
     oq->z = z;
+    oq->z_lo = z_lo;
   }
   oq->codes = query->codes;
   if (model->n_discrete > 0 && oq->order != NULL) { /* mixed data: the codes follow */

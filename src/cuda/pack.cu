@@ -27,12 +27,13 @@
 namespace kdegpu {
 
 /* Columns c0 .. c0 + 7 of a packed row (zero past dim and for padding
- * rows). Whitening is done as kde_whiten() does on the CPU, in double but
- * to twice its precision (two_sum, two_product), and the coordinates are
- * then centred and scaled as the training points were
- * (storage_coordinate): an anchored model subtracts its anchors from hi +
- * lo, so that a query thousands of bandwidths from the centre keeps
- * double's precision relative to its distance from a unit. */
+ * rows). Raw rows are whitened to twice double's precision (whiten_exact),
+ * whitened ones come with their lo parts where the model reads them
+ * (raw_lo), and the coordinates are then centred and scaled as the
+ * training points were (storage_coordinate): an anchored model subtracts
+ * its anchors from hi + lo, so that a query thousands of bandwidths from
+ * the centre keeps double's precision relative to its distance from a
+ * unit. */
 constexpr int kPackColumns = 8;
 template <typename T>
 __device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t row,
@@ -45,25 +46,17 @@ __device__ __forceinline__ void pack_columns(const kde_pack_args<T> &a, int64_t 
   if (c0 >= a.dim) {
     /* padding dimensions of the tensor-core layout: zeros */
   } else if (row < a.rows && a.transform != NULL) {
-    for (int k = 0; k < a.dim; k++) {
-      double xk, xk_lo;
-      two_sum(a.raw[k * a.ldr + row], -a.center[k], xk, xk_lo);
-      const double *t = a.transform + k;
 #pragma unroll
-      for (int u = 0; u < C; u++)
-        if (c0 + u < a.dim) {
-          const double tk = t[(int64_t) (c0 + u) * a.dim];
-          double p, p_lo, sum, sum_lo;
-          two_product(xk, tk, p, p_lo);
-          two_sum(z[u], p, sum, sum_lo);
-          z[u] = sum;
-          z_lo[u] += sum_lo + fma(xk_lo, tk, p_lo);
-        }
-    }
+    for (int u = 0; u < C; u++)
+      if (c0 + u < a.dim)
+        whiten_exact(a.raw, a.ldr, row, a.dim, a.center, a.transform, c0 + u, z[u], z_lo[u]);
   } else if (row < a.rows) {
 #pragma unroll
     for (int u = 0; u < C; u++)
-      if (c0 + u < a.dim) z[u] = a.raw[(int64_t) (c0 + u) * a.ldr + row];
+      if (c0 + u < a.dim) {
+        z[u] = a.raw[(int64_t) (c0 + u) * a.ldr + row];
+        if (a.raw_lo != NULL) z_lo[u] = a.raw_lo[(int64_t) (c0 + u) * a.ldr + row];
+      }
   }
 #pragma unroll
   for (int u = 0; u < C; u++) {

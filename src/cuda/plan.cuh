@@ -171,8 +171,9 @@ int plan_batch_host(const kde_prune_plan *plan, const double *queries, int64_t n
  * transform), Morton-ordered over their bounding box (CUB radix sort) unless
  * they leave one out (the training set's k-d order already is one). On
  * success *sorted is a device array (m x dim, column-major, the caller
- * cudaFrees it) and order[0..m) (host; NULL when leaving one out) the
- * caller's row of each ordered one. Returns 1 when done, 0 when it would
+ * cudaFrees it; where the model reads the queries' lo parts, query_lo_rows,
+ * m x 2 dim: theirs in the columns after z's) and order[0..m) (host; NULL
+ * when leaving one out) the caller's row of each ordered one. Returns 1 when done, 0 when it would
  * take more than `bytes_allowed` of the device (nothing allocated then: the
  * caller orders on the host), -1 on failure. */
 int order_queries(const kde_cuda_model *model, const kde_query_set *query,
@@ -183,6 +184,9 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
 typedef struct {
   const double *z;        /* ordered, whitened: n_query x dim, on the host or
                              on the first device (on_device) */
+  const double *z_lo;     /* their lo parts (kde_query_set's query_lo) in the
+                             same order and place, where the model reads
+                             them (query_lo_rows), else NULL */
   int64_t *order;         /* the caller's row of each; NULL leaving one out */
   const double *codes;    /* mixed data: their codes in that order, on the
                              host (n_query x n_discrete), else NULL */

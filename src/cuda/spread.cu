@@ -114,9 +114,14 @@ int spread_queries(const kde_cuda_model *model, const kde_query_set *query,
     KDE_HOST_ALLOC(out->codes, np * c, "the laid-out codes");
     gather_rows(query->codes, n, c, &model->spread, query->host_threads, out->codes);
   }
+  if (query->query_lo != NULL) {
+    KDE_HOST_ALLOC(out->query_lo, np * d, "the laid-out leave-one-out queries");
+    gather_rows(query->query_lo, n, d, &model->spread, query->host_threads, out->query_lo);
+  }
   out->set = *query;
   out->set.n_query = np;
   out->set.query = out->query;
+  out->set.query_lo = out->query_lo;
   out->set.codes = out->codes;
   return 0;
 cleanup:
@@ -127,6 +132,7 @@ cleanup:
 void spread_queries_free(spread_queries_t *q)
 {
   free(q->query);
+  free(q->query_lo);
   free(q->codes);
   free(q->out);
   memset(q, 0, sizeof *q);

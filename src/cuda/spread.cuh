@@ -34,7 +34,7 @@ void spread_set_free(spread_set *s);
  * point, whose result is dropped), and room for their results. */
 struct spread_queries_t {
   kde_query_set set;
-  double *query, *codes, *out;
+  double *query, *query_lo, *codes, *out;
 };
 int spread_queries(const kde_cuda_model *model, const kde_query_set *query,
                    spread_queries_t *out, kde_status *status);

@@ -120,11 +120,18 @@ exact_log_density <- function(x, q, H, kernel, leave_out = FALSE) {
   }, 0) + cst$log_c - sum(log(diag(chol(H))))
 }
 
-test_that("CPU: data thousands of bandwidths from their centre keep double's digits (the offset mode), leaving one out too", {
+# The backends that compute in double: the CPU, and the CUDA backend's
+# double precision where a GPU is usable.
+double_backends <- function() Filter(function(be) be$precision == "double", eval_backends())
+
+test_that("data thousands of bandwidths from their centre keep double's digits on both backends, leaving one out too", {
   # The whitened points keep eps |z| of each coordinate: 1-2e-13 of a
-  # density here before the offset mode (src/cpu_offsets.c), which forms
-  # each block's pairs relative to one of its queries from both sides'
-  # rounding residuals.
+  # density here on both backends before each took what the whitening
+  # lost: the CPU's offset mode (src/cpu_offsets.c) forms each block's
+  # pairs relative to one of its queries from both sides' residuals, the
+  # GPU stores its points relative to their units' anchors from the same
+  # residuals (src/cuda/model.cu) and whitens queries to twice double's
+  # precision.
   set.seed(960)
   centres <- as.matrix(expand.grid(200 * (0:4), 200 * (0:3)))
   clustered <- centres[sample.int(20, 4000, replace = TRUE), ] + matrix(rnorm(8000), ncol = 2)
@@ -140,28 +147,32 @@ test_that("CPU: data thousands of bandwidths from their centre keep double's dig
   for (cs in cases) {
     x <- cs$x
     q <- x[1:150, ] + matrix(rnorm(150 * ncol(x), sd = 0.3), ncol = ncol(x))
-    fit <- kde_gpu(x, H = cs$H, kernel = cs$kernel, backend = "cpu")
-    lab <- paste(cs$label, cs$kernel)
     ref <- exact_log_density(x, q, cs$H, cs$kernel)
-    for (tol in c(0, 1e-14)) {
-      got <- predict(fit, q, log = TRUE, tolerance = tol)
-      ok <- is.finite(ref)
-      expect_identical(is.finite(got), ok, label = paste(lab, "support"))
-      expect_lte(max(abs(expm1(got[ok] - ref[ok]))), 2e-14 + tol)
-    }
-    # at the training points and leaving each out (the bandwidth searches)
     at <- 1:150
-    loo <- predict(fit, log = TRUE, leave_one_out = TRUE)[at]
     ref_loo <- exact_log_density(x, x, cs$H, cs$kernel, leave_out = TRUE)[at]
-    ok <- is.finite(ref_loo)
-    expect_identical(is.finite(loo), ok, label = paste(lab, "leave-one-out support"))
-    expect_lte(max(abs(expm1(loo[ok] - ref_loo[ok]))), 2e-14)
-    own <- predict(fit, log = TRUE)[at]
-    expect_lte(max(abs(expm1(own - exact_log_density(x, x[at, ], cs$H, cs$kernel)))), 2e-14)
+    ref_own <- exact_log_density(x, x[at, ], cs$H, cs$kernel)
+    for (be in double_backends()) {
+      fit <- kde_on(be, x, H = cs$H, kernel = cs$kernel)
+      lab <- be_label(be, cs$label, cs$kernel)
+      for (tol in c(0, 1e-14)) {
+        got <- predict(fit, q, log = TRUE, tolerance = tol)
+        ok <- is.finite(ref)
+        expect_identical(is.finite(got), ok, label = paste(lab, "support"))
+        expect_lte(max(abs(expm1(got[ok] - ref[ok]))), 2e-14 + tol, label = lab)
+      }
+      # at the training points and leaving each out (the bandwidth searches)
+      loo <- predict(fit, log = TRUE, leave_one_out = TRUE)[at]
+      ok <- is.finite(ref_loo)
+      expect_identical(is.finite(loo), ok, label = paste(lab, "leave-one-out support"))
+      expect_lte(max(abs(expm1(loo[ok] - ref_loo[ok]))), 2e-14,
+                 label = paste(lab, "leave-one-out"))
+      own <- predict(fit, log = TRUE)[at]
+      expect_lte(max(abs(expm1(own - ref_own))), 2e-14, label = paste(lab, "at the points"))
+    }
   }
 })
 
-test_that("CPU: the offset mode holds where a whitened coordinate cancels (full H) and at a compact kernel's edge far out", {
+test_that("double's digits far out hold where a whitened coordinate cancels (full H) and at a compact kernel's edge, on both backends", {
   # A full H's whitening sums terms that can cancel: 500 points whose
   # second whitened coordinate is near 0, 5,000-15,000 bandwidths out, keep
   # only the terms' rounding; the mode's check of the points allows that
@@ -178,11 +189,14 @@ test_that("CPU: the offset mode holds where a whitened coordinate cancels (full 
     centre <- colMeans(rbind(base, band))
   }
   x <- rbind(base, band)
-  fit <- kde_gpu(x, H = H, backend = "cpu")
-  expect_lt(min(abs(fit$z[fit$order > nrow(base), 2])), 0.01) # the cancellation is there
   q <- base[1:100, ] + matrix(rnorm(200, sd = 0.3), ncol = 2)
-  expect_lte(max(abs(expm1(predict(fit, q, log = TRUE, tolerance = 0) -
-                             exact_log_density(x, q, H, "gaussian")))), 2e-14)
+  ref <- exact_log_density(x, q, H, "gaussian")
+  for (be in double_backends()) {
+    fit <- kde_on(be, x, H = H)
+    expect_lt(min(abs(fit$z[fit$order > nrow(base), 2])), 0.01) # the cancellation is there
+    expect_lte(max(abs(expm1(predict(fit, q, log = TRUE, tolerance = 0) - ref))), 2e-14,
+               label = be_label(be, "cancelling coordinate"))
+  }
 
   # Epanechnikov, points 4e7 apart: queries just inside the support of the
   # corner point whose rounded whitening lies outside it by more than the
@@ -195,37 +209,38 @@ test_that("CPU: the offset mode holds where a whitened coordinate cancels (full 
   x <- rbind(grid + runif(2e4), 4e7 + grid + runif(2e4))
   corner <- nrow(x)
   x[corner, ] <- 4e7 + 99 * 6 + 2
-  fit <- kde_gpu(x, H = diag(2), kernel = "epanechnikov", backend = "cpu")
-  angle <- runif(2e5, 0.1, pi / 2 - 0.1)
-  r <- (1 - runif(2e5, 0, 4e-9)) / fit$transform[1, 1]
-  q <- cbind(x[corner, 1] + r * cos(angle), x[corner, 2] + r * sin(angle))
-  s2 <- rowSums((sweep(q, 2, x[corner, ]) %*% fit$transform)^2)
-  z_corner <- fit$z[fit$order == corner, ]
-  rounded_s2 <- rowSums(sweep(kdegpu:::whiten(fit, q), 2, z_corner)^2)
-  edge <- head(which(s2 < 1 - 1e-12 & rounded_s2 > 1 + 1e-9), 6)
-  expect_gt(length(edge), 0)
-  together <- predict(fit, q[edge, , drop = FALSE], log = TRUE)
-  alone <- vapply(edge, function(i) predict(fit, q[i, , drop = FALSE], log = TRUE), 0)
-  expect_true(all(is.finite(together)))
-  expect_true(all(is.finite(alone)))
-  expect_equal(alone, together, tolerance = 1e-6)
+  for (be in double_backends()) {
+    fit <- kde_on(be, x, H = diag(2), kernel = "epanechnikov")
+    angle <- runif(2e5, 0.1, pi / 2 - 0.1)
+    r <- (1 - runif(2e5, 0, 4e-9)) / fit$transform[1, 1]
+    q <- cbind(x[corner, 1] + r * cos(angle), x[corner, 2] + r * sin(angle))
+    s2 <- rowSums((sweep(q, 2, x[corner, ]) %*% fit$transform)^2)
+    z_corner <- fit$z[fit$order == corner, ]
+    rounded_s2 <- rowSums(sweep(kdegpu:::whiten(fit, q), 2, z_corner)^2)
+    edge <- head(which(s2 < 1 - 1e-12 & rounded_s2 > 1 + 1e-9), 6)
+    expect_gt(length(edge), 0)
+    together <- predict(fit, q[edge, , drop = FALSE], log = TRUE)
+    alone <- vapply(edge, function(i) predict(fit, q[i, , drop = FALSE], log = TRUE), 0)
+    lab <- be_label(be, "support edge 4e7 out")
+    expect_true(all(is.finite(together)), label = lab)
+    expect_true(all(is.finite(alone)), label = lab)
+    expect_equal(alone, together, tolerance = 1e-6, label = lab)
+  }
 })
 
-test_that("CPU: gradients and Hessians keep double's digits on data far from their centre (the offset mode)", {
+test_that("gradients and Hessians keep double's digits on data far from their centre, on both backends", {
   # The derivative sums take the same residuals as the densities (each
   # difference from both sides' rounding): 1.4e-12 of a gradient on the
-  # GPS-like set before. Gaussian: the moment engine; biweight: the
+  # GPS-like set before. Gaussian: the CPU's moment engine; biweight: its
   # per-pair loop, against its score from the formula (k = (1 - s^2)^2).
+  # A query on a training point lands on it (the exponential's cusp: no
+  # direction, a zero gradient term).
   set.seed(980)
   gps <- matrix(runif(2 * 6000, 0, 4000), ncol = 2)
   gps[1:3000, ] <- gps[3001:6000, ] + matrix(rnorm(6000, sd = 1), ncol = 2)
   H <- matrix(c(1, 0.3, 0.3, 0.6), 2)
   q <- gps[1:40, ] + matrix(rnorm(80, sd = 0.4), ncol = 2)
-  fit <- kde_gpu(gps, H = H, backend = "cpu")
   ref <- dd_gauss_ref(gps, q, H)
-  dd_expect_close(predict(fit, q, type = "gradient"), ref$grad, 2e-14, "far gradient")
-  dd_expect_close(predict(fit, q, type = "hessian"), ref$hess, 2e-14, "far Hessian")
-  fit_b <- kde_gpu(gps, H = H, kernel = "biweight", backend = "cpu")
   a <- ref_constants("biweight", 2)$a
   H_inverse <- solve(H)
   score <- t(vapply(seq_len(nrow(q)), function(i) {
@@ -235,8 +250,26 @@ test_that("CPU: gradients and Hessians keep double's digits on data far from the
     k <- (1 - s2[inside])^2
     colSums(-4 / a^2 * (1 - s2[inside]) * (v[inside, , drop = FALSE] %*% H_inverse)) / sum(k)
   }, numeric(2)))
-  dd_expect_close(predict(fit_b, q, type = "gradient", log = TRUE), score, 2e-14,
-                  "far biweight score")
+  for (be in double_backends()) {
+    fit <- kde_on(be, gps, H = H)
+    dd_expect_close(predict(fit, q, type = "gradient"), ref$grad, 2e-14,
+                    be_label(be, "far gradient"))
+    dd_expect_close(predict(fit, q, type = "hessian"), ref$hess, 2e-14,
+                    be_label(be, "far Hessian"))
+    fit_b <- kde_on(be, gps, H = H, kernel = "biweight")
+    dd_expect_close(predict(fit_b, q, type = "gradient", log = TRUE), score, 2e-14,
+                    be_label(be, "far biweight score"))
+  }
+  # at training points the exponential's own term has no direction: the
+  # GPU's query must land on its point exactly, as the CPU's does
+  if (has_gpu()) {
+    at <- gps[1:5, ]
+    gpu <- predict(kde_gpu(gps, H = H, kernel = "exponential", backend = "cuda",
+                           precision = "double"), at, type = "gradient")
+    cpu <- predict(kde_gpu(gps, H = H, kernel = "exponential", backend = "cpu"), at,
+                   type = "gradient")
+    dd_expect_close(gpu, cpu, 1e-12, "exponential at its points, CUDA against the CPU")
+  }
 })
 
 test_that("CUDA: double precision keeps its digits on clustered data spanning ~3,000 bandwidths (d = 3)", {
