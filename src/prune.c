@@ -113,11 +113,6 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
   return n_visit;
 }
 
-/* Groups whose bound is below the budget by more than this (in log units,
- * beyond log n_groups) are not looked into: all of them together are at
- * most e^-3 of the budget, and they are skipped whole or visited whole. */
-#define GROUPED_CUT 3.0
-
 /* The tiles [k * group_tiles, group_end) of group k. */
 static inline int64_t group_end(const kde_prune_groups *g, int64_t k, int64_t n_tiles)
 {
@@ -166,7 +161,7 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
     lower = kde_lse_add(lower, group_lower[k]);
   }
   const double open_cut = log(plan->tolerance) + kde_lse_log(lower) - log((double) n_groups) -
-                          GROUPED_CUT;
+                          KDE_PRUNE_GROUPED_CUT;
   if (!(open_cut > -INFINITY)) return kde_tiles_to_visit(plan, q_lo, q_hi, scratch, visit);
   /* the groups that may matter, tile by tile: their tiles' bounds, and L
    * again with their tiles' own corners (each at most the group's) */

@@ -276,6 +276,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
       if (rep->model_center != NULL) (void) cudaFree(rep->model_center);
       if (rep->whitening != NULL) (void) cudaFree(rep->whitening);
       if (rep->units != NULL) (void) cudaFree(rep->units);
+      if (rep->groups != NULL) (void) cudaFree(rep->groups);
       if (rep->anchor != NULL) (void) cudaFree(rep->anchor);
       if (rep->deriv_train != NULL) (void) cudaFree(rep->deriv_train);
       if (rep->cdf_points != NULL) (void) cudaFree(rep->cdf_points);
@@ -644,7 +645,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     kde_tile_log_weights(train->weight, train->n_train, kUnit, train->host_threads,
                          model->unit_log_weight, model->unit_log_rest);
     if (kde_prune_groups_make(model->dim, n_units, model->unit_lo, model->unit_hi,
-                              model->unit_log_weight, NULL, &model->unit_groups) != 0) {
+                              model->unit_log_weight, model->unit_log_rest,
+                              &model->unit_groups) != 0) {
       kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the units' groups");
       goto cleanup;
     }
@@ -677,6 +679,18 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
         KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes + 3 * weight_bytes, model->unit_scale_hi,
                                 weight_bytes, cudaMemcpyHostToDevice));
       }
+      /* the groups, for the grouped plan */
+      const kde_prune_groups *g = &model->unit_groups;
+      const size_t group_box = (size_t) (g->n_groups * model->dim) * sizeof(double),
+                   group_weight = (size_t) g->n_groups * sizeof(double);
+      KDE_CUDA_TRY(cudaMalloc((void **) &rep->groups, 2 * group_box + 2 * group_weight));
+      at = (char *) rep->groups;
+      KDE_CUDA_TRY(cudaMemcpy(at, g->lo, group_box, cudaMemcpyHostToDevice));
+      KDE_CUDA_TRY(cudaMemcpy(at + group_box, g->hi, group_box, cudaMemcpyHostToDevice));
+      KDE_CUDA_TRY(cudaMemcpy(at + 2 * group_box, g->log_weight_sum, group_weight,
+                              cudaMemcpyHostToDevice));
+      KDE_CUDA_TRY(cudaMemcpy(at + 2 * group_box + group_weight, g->log_rest_sum, group_weight,
+                              cudaMemcpyHostToDevice));
     }
   }
   trace.mark("units");

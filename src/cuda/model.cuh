@@ -40,6 +40,10 @@ typedef struct {
    * an adaptive model unit_scale_lo, unit_scale_hi) in one allocation
    * (NULL when the model visits every unit). */
   double *units;
+  /* the model's unit_groups on this device, for the grouped plan
+   * (plan_grouped_kernels.cuh): n_groups x dim boxes' lo, hi, then the
+   * groups' log total and log rest weights (NULL where units is) */
+  double *groups;
   /* an anchored model's units' anchors (T: hi, lo per coordinate), NULL
    * otherwise */
   void *anchor;

@@ -342,7 +342,8 @@ extern "C" int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *
       plan_block_boxes(z, m, m, (int) d, (double *) rep->plan_box.ptr, rep->stream, status) != 0)
     goto cleanup;
   plan = device_prune_plan(model, rep, query->tolerance, query->leave_one_out);
-  if (plan_count(&plan, (const double *) rep->plan_box.ptr, blocks, rep, &counts, status) != 0 ||
+  if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, blocks, rep, &counts,
+                 status) != 0 ||
       plan_fill(&plan, &counts, rep, status) != 0)
     goto cleanup;
   KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));

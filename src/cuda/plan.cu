@@ -41,6 +41,7 @@
 #include "kde_cuda_common.h"
 #include "model.cuh"
 #include "plan.cuh"
+#include "plan_grouped_kernels.cuh"
 #include "prune.h"
 #include "spatial.h"
 #include "tuning.cuh"
@@ -431,6 +432,23 @@ static plan_chunks choose_chunks(int64_t blocks, int64_t words)
   return c;
 }
 
+/* The model's groups of units on rep's device (none: lo NULL). */
+static plan_groups replica_groups(const kde_cuda_model *model, const kde_replica *rep)
+{
+  const kde_prune_groups *g = &model->unit_groups;
+  const int64_t box = g->n_groups * model->dim;
+  plan_groups out;
+  memset(&out, 0, sizeof out);
+  if (rep->groups == NULL || g->n_groups < 1) return out;
+  out.n_groups = g->n_groups;
+  out.group_tiles = g->group_tiles;
+  out.lo = rep->groups;
+  out.hi = rep->groups + box;
+  out.log_weight_sum = rep->groups + 2 * box;
+  out.log_rest_sum = rep->groups + 2 * box + g->n_groups;
+  return out;
+}
+
 /* ---- the lists ------------------------------------------------------------ */
 
 __global__ void __launch_bounds__(kPlanThreads)
@@ -457,10 +475,11 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
-               kde_replica *rep, plan_counts *counts, kde_status *status)
+int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const double *box,
+               int64_t blocks, kde_replica *rep, plan_counts *counts, kde_status *status)
 {
   const int64_t words = ceil_div(plan->n_tiles, 32);
+  const plan_groups groups = replica_groups(model, rep);
   size_t temp_bytes = 0;
   int64_t *count, *offset;
   plan_chunks chunked;
@@ -486,7 +505,14 @@ int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
     return -1;
 
   chunked = choose_chunks(blocks, words);
-  if (chunked.chunks == 1) {
+  if (chunked.chunks == 1 && plan_groups_apply(*plan, groups)) {
+    /* the groups first, then the units of the groups near each block */
+    kde_plan_grouped_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
+        *plan, groups, box, words, (uint32_t *) rep->plan_mask.ptr, count,
+        (double *) rep->plan_skipped.ptr);
+    KDE_CUDA_LAUNCHED("grouped plan kernel");
+    KDE_CUDA_TRY(cudaMemsetAsync(count + blocks, 0, sizeof(int64_t), rep->stream));
+  } else if (chunked.chunks == 1) {
     kde_plan_count_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
         *plan, box, words, (uint32_t *) rep->plan_mask.ptr, count,
         (double *) rep->plan_skipped.ptr);
@@ -602,7 +628,7 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   out->visiting = 0;
   out->pairs = 0;
   out->units_per_block = 0;
-  if (plan_count(&plan, (const double *) rep->plan_box.ptr, ceil_div(n_batch, kBlockQueries),
+  if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, ceil_div(n_batch, kBlockQueries),
                  rep, &counts, status) != 0)
     return -1;
   if (counts.blocks < 1) return 0;

@@ -115,9 +115,10 @@ typedef struct {
  * rep->plan_mask) and the exclusive scan of their counts in
  * rep->visit_offset[0..blocks]; returns, through `counts`, the total read
  * back (one small synchronising copy), so the caller can reserve the lists
- * or decide to sweep. */
-int plan_count(const kde_prune_plan *plan, const double *box, int64_t blocks,
-               kde_replica *rep, plan_counts *counts, kde_status *status);
+ * or decide to sweep. Many blocks of a density's plan take the model's
+ * groups of units first (plan_grouped_kernels.cuh). */
+int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const double *box,
+               int64_t blocks, kde_replica *rep, plan_counts *counts, kde_status *status);
 
 /* The exclusive scan of the blocks' counts in rep->plan_count into
  * rep->visit_offset, and the total read back into `counts` (a synchronising

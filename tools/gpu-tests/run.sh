@@ -39,7 +39,8 @@ case "$mode" in
     run "derivative plan" bash tools/gpu-tests/emulate/run.sh derivatives_plan
     run "whether a plan can pay" bash tools/gpu-tests/emulate/run.sh plan_pays
     run "the plan refined per query" bash tools/gpu-tests/emulate/run.sh plan_refine
-    checks=$(grep -cE ' (float|visited|refined) ' "$log")
+    run "the plan from the units' groups" bash tools/gpu-tests/emulate/run.sh plan_grouped
+    checks=$(grep -cE ' (float|visited|refined|grouped) ' "$log")
     ;;
   device)
     run "harness (correctness)" env SANITIZE=0 PROFILE=0 MODE=test bash tools/gpu-tests/harness/run.sh

@@ -14,6 +14,10 @@
 #                     src/cuda/plan_refine_kernels.cuh on prune.c's box plans):
 #                     refined lists within the box lists, every query's sum
 #                     over them within tolerance of its full sum, never above
+#   plan_grouped      the device's grouped plan (the real kernel of
+#                     src/cuda/plan_grouped_kernels.cuh): lists the same as
+#                     prune.c's grouped plan, every query's sum within
+#                     tolerance of its full sum, what each block skipped
 #   plan_pays         prune.c's test of whether a few queries' plan can pay:
 #                     never "no" where the exact plan skips more than 10%
 #   mean_shift        one mean-shift step near the modes of bench/derivatives.R's
@@ -24,7 +28,7 @@
 #                       R_LIBS=<CPU build> Rscript tools/gpu-tests/emulate/test_blocks.R
 # Slow (minutes): it is for the logic, not the speed. `--build-only` after
 # the name compiles without running.
-#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|mean_shift|sums] [args]
+#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|plan_grouped|mean_shift|sums] [args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)

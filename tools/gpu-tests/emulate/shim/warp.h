@@ -44,6 +44,15 @@ template <typename T> T __shfl_up_sync(unsigned, T v, unsigned o)
   return emulated_shuffle(v, lane >= (int) o ? lane - (int) o : lane);
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32]->bar.arrive_and_wait(); }
+/* every lane's predicate as the warp's bits, lane l in bit l */
+inline unsigned __ballot_sync(unsigned, int predicate)
+{
+  unsigned bits = 0u;
+  for (int src = 0; src < 32; src++)
+    bits |= (emulated_shuffle(predicate ? 1u : 0u, src) & 1u) << src;
+  return bits;
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline unsigned atomicOr(unsigned *p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_or(v); }
 inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
 {

@@ -1,0 +1,247 @@
+/*
+ * plan_grouped_kernels.cuh: a query block's box plan from the units'
+ * groups first (prune.c's kde_tiles_to_visit_grouped, whose proof it
+ * follows): the bounds of about 256 groups, then the units of the groups
+ * near the block only, so that a block's plan costs the groups plus the
+ * units that may matter, not a sweep of every unit (at n = m = 1e8 those
+ * sweeps took 15 s of the evaluation's 90; at 1e9 they would take hours).
+ *
+ * One CUDA block per query block:
+ *   groups:  each group's upper bound (its total weight at its box's
+ *            nearest point) and lower term (at its farthest), L's first
+ *            bound from the groups (compact kernels: the groups within the
+ *            support);
+ *   opened:  the groups whose bound is above tolerance * L / n_groups / e^3
+ *            are looked into unit by unit: L again from their units' own
+ *            corners and the other groups' terms;
+ *   buckets: the unopened groups (whole) and the opened groups' units in
+ *            one set of buckets, the first skipped bucket;
+ *   decide:  a mask word per warp, its units' decisions (a whole group's
+ *            word at once), and the block's count.
+ * Sums run in fixed orders: the same plan on every run and device.
+ * plan.cu launches it where the model has groups on the device and the
+ * plan allows them (plan_groups_apply); tools/gpu-tests/emulate/
+ * plan_grouped.cpp runs it on the host (in CI), checking the guarantee
+ * against exact sums.
+ */
+#ifndef KDEGPU_CUDA_PLAN_GROUPED_KERNELS_CUH
+#define KDEGPU_CUDA_PLAN_GROUPED_KERNELS_CUH
+
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kdegpu/kernels.h"
+#include "plan.cuh"
+#include "prune.h"
+#include "spatial.h"
+
+namespace kdegpu {
+
+constexpr int kGroupedWarps = kPlanThreads / 32;
+
+/* The units' groups on a device (kde_prune_groups: n_groups <=
+ * KDE_PRUNE_TEST_GROUPS), NULL lo where the model has none. */
+struct plan_groups {
+  int64_t n_groups, group_tiles;
+  const double *lo, *hi;       /* n_groups x dim, group-major */
+  const double *log_weight_sum, *log_rest_sum;
+};
+
+/* Whether a plan may take the groups (kde_tiles_to_visit_grouped's rule). */
+__host__ __device__ inline bool plan_groups_apply(const kde_prune_plan &p, const plan_groups &g)
+{
+  return g.lo != NULL && g.n_groups >= 1 && g.n_groups <= KDE_PRUNE_TEST_GROUPS &&
+         2 * g.n_groups <= p.n_tiles && p.inv_scale2_lo == NULL &&
+         !(p.leave_one_out && g.log_rest_sum == NULL) && p.derivative == KDE_PRUNE_DENSITY &&
+         plan_decision(p) != kDecideAll;
+}
+
+/* A group's fate in a block's plan. */
+enum { kGroupSkipped = 0, kGroupVisited = 1, kGroupOpened = 2 };
+
+/* The log-sum-exp of the block's states, merged in a fixed order. */
+__device__ __forceinline__ kde_lse grouped_block_lse(kde_lse s, double *s_max, double *s_sum)
+{
+  s = warp_lse(s);
+  if (threadIdx.x % 32 == 0) {
+    s_max[threadIdx.x / 32] = s.max;
+    s_sum[threadIdx.x / 32] = s.sum;
+  }
+  __syncthreads();
+  s = kde_lse_make(s_max[0], s_sum[0]);
+  for (int w = 1; w < kGroupedWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
+  __syncthreads(); /* s_max, s_sum are reused */
+  return s;
+}
+
+/* A warp's terms (key relative to the budget; no term: a non-finite key or
+ * a bound alone above the budget, which is visited) added to its lanes'
+ * buckets: lane l owns buckets l and l + 32 and takes the warp's terms in
+ * lane order. Called by every lane of the warp together. */
+__device__ __forceinline__ void grouped_bucket_add(double key, bool has, double &own_lo,
+                                                   double &own_hi)
+{
+  const int lane = threadIdx.x % 32;
+  const int bucket = has ? kde_prune_bucket(key) : -1;
+  const double value = bucket >= 0 ? exp(key) : 0.0;
+  for (int src = 0; src < 32; src++) {
+    const int sb = __shfl_sync(0xffffffffu, bucket, src);
+    const double sv = __shfl_sync(0xffffffffu, value, src);
+    if (sb == lane) own_lo += sv;
+    if (sb == lane + 32) own_hi += sv;
+  }
+}
+
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_grouped_kernel(const kde_prune_plan p, const plan_groups g, const double *box,
+                            int64_t words, uint32_t *mask, int64_t *count, double *skipped)
+{
+  __shared__ double s_box[2 * kPlanMaxDim];
+  __shared__ double s_key[KDE_PRUNE_TEST_GROUPS], s_lower[KDE_PRUNE_TEST_GROUPS];
+  __shared__ int s_fate[KDE_PRUNE_TEST_GROUPS];
+  __shared__ double s_max[kGroupedWarps], s_sum[kGroupedWarps];
+  __shared__ double s_bucket[kGroupedWarps][KDE_PRUNE_BUCKETS];
+  __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
+  __shared__ long long s_visits[kGroupedWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t b = blockIdx.x, d = p.dim, n_units = p.n_tiles, gt = g.group_tiles;
+  for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s_box[i] = box[b * 2 * d + i];
+  __syncthreads();
+  const double *q_lo = s_box, *q_hi = s_box + d;
+  const bool compact = plan_decision(p) == kDecideSupport;
+  const double *group_lower_weight = p.leave_one_out ? g.log_rest_sum : g.log_weight_sum;
+
+  /* the groups: their bounds, and L's first bound (compact: within the
+   * support or not) */
+  kde_lse lower = kde_lse_empty();
+  for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) {
+    double min2, max2;
+    kde_box_distances(q_lo, q_hi, g.lo + k * d, g.hi + k * d, d, &min2, &max2);
+    s_key[k] = g.log_weight_sum[k] + kde_log_profile(p.kernel, min2);
+    s_lower[k] = group_lower_weight[k] + kde_log_profile(p.kernel, max2) + p.log_lower_factor;
+    s_fate[k] = compact ? (min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN ? kGroupOpened : kGroupSkipped)
+                        : kGroupSkipped;
+    lower = kde_lse_add(lower, s_lower[k]);
+  }
+  __syncthreads();
+  double log_budget = -INFINITY;
+  int first_skipped = KDE_PRUNE_BUCKETS;
+  bool every_unit = false; /* no bound from the groups: the plain plan's sweep */
+  if (!compact) {
+    lower = grouped_block_lse(lower, s_max, s_sum);
+    const double open_cut = log(p.tolerance) + kde_lse_log(lower) -
+                            log((double) g.n_groups) - KDE_PRUNE_GROUPED_CUT;
+    every_unit = !(open_cut > -INFINITY);
+    /* the groups that may matter, unit by unit; L again from their units'
+     * corners (each at most its group's) and the other groups' terms */
+    lower = kde_lse_empty();
+    for (int64_t k = 0; k < g.n_groups; k++) {
+      const bool open = every_unit || s_key[k] > open_cut;
+      if (!open) {
+        if (threadIdx.x == 0) lower = kde_lse_add(lower, s_lower[k]);
+        continue;
+      }
+      const int64_t t1 = (k + 1) * gt < n_units ? (k + 1) * gt : n_units;
+      for (int64_t t = k * gt + threadIdx.x; t < t1; t += kPlanThreads) {
+        double min2, max2;
+        kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+        lower = kde_lse_add(lower, kde_prune_log_lower(&p, t, max2));
+      }
+    }
+    __syncthreads();
+    for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
+      s_fate[k] = every_unit || s_key[k] > open_cut ? kGroupOpened : kGroupSkipped;
+    log_budget = log(p.tolerance) + kde_lse_log(grouped_block_lse(lower, s_max, s_sum));
+    if (!(log_budget > -INFINITY)) { /* no lower bound: every unit visited */
+      for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) s_fate[k] = kGroupVisited;
+      __syncthreads();
+    } else {
+      /* the unopened groups (whole) and the opened groups' units in one
+       * set of buckets: warp-uniform trips, terms in a fixed order */
+      double own_lo = 0.0, own_hi = 0.0;
+      for (int64_t c = 0; c < g.n_groups; c += kPlanThreads) {
+        const int64_t k = c + threadIdx.x;
+        const bool has = k < g.n_groups && s_fate[k] == kGroupSkipped;
+        grouped_bucket_add(has ? s_key[k] - log_budget : 0.0, has, own_lo, own_hi);
+      }
+      for (int64_t k = 0; k < g.n_groups; k++) {
+        if (s_fate[k] != kGroupOpened) continue;
+        const int64_t t1 = (k + 1) * gt < n_units ? (k + 1) * gt : n_units;
+        for (int64_t c = k * gt; c < t1; c += kPlanThreads) {
+          const int64_t t = c + threadIdx.x;
+          double key = 0.0;
+          if (t < t1) {
+            double min2, max2;
+            kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+            key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
+          }
+          grouped_bucket_add(key, t < t1, own_lo, own_hi);
+        }
+      }
+      s_bucket[warp][lane] = own_lo;
+      s_bucket[warp][lane + 32] = own_hi;
+      __syncthreads();
+      if (threadIdx.x < KDE_PRUNE_BUCKETS) {
+        double total = s_bucket[0][threadIdx.x];
+        for (int w = 1; w < kGroupedWarps; w++) total += s_bucket[w][threadIdx.x];
+        s_sum_bucket[threadIdx.x] = total;
+      }
+      __syncthreads();
+      first_skipped = kde_prune_first_skipped(s_sum_bucket);
+      /* an unopened group is visited whole where its bound's bucket is */
+      for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
+        if (s_fate[k] == kGroupSkipped &&
+            kde_prune_bucket(s_key[k] - log_budget + kKeySlack) < first_skipped)
+          s_fate[k] = kGroupVisited;
+      __syncthreads();
+    }
+  }
+
+  /* the decisions, a mask word per warp: a word within one unopened group
+   * at once, the others unit by unit */
+  long long visits = 0;
+  for (int64_t word = warp; word < words; word += kGroupedWarps) {
+    const int64_t first = word * 32, last = first + 31 < n_units - 1 ? first + 31 : n_units - 1;
+    const int fate = s_fate[first / gt];
+    uint32_t bits;
+    if (first / gt == last / gt && fate != kGroupOpened) {
+      bits = fate == kGroupVisited ? (last - first == 31 ? 0xffffffffu
+                                                         : (1u << (last - first + 1)) - 1u)
+                                   : 0u;
+    } else {
+      const int64_t t = first + lane;
+      bool v = false;
+      if (t < n_units) {
+        const int own = s_fate[t / gt];
+        if (own == kGroupVisited) {
+          v = true;
+        } else if (own == kGroupOpened) {
+          double min2, max2;
+          kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+          v = compact ? min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
+                      : kde_prune_bucket(kde_prune_log_upper(&p, t, min2, max2) - log_budget +
+                                         kKeySlack) < first_skipped;
+        }
+      }
+      bits = __ballot_sync(0xffffffffu, v);
+    }
+    if (lane == 0) mask[b * words + word] = bits;
+    visits += __popc(bits);
+  }
+  if (lane == 0) s_visits[warp] = visits;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    long long total = 0;
+    for (int w = 0; w < kGroupedWarps; w++) total += s_visits[w];
+    count[b] = total;
+    skipped[b] = compact || !(log_budget > -INFINITY)
+                     ? -INFINITY
+                     : log_budget + log(kde_prune_skipped_sum(s_sum_bucket, first_skipped));
+  }
+}
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_PLAN_GROUPED_KERNELS_CUH */
