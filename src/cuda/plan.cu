@@ -17,7 +17,8 @@
  *           a batch of few query blocks (a few queries against a large fit)
  *           takes the same steps in chunks of units, one CUDA block each,
  *           so that its plan costs microseconds, not a block's sweep of
- *           every unit (choose_chunks);
+ *           every unit (choose_chunks); a density's many blocks take the
+ *           units' groups first (plan_grouped_kernels.cuh);
  *   scan:   CUB's exclusive sum of the counts: where each block's list
  *           starts (visit_offset);
  *   fill:   one CUDA block per query block: the set bits of its mask row in
