@@ -49,7 +49,6 @@
 
 namespace kdegpu {
 
-constexpr int kPlanWarps = kPlanThreads / 32;
 static_assert(KDE_PRUNE_BUCKETS == 64, "each lane sums two buckets");
 
 kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica *rep,
@@ -135,21 +134,6 @@ __device__ __forceinline__ bool unit_visited(const kde_prune_plan &p, const doub
   return kde_prune_bucket(key + kKeySlack) < first_skipped;
 }
 
-/* The log-sum-exp of the block's states, merged in a fixed order (lanes by
- * xor-butterfly, then warps in turn), known to every thread. */
-__device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s_sum)
-{
-  s = warp_lse(s);
-  if (threadIdx.x % 32 == 0) {
-    s_max[threadIdx.x / 32] = s.max;
-    s_sum[threadIdx.x / 32] = s.sum;
-  }
-  __syncthreads();
-  s = kde_lse_make(s_max[0], s_sum[0]);
-  for (int w = 1; w < kPlanWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
-  return s;
-}
-
 /* The parts of the decision, each over the units [t0, t1) of one query
  * block (box q_lo, q_hi) and known to every thread of the CUDA block that
  * calls it. A query block's decision is made by one CUDA block over all the
@@ -182,36 +166,19 @@ static __device__ void units_buckets(const kde_prune_plan &p, const double *q_lo
                                      double log_budget, double (*s_bucket)[KDE_PRUNE_BUCKETS],
                                      double *sum)
 {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   double own_lo = 0.0, own_hi = 0.0;
   for (int64_t c = t0; c < t1; c += kPlanThreads) {
     const int64_t t = c + threadIdx.x;
-    int bucket = -1;
-    double value = 0.0;
+    double key = 0.0;
     if (t < t1) {
       double min2, max2;
       kde_box_distances(q_lo, q_hi, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, &min2, &max2);
       kde_prune_scale(&p, t, &min2, &max2);
-      const double key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
-      bucket = kde_prune_bucket(key);
-      if (bucket >= 0) value = exp(key);
+      key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
     }
-    for (int src = 0; src < 32; src++) {
-      const int sb = __shfl_sync(0xffffffffu, bucket, src);
-      const double sv = __shfl_sync(0xffffffffu, value, src);
-      if (sb == lane) own_lo += sv;
-      if (sb == lane + 32) own_hi += sv;
-    }
+    bucket_add(key, t < t1, own_lo, own_hi);
   }
-  s_bucket[warp][lane] = own_lo;
-  s_bucket[warp][lane + 32] = own_hi;
-  __syncthreads();
-  if (threadIdx.x < KDE_PRUNE_BUCKETS) {
-    double total = s_bucket[0][threadIdx.x];
-    for (int w = 1; w < kPlanWarps; w++) total += s_bucket[w][threadIdx.x];
-    sum[threadIdx.x] = total;
-  }
-  __syncthreads();
+  block_bucket_sums(own_lo, own_hi, s_bucket, sum);
 }
 
 /* The decisions for the mask words [w0, w1) of block b's row: warp w takes

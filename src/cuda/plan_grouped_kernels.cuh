@@ -39,7 +39,7 @@
 
 namespace kdegpu {
 
-constexpr int kGroupedWarps = kPlanThreads / 32;
+constexpr int kPlanWarps = kPlanThreads / 32;
 
 /* The units' groups on a device (kde_prune_groups: n_groups <=
  * KDE_PRUNE_TEST_GROUPS), NULL lo where the model has none. */
@@ -61,8 +61,11 @@ __host__ __device__ inline bool plan_groups_apply(const kde_prune_plan &p, const
 /* A group's fate in a block's plan. */
 enum { kGroupSkipped = 0, kGroupVisited = 1, kGroupOpened = 2 };
 
-/* The log-sum-exp of the block's states, merged in a fixed order. */
-__device__ __forceinline__ kde_lse grouped_block_lse(kde_lse s, double *s_max, double *s_sum)
+/* The log-sum-exp of the block's states, merged in a fixed order (lanes by
+ * xor-butterfly, then warps in turn), known to every thread; s_max and
+ * s_sum (kPlanWarps each, shared) free again on return. Every thread of
+ * the block calls it (plan.cu's decisions too). */
+__device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s_sum)
 {
   s = warp_lse(s);
   if (threadIdx.x % 32 == 0) {
@@ -71,7 +74,7 @@ __device__ __forceinline__ kde_lse grouped_block_lse(kde_lse s, double *s_max, d
   }
   __syncthreads();
   s = kde_lse_make(s_max[0], s_sum[0]);
-  for (int w = 1; w < kGroupedWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
+  for (int w = 1; w < kPlanWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
   __syncthreads(); /* s_max, s_sum are reused */
   return s;
 }
@@ -80,8 +83,7 @@ __device__ __forceinline__ kde_lse grouped_block_lse(kde_lse s, double *s_max, d
  * a bound alone above the budget, which is visited) added to its lanes'
  * buckets: lane l owns buckets l and l + 32 and takes the warp's terms in
  * lane order. Called by every lane of the warp together. */
-__device__ __forceinline__ void grouped_bucket_add(double key, bool has, double &own_lo,
-                                                   double &own_hi)
+__device__ __forceinline__ void bucket_add(double key, bool has, double &own_lo, double &own_hi)
 {
   const int lane = threadIdx.x % 32;
   const int bucket = has ? kde_prune_bucket(key) : -1;
@@ -94,6 +96,25 @@ __device__ __forceinline__ void grouped_bucket_add(double key, bool has, double 
   }
 }
 
+/* The warps' bucket sums (bucket_add's own_lo, own_hi of every lane)
+ * added per bucket, warps in turn, into sum[0 .. KDE_PRUNE_BUCKETS)
+ * (shared): known to every thread on return. */
+__device__ __forceinline__ void block_bucket_sums(double own_lo, double own_hi,
+                                                  double (*s_bucket)[KDE_PRUNE_BUCKETS],
+                                                  double *sum)
+{
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  s_bucket[warp][lane] = own_lo;
+  s_bucket[warp][lane + 32] = own_hi;
+  __syncthreads();
+  if (threadIdx.x < KDE_PRUNE_BUCKETS) {
+    double total = s_bucket[0][threadIdx.x];
+    for (int w = 1; w < kPlanWarps; w++) total += s_bucket[w][threadIdx.x];
+    sum[threadIdx.x] = total;
+  }
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kPlanThreads)
     kde_plan_grouped_kernel(const kde_prune_plan p, const plan_groups g, const double *box,
                             int64_t words, uint32_t *mask, int64_t *count, double *skipped)
@@ -101,10 +122,10 @@ __global__ void __launch_bounds__(kPlanThreads)
   __shared__ double s_box[2 * kPlanMaxDim];
   __shared__ double s_key[KDE_PRUNE_TEST_GROUPS], s_lower[KDE_PRUNE_TEST_GROUPS];
   __shared__ int s_fate[KDE_PRUNE_TEST_GROUPS];
-  __shared__ double s_max[kGroupedWarps], s_sum[kGroupedWarps];
-  __shared__ double s_bucket[kGroupedWarps][KDE_PRUNE_BUCKETS];
+  __shared__ double s_max[kPlanWarps], s_sum[kPlanWarps];
+  __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
   __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
-  __shared__ long long s_visits[kGroupedWarps];
+  __shared__ long long s_visits[kPlanWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t b = blockIdx.x, d = p.dim, n_units = p.n_tiles, gt = g.group_tiles;
   for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s_box[i] = box[b * 2 * d + i];
@@ -130,7 +151,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   int first_skipped = KDE_PRUNE_BUCKETS;
   bool every_unit = false; /* no bound from the groups: the plain plan's sweep */
   if (!compact) {
-    lower = grouped_block_lse(lower, s_max, s_sum);
+    lower = block_lse(lower, s_max, s_sum);
     const double open_cut = log(p.tolerance) + kde_lse_log(lower) -
                             log((double) g.n_groups) - KDE_PRUNE_GROUPED_CUT;
     every_unit = !(open_cut > -INFINITY);
@@ -153,7 +174,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     __syncthreads();
     for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
       s_fate[k] = every_unit || s_key[k] > open_cut ? kGroupOpened : kGroupSkipped;
-    log_budget = log(p.tolerance) + kde_lse_log(grouped_block_lse(lower, s_max, s_sum));
+    log_budget = log(p.tolerance) + kde_lse_log(block_lse(lower, s_max, s_sum));
     if (!(log_budget > -INFINITY)) { /* no lower bound: every unit visited */
       for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) s_fate[k] = kGroupVisited;
       __syncthreads();
@@ -164,7 +185,7 @@ __global__ void __launch_bounds__(kPlanThreads)
       for (int64_t c = 0; c < g.n_groups; c += kPlanThreads) {
         const int64_t k = c + threadIdx.x;
         const bool has = k < g.n_groups && s_fate[k] == kGroupSkipped;
-        grouped_bucket_add(has ? s_key[k] - log_budget : 0.0, has, own_lo, own_hi);
+        bucket_add(has ? s_key[k] - log_budget : 0.0, has, own_lo, own_hi);
       }
       for (int64_t k = 0; k < g.n_groups; k++) {
         if (s_fate[k] != kGroupOpened) continue;
@@ -177,18 +198,10 @@ __global__ void __launch_bounds__(kPlanThreads)
             kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
             key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
           }
-          grouped_bucket_add(key, t < t1, own_lo, own_hi);
+          bucket_add(key, t < t1, own_lo, own_hi);
         }
       }
-      s_bucket[warp][lane] = own_lo;
-      s_bucket[warp][lane + 32] = own_hi;
-      __syncthreads();
-      if (threadIdx.x < KDE_PRUNE_BUCKETS) {
-        double total = s_bucket[0][threadIdx.x];
-        for (int w = 1; w < kGroupedWarps; w++) total += s_bucket[w][threadIdx.x];
-        s_sum_bucket[threadIdx.x] = total;
-      }
-      __syncthreads();
+      block_bucket_sums(own_lo, own_hi, s_bucket, s_sum_bucket);
       first_skipped = kde_prune_first_skipped(s_sum_bucket);
       /* an unopened group is visited whole where its bound's bucket is */
       for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
@@ -202,7 +215,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   /* the decisions, a mask word per warp: a word within one unopened group
    * at once, the others unit by unit */
   long long visits = 0;
-  for (int64_t word = warp; word < words; word += kGroupedWarps) {
+  for (int64_t word = warp; word < words; word += kPlanWarps) {
     const int64_t first = word * 32, last = first + 31 < n_units - 1 ? first + 31 : n_units - 1;
     const int fate = s_fate[first / gt];
     uint32_t bits;
@@ -234,7 +247,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   __syncthreads();
   if (threadIdx.x == 0) {
     long long total = 0;
-    for (int w = 0; w < kGroupedWarps; w++) total += s_visits[w];
+    for (int w = 0; w < kPlanWarps; w++) total += s_visits[w];
     count[b] = total;
     skipped[b] = compact || !(log_budget > -INFINITY)
                      ? -INFINITY

@@ -28,74 +28,7 @@ using namespace kdegpu;
 #include "launch.h"
 std::vector<std::unique_ptr<emulated_warp>> g_warps;
 
-struct fit {
-  int64_t n, d, n_units;
-  std::vector<double> z, log_w;     // points in k-d order (column-major), log weights
-  std::vector<double> lo, hi, lw, rest;
-  kde_prune_plan plan;
-};
-
-static void make_fit(int kernel, int64_t d, int shape, double tol, int loo, int64_t n,
-                     std::mt19937_64 &rng, fit &f)
-{
-  std::normal_distribution<double> N(0, 1);
-  std::uniform_real_distribution<double> U(-1, 1);
-  std::vector<double> centres(20 * d);
-  for (auto &c : centres) c = 200 * U(rng);
-  f.n = n;
-  f.d = d;
-  f.n_units = n / kUnit;
-  f.z.resize(n * d);
-  for (int64_t j = 0; j < n; j++)
-    for (int64_t c = 0; c < d; c++)
-      f.z[j + c * n] = shape == 0   ? 5 * N(rng)
-                       : shape == 1 ? centres[(j % 20) * d + c] + N(rng)
-                                    : 2000 * U(rng);
-  std::vector<int64_t> order(n);
-  kde_kd_sort(f.z.data(), n, d, kUnit, 128, 1, order.data());
-  std::vector<double> w(n);
-  for (int64_t j = 0; j < n; j++) w[j] = (1.0 + 0.5 * (order[j] % 7 == 0)) / (1.2 * n);
-  f.log_w.resize(n);
-  for (int64_t j = 0; j < n; j++) f.log_w[j] = log(w[j]);
-  f.lo.resize(f.n_units * d);
-  f.hi.resize(f.n_units * d);
-  f.lw.resize(f.n_units);
-  f.rest.resize(f.n_units);
-  kde_tile_boxes(f.z.data(), n, d, kUnit, 1, f.lo.data(), f.hi.data());
-  kde_tile_log_weights(w.data(), n, kUnit, 1, f.lw.data(), f.rest.data());
-  f.plan = kde_prune_plan{};
-  f.plan.kernel = kernel;
-  f.plan.dim = d;
-  f.plan.n_tiles = f.n_units;
-  f.plan.lo = f.lo.data();
-  f.plan.hi = f.hi.data();
-  f.plan.log_weight = f.lw.data();
-  f.plan.log_weight_rest = f.rest.data();
-  f.plan.tolerance = tol;
-  f.plan.leave_one_out = loo;
-  f.plan.derivative = KDE_PRUNE_DENSITY;
-}
-
-// log of query i's kernel sum over the units marked in `listed` (all when
-// NULL), without point `self` (leaving one out; -1: none)
-static double exact_log_sum(const fit &f, const std::vector<double> &q, int64_t m, int64_t i,
-                            const std::vector<char> *listed, int64_t self)
-{
-  kde_lse s = kde_lse_empty();
-  for (int64_t unit = 0; unit < f.n_units; unit++) {
-    if (listed != NULL && !(*listed)[unit]) continue;
-    for (int64_t j = unit * kUnit; j < (unit + 1) * kUnit; j++) {
-      if (j == self) continue;
-      double s2 = 0;
-      for (int64_t c = 0; c < f.d; c++) {
-        const double v = q[i + c * m] - f.z[j + c * f.n];
-        s2 += v * v;
-      }
-      s = kde_lse_add(s, f.log_w[j] + kde_log_profile(f.plan.kernel, s2));
-    }
-  }
-  return kde_lse_log(s);
-}
+#include "plan_fit.h"
 
 int main()
 {
@@ -117,7 +50,7 @@ int main()
             std::normal_distribution<double> N(0, 1);
             const int64_t n = loo ? kUnit * 24 : kUnit * 160;
             fit f;
-            make_fit(kernel, d, shape, tol, loo, n, rng, f);
+            make_fit(kernel, d, shape, false, tol, loo, n, rng, f);
             kde_prune_groups groups;
             if (kde_prune_groups_make(d, f.n_units, f.lo.data(), f.hi.data(), f.lw.data(),
                                       f.rest.data(), &groups) != 0)
@@ -166,10 +99,12 @@ int main()
             // every query's full sum (the reference)
             std::vector<double> full(m);
 #pragma omp parallel for schedule(dynamic, 8)
-            for (int64_t i = 0; i < m; i++) full[i] = exact_log_sum(f, q, m, i, NULL, loo ? i : -1);
+            for (int64_t i = 0; i < m; i++)
+              full[i] = exact_log_sum(f, q, m, i, NULL, 0, loo ? i : -1);
             // the lists, counted right, against prune.c's grouped plan
             int64_t bad_lists = 0, differing = 0, listed_units = 0;
             std::vector<std::vector<char>> listed(blocks, std::vector<char>(f.n_units, 0));
+            std::vector<std::vector<int32_t>> units(blocks);
             std::vector<double> scratch(2 * f.n_units + 2 * groups.n_groups);
             std::vector<int64_t> tiles(f.n_units);
             double worst_skipped = 0;
@@ -178,6 +113,7 @@ int main()
               for (int64_t t = 0; t < f.n_units; t++)
                 if (mask[b * words + t / 32] >> (t % 32) & 1u) {
                   listed[b][t] = 1;
+                  units[b].push_back((int32_t) t);
                   c++;
                 }
               for (int64_t t = f.n_units; t < words * 32; t++)
@@ -223,7 +159,8 @@ int main()
 #pragma omp parallel for schedule(dynamic, 8) reduction(max : worst_low, worst_high)
             for (int64_t i = 0; i < m; i++) {
               const int64_t b = i / 128, self = loo ? i : -1;
-              const double kept = exact_log_sum(f, q, m, i, &listed[b], self);
+              const double kept =
+                  exact_log_sum(f, q, m, i, units[b].data(), (int64_t) units[b].size(), self);
               if (!std::isfinite(full[i]) && !std::isfinite(kept)) continue;
               // log full - log kept in [0, -log(1 - tol)] (compact: 0), to rounding
               const double allowed = kde_kernel_is_compact(kernel) ? 0.0 : -log1p(-tol);
