@@ -122,6 +122,7 @@ inline kde_training_set fixed_training_set(int64_t n, int64_t d, const double *x
   ts.host_threads = 0;
   ts.n_discrete = 0;
   ts.codes = ts.discrete_penalty = NULL;
+  ts.residual = NULL;
   return ts;
 }
 

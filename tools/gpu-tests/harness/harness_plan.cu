@@ -112,6 +112,46 @@ double plan_on_host(const host_plan &h, const std::vector<double> &sorted, int64
   return now_ms() - t0;
 }
 
+/* The same with prune.c's grouped decision (kde_tiles_to_visit_grouped),
+ * which the device takes for a density's batches of many blocks
+ * (src/cuda/plan_grouped_kernels.cuh): the lists of either proof are
+ * valid, and the device's must be one of them up to rounding. */
+void plan_on_host_grouped(const host_plan &h, const std::vector<double> &sorted, int64_t m,
+                          std::vector<int64_t> &offsets, std::vector<int32_t> &visit)
+{
+  const int64_t blocks = (m + kBlock - 1) / kBlock, d = h.plan.dim, n = h.plan.n_tiles;
+  kde_prune_groups g;
+  offsets.clear(); /* none: out of memory */
+  visit.clear();
+  if (kde_prune_groups_make(d, n, h.lo.data(), h.hi.data(), h.lw.data(), h.lr.data(), &g) != 0)
+    return;
+  offsets.assign(blocks + 1, 0);
+  std::vector<double> lo(d), hi(d), scratch(2 * n + 2 * g.n_groups);
+  std::vector<int64_t> tiles(n);
+  for (int64_t b = 0; b < blocks; b++) {
+    kde_rows_box(sorted.data(), m, d, b * kBlock, std::min(m, (b + 1) * kBlock), lo.data(),
+                 hi.data());
+    const int64_t c =
+        kde_tiles_to_visit_grouped(&h.plan, &g, lo.data(), hi.data(), scratch.data(), tiles.data());
+    for (int64_t k = 0; k < c; k++) visit.push_back((int32_t) tiles[k]);
+    offsets[b + 1] = offsets[b] + c;
+  }
+  kde_prune_groups_free(&g);
+}
+
+/* Units in one ascending list and not the other, and the other way. */
+static void list_difference(const int32_t *a, int64_t na, const int32_t *b, int64_t nb,
+                            int64_t &extra, int64_t &missing)
+{
+  int64_t i = 0, j = 0;
+  extra = missing = 0;
+  while (i < na || j < nb) {
+    if (j >= nb || (i < na && a[i] < b[j])) { extra++; i++; }
+    else if (i >= na || b[j] < a[i]) { missing++; j++; }
+    else { i++; j++; }
+  }
+}
+
 int failures = 0;
 
 /* One case: the plan compared, the order checked, the results bounded. */
@@ -174,20 +214,30 @@ void check_case(int kernel, int precision, int64_t d, bool clustered, int loo, b
   host_plan h;
   make_host_plan(t, kernel, tolerance, loo, h);
   plan_on_host(h, sorted, m, host_off, host_visit);
+  std::vector<int64_t> grouped_off;
+  std::vector<int32_t> grouped_visit;
+  plan_on_host_grouped(h, sorted, m, grouped_off, grouped_visit);
   int64_t extra = 0, missing = 0, disorder = 0, blocks_differ = 0;
   for (int64_t b = 0; b < blocks; b++) {
-    int64_t i = dev_off[b], j = host_off[b];
-    const int64_t ie = dev_off[b + 1], je = host_off[b + 1];
-    const int64_t e0 = extra, m0 = missing;
+    const int64_t i = dev_off[b], ie = dev_off[b + 1];
     for (int64_t k = i; k < ie; k++)
       if (dev_visit[k] < 0 || dev_visit[k] >= n_units || (k > i && dev_visit[k] <= dev_visit[k - 1]))
         disorder++;
-    while (i < ie || j < je) {
-      if (j >= je || (i < ie && dev_visit[i] < host_visit[j])) { extra++; i++; }
-      else if (i >= ie || host_visit[j] < dev_visit[i]) { missing++; j++; }
-      else { i++; j++; }
+    /* against the plain and the grouped decision: the nearer one */
+    int64_t e1, m1, e2 = 0, m2 = 0;
+    list_difference(dev_visit + i, ie - i, host_visit.data() + host_off[b],
+                    host_off[b + 1] - host_off[b], e1, m1);
+    bool grouped = grouped_off.size() == host_off.size();
+    if (grouped)
+      list_difference(dev_visit + i, ie - i, grouped_visit.data() + grouped_off[b],
+                      grouped_off[b + 1] - grouped_off[b], e2, m2);
+    if (grouped && e2 + m2 < e1 + m1) {
+      e1 = e2;
+      m1 = m2;
     }
-    blocks_differ += extra != e0 || missing != m0;
+    extra += e1;
+    missing += m1;
+    blocks_differ += e1 + m1 > 0;
   }
   const int64_t host_total = host_off[blocks];
   if (disorder > 0 || dev_off[0] != 0 ||
