@@ -204,6 +204,12 @@ void kde_prune_groups_free(kde_prune_groups *g);
 int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
                      const double *q_lo, const double *q_hi, double share);
 
+/* Groups whose bound is below the budget by more than this (in log units,
+ * beyond log n_groups) are not looked into: all of them together are at
+ * most e^-3 of the budget, and they are skipped whole or visited whole
+ * (here and in the device's grouped plan, src/cuda/plan_grouped_kernels.cuh). */
+#define KDE_PRUNE_GROUPED_CUT 3.0
+
 /* kde_tiles_to_visit with the same guarantee at a cost of about the groups
  * plus the tiles near the box (the CPU's per-query plans of sparse
  * queries): L's first bound comes from the groups' corners; a group whose
@@ -213,11 +219,6 @@ int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
  * groups do not apply (adaptive fits, derivatives, leaving one out without
  * the groups' log_rest_sum).
  * scratch: 2 * n_tiles doubles. */
-/* Groups whose bound is below the budget by more than this (in log units,
- * beyond log n_groups) are not looked into: all of them together are at
- * most e^-3 of the budget, and they are skipped whole or visited whole
- * (here and in the device's grouped plan, src/cuda/plan_grouped_kernels.cuh). */
-#define KDE_PRUNE_GROUPED_CUT 3.0
 int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_groups *g,
                                    const double *q_lo, const double *q_hi, double *scratch,
                                    int64_t *visit);
