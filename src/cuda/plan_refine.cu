@@ -14,6 +14,18 @@
 
 namespace kdegpu {
 
+/* kde_refine_blocks_kernel with the dimension a constant where it is small */
+static auto refine_blocks_kernel_for(int64_t dim) -> decltype(&kde_refine_blocks_kernel<0>)
+{
+  switch (dim) {
+  case 1: return kde_refine_blocks_kernel<1>;
+  case 2: return kde_refine_blocks_kernel<2>;
+  case 3: return kde_refine_blocks_kernel<3>;
+  case 4: return kde_refine_blocks_kernel<4>;
+  default: return kde_refine_blocks_kernel<0>;
+  }
+}
+
 int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_t rows,
                 kde_replica *rep, plan_counts *counts, kde_status *status)
 {
@@ -23,6 +35,19 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
   int32_t *first_skipped = NULL;
   int64_t chunks;
   if (blocks < 1) return 0;
+  if (blocks >= kPlanFillBlocks) { /* enough query blocks to fill the device */
+    KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0,
+                                 (size_t) (blocks * words) * sizeof(uint32_t), rep->stream));
+    KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_count.ptr, 0, (size_t) (blocks + 1) * sizeof(int64_t),
+                                 rep->stream));
+    const auto kernel = refine_blocks_kernel_for(plan->dim);
+    kernel<<<(unsigned) blocks, kBlockQueries, 0, rep->stream>>>(
+        *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
+        (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr, words,
+        (uint32_t *) rep->plan_mask.ptr, (int64_t *) rep->plan_count.ptr);
+    KDE_CUDA_LAUNCHED("plan refinement kernel");
+    return plan_scan_counts(blocks, rep, counts, status);
+  }
   if (buffer_reserve(&rep->plan_query, (size_t) ldq * (sizeof(double) + sizeof(int32_t)),
                      status) != 0)
     return -1;

@@ -20,6 +20,9 @@
  *            the block's count;
  *
  * then the counts are scanned and plan_fill writes the narrowed lists.
+ * A batch of many query blocks takes one kernel instead, a CUDA block per
+ * query block (kde_refine_blocks_kernel, below): the same steps, a thread
+ * per query, the list read in chunks through shared memory.
  * Sums run in fixed orders and the kept units are an OR of decisions:
  * the same plan on every run and device. plan_refine.cu launches them;
  * tools/gpu-tests/emulate/plan_refine.cpp runs them on the host (in CI),
@@ -71,11 +74,13 @@ __device__ __forceinline__ void load_query(const double *z, int64_t ldz, int64_t
   for (int64_t k = 0; k < dim; k++) q[k] = z[k * ldz + row];
 }
 
-/* The squared distances from point q to unit t's box, scaled as prune.c's. */
+/* The squared distances from point q to unit t's box, scaled as prune.c's
+ * (dim: p.dim, or the same as a constant, for loops the compiler unrolls). */
 __device__ __forceinline__ void point_distances(const kde_prune_plan &p, const double *q,
-                                                int64_t t, double *min2, double *max2)
+                                                int64_t t, double *min2, double *max2,
+                                                int64_t dim)
 {
-  kde_box_distances(q, q, p.lo + t * p.dim, p.hi + t * p.dim, p.dim, min2, max2);
+  kde_box_distances(q, q, p.lo + t * dim, p.hi + t * dim, dim, min2, max2);
   kde_prune_scale(&p, t, min2, max2);
 }
 
@@ -130,7 +135,7 @@ __global__ void __launch_bounds__(kRefineThreads)
     for (int h = 0; h < kRefineUnroll; h++) {
       if (t[h] < 0) continue;
       double min2, max2;
-      point_distances(p, q, t[h], &min2, &max2);
+      point_distances(p, q, t[h], &min2, &max2, p.dim);
       lane_lse_add(lower[h], kde_prune_log_lower(&p, t[h], max2));
     }
   }
@@ -159,7 +164,7 @@ __global__ void __launch_bounds__(kRefineThreads)
         value[h] = 0.0;
         if (t[h] < 0) continue;
         double min2, max2;
-        point_distances(p, q, t[h], &min2, &max2);
+        point_distances(p, q, t[h], &min2, &max2, p.dim);
         const double key = kde_prune_log_upper(&p, t[h], min2, max2) - rem;
         bucket[h] = kde_prune_bucket(key);
         if (bucket[h] >= kRefineBuckets) bucket[h] = kRefineBuckets - 1;
@@ -185,6 +190,22 @@ __global__ void __launch_bounds__(kRefineThreads)
     remaining[row] = rem;
     first_skipped[row] = fs;
   }
+}
+
+/* A warp's kept units into a block's mask row: lane l's unit lies in mask
+ * word `word` (INT64_MAX: none) with its bit in `bits` (0: not kept); the
+ * lanes' units ascend, so the bits of each run of one word are ORed into
+ * its first lane, which sets them. The whole warp calls it. */
+__device__ __forceinline__ void mask_set_runs(uint32_t *mask_row, int64_t word, uint32_t bits)
+{
+  const int lane = threadIdx.x % 32;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t other_bits = __shfl_down_sync(0xffffffffu, bits, o);
+    const long long other_word = __shfl_down_sync(0xffffffffu, (long long) word, o);
+    if (lane + o < 32 && other_word == word) bits |= other_bits;
+  }
+  const long long previous = __shfl_up_sync(0xffffffffu, (long long) word, 1);
+  if (bits != 0u && (lane == 0 || previous != word)) atomicOr(mask_row + word, bits);
 }
 
 /* Grid (query blocks, chunks): CUDA block (b, c) decides the c-th share of
@@ -230,7 +251,7 @@ __global__ void __launch_bounds__(kPlanThreads)
           break;
         }
         double min2, max2;
-        point_distances(p, s_q[r], t, &min2, &max2);
+        point_distances(p, s_q[r], t, &min2, &max2, p.dim);
         kept = how == kDecideSupport
                    ? min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
                    : kde_prune_bucket(kde_prune_log_upper(&p, t, min2, max2) - s_rem[r] +
@@ -238,15 +259,7 @@ __global__ void __launch_bounds__(kPlanThreads)
       }
       if (kept) bits = 1u << (t % 32);
     }
-    /* the lanes' units ascend: OR the bits of each run of one word into
-     * its first lane, which sets them */
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t other_bits = __shfl_down_sync(0xffffffffu, bits, o);
-      const long long other_word = __shfl_down_sync(0xffffffffu, (long long) word, o);
-      if (lane + o < 32 && other_word == word) bits |= other_bits;
-    }
-    const long long previous = __shfl_up_sync(0xffffffffu, (long long) word, 1);
-    if (bits != 0u && (lane == 0 || previous != word)) atomicOr(mask + b * words + word, bits);
+    mask_set_runs(mask + b * words, word, bits);
     visits += kept ? 1 : 0;
   }
   for (int o = 16; o > 0; o >>= 1) visits += __shfl_xor_sync(0xffffffffu, visits, o);
@@ -256,6 +269,203 @@ __global__ void __launch_bounds__(kPlanThreads)
     unsigned long long total = 0;
     for (int w = 0; w < kPlanThreads / 32; w++) total += s_visits[w];
     if (total > 0) atomicAdd((unsigned long long *) &count[b], total);
+  }
+}
+
+/* ---- many query blocks: one CUDA block each --------------------------- */
+
+/* Units of a block's list staged in shared memory at a time. */
+constexpr int kRefineChunk = 64;
+static_assert(kRefineChunk % 32 == 0 && kRefineChunk <= kBlockQueries,
+              "whole mask words per chunk, a unit per staging thread");
+
+/* A chunk of a block's list in shared memory, and a plan whose unit
+ * arrays point at it: p's bounds (prune.h) of staged unit u are those of
+ * unit t[u], computed by the same code. */
+struct staged_units {
+  double lo[kRefineChunk * kPlanMaxDim], hi[kRefineChunk * kPlanMaxDim];
+  double log_weight[kRefineChunk], log_weight_rest[kRefineChunk];
+  double inv_scale2_lo[kRefineChunk], inv_scale2_hi[kRefineChunk];
+  int32_t t[kRefineChunk];
+};
+
+__device__ __forceinline__ kde_prune_plan staged_plan(const kde_prune_plan &p, staged_units &s)
+{
+  kde_prune_plan sp = p;
+  sp.lo = s.lo;
+  sp.hi = s.hi;
+  sp.log_weight = s.log_weight;
+  sp.log_weight_rest = p.log_weight_rest != nullptr ? s.log_weight_rest : nullptr;
+  sp.inv_scale2_lo = p.inv_scale2_lo != nullptr ? s.inv_scale2_lo : nullptr;
+  sp.inv_scale2_hi = p.inv_scale2_hi != nullptr ? s.inv_scale2_hi : nullptr;
+  sp.n_tiles = kRefineChunk;
+  return sp;
+}
+
+/* Stages list entries [from, from + n), n <= kRefineChunk (the block's
+ * first n threads, a unit each); the caller syncs. */
+__device__ __forceinline__ void stage_units(const kde_prune_plan &p, const int32_t *visit,
+                                            int64_t from, int n, staged_units &s)
+{
+  const int u = threadIdx.x;
+  if (u >= n) return;
+  const int64_t t = visit[from + u], dim = p.dim;
+  s.t[u] = (int32_t) t;
+  for (int64_t k = 0; k < dim; k++) {
+    s.lo[u * dim + k] = p.lo[t * dim + k];
+    s.hi[u * dim + k] = p.hi[t * dim + k];
+  }
+  s.log_weight[u] = p.log_weight[t];
+  if (p.log_weight_rest != nullptr) s.log_weight_rest[u] = p.log_weight_rest[t];
+  if (p.inv_scale2_lo != nullptr) {
+    s.inv_scale2_lo[u] = p.inv_scale2_lo[t];
+    s.inv_scale2_hi[u] = p.inv_scale2_hi[t];
+  }
+}
+
+/*
+ * The refinement of a batch of many query blocks (at least kPlanFillBlocks,
+ * so that they fill the device), in one kernel: CUDA block b is query
+ * block b, thread r its query r. The block's list is read in chunks of
+ * kRefineChunk units into shared memory (every thread then reads the same
+ * unit: broadcasts) three times: each query's L_q, then its bounds' bucket
+ * sums (a column of shared memory per query) and first skipped bucket,
+ * then the decisions: a unit is kept where some query needs it (a warp's
+ * needs ORed into a word, the words into the chunk's bits). Writes block
+ * b's mask row (0 before) and count[b]. The same arithmetic as the bounds
+ * and decide kernels, per query in a fixed order: the same plan on every
+ * run and device. (Two kernels of a warp per query and a thread per unit
+ * took 28% of a pruned evaluation of 1e7 queries against 1e7 points: each
+ * warp read the block's list from L2, and a unit no query needed kept its
+ * warp through all 128 queries.)
+ */
+template <int D>
+__global__ void __launch_bounds__(kBlockQueries)
+    kde_refine_blocks_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
+                             const int32_t *visit, const int64_t *offset,
+                             const double *block_skipped, int64_t words, uint32_t *mask,
+                             int64_t *count)
+{
+  __shared__ staged_units s_units;
+  /* each query's bucket sums: query r adds to column r only */
+  __shared__ double s_part[kRefineBuckets][kBlockQueries];
+  __shared__ uint32_t s_kept[kRefineChunk / 32];
+  __shared__ int s_keep_all;
+  __shared__ unsigned long long s_visits[kBlockQueries / 32];
+  const int r = threadIdx.x, lane = r % 32, warp = r / 32;
+  const int64_t b = blockIdx.x, row = b * kBlockQueries + r;
+  const bool active = row < rows;
+  const int how = plan_decision(p);
+  const kde_prune_plan sp = staged_plan(p, s_units);
+  const int64_t lo = offset[b], hi = offset[b + 1];
+  const int64_t dim = D > 0 ? D : p.dim;
+  double q[D > 0 ? D : kPlanMaxDim];
+  if (active) load_query(z, ldz, row, dim, q);
+
+  double rem = 0.0;
+  int fs = 0;
+  if (how == kDecideBounds) {
+    /* L_q: two states (even and odd units: two chains of adds) merged
+     * at the end */
+    kde_lse even = kde_lse_empty(), odd = kde_lse_empty();
+    const auto lower_add = [&](kde_lse &s, int u) {
+      double min2, max2;
+      point_distances(sp, q, u, &min2, &max2, dim);
+      lane_lse_add(s, kde_prune_log_lower(&sp, u, max2));
+    };
+    for (int64_t c = lo; c < hi; c += kRefineChunk) {
+      const int n = (int) (hi - c < kRefineChunk ? hi - c : kRefineChunk);
+      stage_units(p, visit, c, n, s_units);
+      __syncthreads();
+      if (active) {
+        int u = 0;
+        for (; u + 1 < n; u += 2) {
+          lower_add(even, u);
+          lower_add(odd, u + 1);
+        }
+        if (u < n) lower_add(even, u);
+      }
+      __syncthreads();
+    }
+    rem = kde_prune_log_remaining(log(p.tolerance) + kde_lse_log(kde_lse_merge(even, odd)) -
+                                      kFloatExpMargin,
+                                  block_skipped[b]) -
+          kFloatExpMargin;
+    /* the bounds' bucket sums, then the first skipped bucket */
+    fs = KDE_PRUNE_BUCKETS;
+    const bool sums = active && rem > -INFINITY;
+    for (int k = 0; k < kRefineBuckets; k++) s_part[k][r] = 0.0;
+    for (int64_t c = lo; c < hi; c += kRefineChunk) {
+      const int n = (int) (hi - c < kRefineChunk ? hi - c : kRefineChunk);
+      stage_units(p, visit, c, n, s_units);
+      __syncthreads();
+      if (sums)
+        for (int u = 0; u < n; u++) {
+          double min2, max2;
+          point_distances(sp, q, u, &min2, &max2, dim);
+          const double key = kde_prune_log_upper(&sp, u, min2, max2) - rem;
+          int bucket = kde_prune_bucket(key);
+          if (bucket >= kRefineBuckets) bucket = kRefineBuckets - 1;
+          if (bucket >= 0) s_part[bucket][r] += (double) expf((float) key);
+        }
+      __syncthreads();
+    }
+    if (sums) {
+      double bucket_sum[KDE_PRUNE_BUCKETS];
+      for (int k = 0; k < KDE_PRUNE_BUCKETS; k++)
+        bucket_sum[k] = k < kRefineBuckets ? s_part[k][r] : 0.0;
+      fs = kde_prune_first_skipped(bucket_sum);
+      /* the deep buckets together passed the budget: none is skipped */
+      if (fs >= kRefineBuckets) fs = KDE_PRUNE_BUCKETS;
+    }
+  }
+  /* a query that skips nothing keeps the whole list */
+  if (r == 0) s_keep_all = 0;
+  __syncthreads();
+  if (how == kDecideBounds && active && fs >= KDE_PRUNE_BUCKETS) s_keep_all = 1;
+  __syncthreads();
+  const bool keep_all = s_keep_all != 0;
+
+  unsigned long long visits = 0;
+  for (int64_t c = lo; c < hi; c += kRefineChunk) {
+    const int n = (int) (hi - c < kRefineChunk ? hi - c : kRefineChunk);
+    stage_units(p, visit, c, n, s_units);
+    if (r < kRefineChunk / 32) s_kept[r] = 0u;
+    __syncthreads();
+    if (!keep_all)
+      for (int w0 = 0; w0 < n; w0 += 32) {
+        /* this query's needs among units w0 .. w0 + 31, a bit each */
+        uint32_t need = 0u;
+        if (active)
+          for (int u = w0; u < n && u < w0 + 32; u++) {
+            double min2, max2;
+            point_distances(sp, q, u, &min2, &max2, dim);
+            const bool needed =
+                how == kDecideSupport
+                    ? min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
+                    : kde_prune_bucket(kde_prune_log_upper(&sp, u, min2, max2) - rem +
+                                       kKeySlack) < fs;
+            if (needed) need |= 1u << (u - w0);
+          }
+        for (int o = 16; o > 0; o >>= 1) need |= __shfl_xor_sync(0xffffffffu, need, o);
+        if (lane == 0 && need != 0u) atomicOr(&s_kept[w0 / 32], need);
+      }
+    __syncthreads();
+    if (warp < kRefineChunk / 32) { /* a lane per staged unit */
+      const bool kept = r < n && (keep_all || (s_kept[warp] >> lane & 1u) != 0u);
+      const int32_t t = r < n ? s_units.t[r] : 0;
+      mask_set_runs(mask + b * words, r < n ? t / 32 : INT64_MAX, kept ? 1u << (t % 32) : 0u);
+      visits += kept ? 1 : 0;
+    }
+    __syncthreads(); /* before the next chunk is staged */
+  }
+  for (int o = 16; o > 0; o >>= 1) visits += __shfl_xor_sync(0xffffffffu, visits, o);
+  if (lane == 0) s_visits[warp] = visits;
+  __syncthreads();
+  if (r == 0) {
+    unsigned long long total = 0;
+    for (int w = 0; w < kBlockQueries / 32; w++) total += s_visits[w];
+    count[b] = (int64_t) total;
   }
 }
 

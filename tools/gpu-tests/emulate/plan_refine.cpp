@@ -2,7 +2,8 @@
 // the real kernels run on the host): on normal, clustered and widely spread
 // data, d = 1..4, the Gaussian, exponential and Epanechnikov kernels, two
 // tolerances, leaving one out, an adaptive fit and the derivative sums'
-// plans, each block's box plan (prune.c) is refined, and then
+// plans, each block's box plan (prune.c) is refined by both of plan_refine()'s
+// paths (a few query blocks' two kernels, many blocks' one), and then
 //   - every refined list lies in its box list, and each block's count is
 //     its mask row's;
 //   - every query's sum over its block's refined list is within relative
@@ -81,7 +82,7 @@ int main()
   const char *shapes[] = {"normal", "clustered", "spread"};
   const char *kernels[] = {"gaussian", "epanechnikov", "rectangular", "triangular",
                            "biweight", "cosine", "optcosine", "exponential"};
-  double kept_box = 0, kept_refined = 0;
+  double kept_box[2] = {0, 0}, kept_refined[2] = {0, 0};
   struct variant { bool adaptive; int loo; int derivative; };
   for (int kernel : {KDE_GAUSSIAN, KDE_EXPONENTIAL, KDE_EPANECHNIKOV})
     for (int64_t d = 1; d <= 4; d++)
@@ -148,84 +149,104 @@ int main()
                 }
               skipped[b] = kde_lse_log(s);
             }
-            // the refinement, as plan_refine() launches it (two chunks per block)
-            std::vector<double> remaining(blocks * 128);
-            std::vector<int32_t> first_skipped(blocks * 128);
-            std::vector<uint32_t> mask(blocks * words, 0u);
-            std::vector<int64_t> count(blocks + 1, 0);
-            if (!kde_kernel_is_compact(kernel))
-              launch_warps(dim3((unsigned) blocks, kRefineGroups), kRefineThreads, [&] {
-                kde_refine_bounds_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
-                                         skipped.data(), remaining.data(), first_skipped.data());
-              });
-            launch_warps(dim3((unsigned) blocks, 2), kPlanThreads, [&] {
-              kde_refine_decide_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
-                                       remaining.data(), first_skipped.data(), words, mask.data(),
-                                       count.data());
-            });
-            // the refined lists: within the box lists, counted right
-            int64_t bad_lists = 0;
-            std::vector<std::vector<int32_t>> refined(blocks);
-            for (int64_t b = 0; b < blocks; b++) {
-              std::vector<char> listed(f.n_units, 0);
-              for (int64_t k = offset[b]; k < offset[b + 1]; k++) listed[visit[k]] = 1;
-              for (int64_t t = 0; t < f.n_units; t++)
-                if (mask[b * words + t / 32] >> (t % 32) & 1u) {
-                  refined[b].push_back((int32_t) t);
-                  bad_lists += !listed[t];
-                }
-              bad_lists += count[b] != (int64_t) refined[b].size();
-              const int64_t rows = std::min<int64_t>(128, m - b * 128);
-              kept_box += (double) rows * (double) (offset[b + 1] - offset[b]);
-              kept_refined += (double) rows * (double) refined[b].size();
-            }
-            // every query's sum over its block's refined list
-            double worst_low = 0, worst_high = 0;
-            for (int64_t i = 0; i < m; i++) {
-              const int64_t b = i / 128, self = v.loo ? i : -1;
-              const double full = exact_log_sum(f, q, m, i, NULL, 0, self);
-              const double kept = exact_log_sum(f, q, m, i, refined[b].data(),
-                                                (int64_t) refined[b].size(), self);
-              if (!std::isfinite(full) && !std::isfinite(kept)) continue;
-              // log full - log kept in [0, -log(1 - tol)] (compact: 0), to rounding
-              const double allowed = kde_kernel_is_compact(kernel) ? 0.0 : -log1p(-tol);
-              worst_low = std::max(worst_low, (full - kept) - allowed);
-              worst_high = std::max(worst_high, kept - full);
-            }
-            // the derivative sums: each within tolerance * s0 of its full value
-            double worst_derivative = 0;
-            if (v.derivative != KDE_PRUNE_DENSITY) {
-              std::vector<double> full, kept;
-              for (int64_t i = 0; i < m; i++) {
-                const double mf = exact_derivative_sums(f, q, m, i, NULL, 0, full);
-                const double mk = exact_derivative_sums(f, q, m, i, refined[i / 128].data(),
-                                                        (int64_t) refined[i / 128].size(), kept);
-                if (!(full[0] > 0)) continue;
-                const double r = std::isfinite(mk) ? exp(mk - mf) : 0.0;
-                size_t fields = v.derivative == KDE_PRUNE_HESSIAN ? full.size() : 2 + d;
-                for (size_t k = 0; k < fields; k++)
-                  worst_derivative = std::max(worst_derivative,
-                                              fabs(full[k] - kept[k] * r) / full[0] - tol);
+            // the refinement, as plan_refine() launches it: a few blocks' two
+            // kernels (two chunks per block), and many blocks' one kernel
+            for (int path = 0; path < 2; path++) {
+              std::vector<double> remaining(blocks * 128);
+              std::vector<int32_t> first_skipped(blocks * 128);
+              std::vector<uint32_t> mask(blocks * words, 0u);
+              std::vector<int64_t> count(blocks + 1, 0);
+              if (path == 1) {
+                // the dimension as a constant (d <= 4 on the device) or not
+                auto *one = tol < 1e-5 ? d == 1   ? kde_refine_blocks_kernel<1>
+                                         : d == 2 ? kde_refine_blocks_kernel<2>
+                                         : d == 3 ? kde_refine_blocks_kernel<3>
+                                                  : kde_refine_blocks_kernel<4>
+                                       : kde_refine_blocks_kernel<0>;
+                launch_warps(dim3((unsigned) blocks), kBlockQueries, [&] {
+                  one(f.plan, q.data(), m, m, visit.data(), offset.data(), skipped.data(), words,
+                      mask.data(), count.data());
+                });
+              } else {
+                if (!kde_kernel_is_compact(kernel))
+                  launch_warps(dim3((unsigned) blocks, kRefineGroups), kRefineThreads, [&] {
+                    kde_refine_bounds_kernel(f.plan, q.data(), m, m, visit.data(),
+                                             offset.data(), skipped.data(), remaining.data(),
+                                             first_skipped.data());
+                  });
+                launch_warps(dim3((unsigned) blocks, 2), kPlanThreads, [&] {
+                  kde_refine_decide_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
+                                           remaining.data(), first_skipped.data(), words,
+                                           mask.data(), count.data());
+                });
               }
+              // the refined lists: within the box lists, counted right
+              int64_t bad_lists = 0;
+              std::vector<std::vector<int32_t>> refined(blocks);
+              for (int64_t b = 0; b < blocks; b++) {
+                std::vector<char> listed(f.n_units, 0);
+                for (int64_t k = offset[b]; k < offset[b + 1]; k++) listed[visit[k]] = 1;
+                for (int64_t t = 0; t < f.n_units; t++)
+                  if (mask[b * words + t / 32] >> (t % 32) & 1u) {
+                    refined[b].push_back((int32_t) t);
+                    bad_lists += !listed[t];
+                  }
+                bad_lists += count[b] != (int64_t) refined[b].size();
+                const int64_t rows = std::min<int64_t>(128, m - b * 128);
+                kept_box[path] += (double) rows * (double) (offset[b + 1] - offset[b]);
+                kept_refined[path] += (double) rows * (double) refined[b].size();
+              }
+              // every query's sum over its block's refined list
+              double worst_low = 0, worst_high = 0;
+              for (int64_t i = 0; i < m; i++) {
+                const int64_t b = i / 128, self = v.loo ? i : -1;
+                const double full = exact_log_sum(f, q, m, i, NULL, 0, self);
+                const double kept = exact_log_sum(f, q, m, i, refined[b].data(),
+                                                  (int64_t) refined[b].size(), self);
+                if (!std::isfinite(full) && !std::isfinite(kept)) continue;
+                // log full - log kept in [0, -log(1 - tol)] (compact: 0), to rounding
+                const double allowed = kde_kernel_is_compact(kernel) ? 0.0 : -log1p(-tol);
+                worst_low = std::max(worst_low, (full - kept) - allowed);
+                worst_high = std::max(worst_high, kept - full);
+              }
+              // the derivative sums: each within tolerance * s0 of its full value
+              double worst_derivative = 0;
+              if (v.derivative != KDE_PRUNE_DENSITY) {
+                std::vector<double> full, kept;
+                for (int64_t i = 0; i < m; i++) {
+                  const double mf = exact_derivative_sums(f, q, m, i, NULL, 0, full);
+                  const double mk = exact_derivative_sums(f, q, m, i, refined[i / 128].data(),
+                                                          (int64_t) refined[i / 128].size(), kept);
+                  if (!(full[0] > 0)) continue;
+                  const double r = std::isfinite(mk) ? exp(mk - mf) : 0.0;
+                  size_t fields = v.derivative == KDE_PRUNE_HESSIAN ? full.size() : 2 + d;
+                  for (size_t k = 0; k < fields; k++)
+                    worst_derivative = std::max(worst_derivative,
+                                                fabs(full[k] - kept[k] * r) / full[0] - tol);
+                }
+              }
+              const bool ok = bad_lists == 0 && worst_low <= 1e-12 && worst_high <= 1e-12 &&
+                              worst_derivative <= 1e-12;
+              failures += !ok;
+              printf("%s %s %s d=%lld %s tol=%g%s%s: box %lld units, refined %lld, beyond the "
+                     "bound %.1e, above %.1e, derivatives beyond %.1e, bad lists %lld\n",
+                     ok ? "ok  " : "FAIL", path == 0 ? "2 kernels" : "1 kernel ", kernels[kernel],
+                     (long long) d, shapes[shape], tol,
+                     v.adaptive ? " adaptive" : v.loo ? " leave-one-out" : "",
+                     v.derivative == KDE_PRUNE_GRADIENT  ? " gradient"
+                     : v.derivative == KDE_PRUNE_HESSIAN ? " hessian"
+                                                         : "",
+                     (long long) offset[blocks], (long long) [&] {
+                       int64_t s = 0;
+                       for (auto &r : refined) s += (int64_t) r.size();
+                       return s;
+                     }(),
+                     worst_low, worst_high, worst_derivative, (long long) bad_lists);
             }
-            const bool ok = bad_lists == 0 && worst_low <= 1e-12 && worst_high <= 1e-12 &&
-                            worst_derivative <= 1e-12;
-            failures += !ok;
-            printf("%s %s d=%lld %s tol=%g%s%s: box %lld units, refined %lld, beyond the bound "
-                   "%.1e, above %.1e, derivatives beyond %.1e, bad lists %lld\n",
-                   ok ? "ok  " : "FAIL", kernels[kernel], (long long) d, shapes[shape], tol,
-                   v.adaptive ? " adaptive" : v.loo ? " leave-one-out" : "",
-                   v.derivative == KDE_PRUNE_GRADIENT  ? " gradient"
-                   : v.derivative == KDE_PRUNE_HESSIAN ? " hessian"
-                                                       : "",
-                   (long long) offset[blocks], (long long) [&] {
-                     int64_t s = 0;
-                     for (auto &r : refined) s += (int64_t) r.size();
-                     return s;
-                   }(),
-                   worst_low, worst_high, worst_derivative, (long long) bad_lists);
           }
-  printf("pairs kept: the refined plans %.3f of the box plans'\n", kept_refined / kept_box);
+  printf("pairs kept: the refined plans %.3f (two kernels) and %.3f (one kernel) of the box "
+         "plans'\n",
+         kept_refined[0] / kept_box[0], kept_refined[1] / kept_box[1]);
   printf("plan_refine: %d failures\n", failures);
   return failures > 0 ? 1 : 0;
 }
