@@ -85,6 +85,39 @@ test_that("CUDA: a few queries against 3e5 points (a plan in chunks) match the r
   }
 })
 
+test_that("CUDA: batches of many query blocks (refined in one kernel) keep the guarantee: densities and gradients, clustered data", {
+  skip_without_gpu()
+  # a batch refines in one kernel from 1024 query blocks (131,072 queries)
+  # on; an evaluation takes about 16 batches: 2.2e6 queries
+  set.seed(930)
+  centres <- matrix(runif(8 * 3, -30, 30), 8)
+  x <- centres[sample.int(8, 2e5, replace = TRUE), ] + matrix(rnorm(6e5), ncol = 3)
+  m <- 2.2e6
+  near <- x[sample.int(nrow(x), m / 2, replace = TRUE), ] + matrix(rnorm(3 * m / 2, sd = 0.3), ncol = 3)
+  q <- rbind(near, matrix(runif(3 * m / 2, -40, 40), ncol = 3))
+  for (prec in c("double", "single")) {
+    fit <- kde_gpu(x, backend = "cuda", precision = prec, bw = 0.4)
+    full <- predict(fit, q, log = TRUE, tolerance = 0)
+    rounding <- (if (prec == "double") 1e-12 else 1e-5) * pmax(1, abs(full))
+    for (tol in c(NA, 1e-3)) {
+      lab <- sprintf("%s, tolerance %s", prec, tol)
+      pruned <- if (is.na(tol)) predict(fit, q, log = TRUE)
+                else predict(fit, q, log = TRUE, tolerance = tol)
+      allowed <- if (is.na(tol)) default_tolerance[[prec]] else tol
+      expect_true(all(pruned <= full + rounding), label = lab)
+      expect_true(all(-expm1(pruned - full) <= allowed + rounding), label = lab)
+      expect_lt(summary(fit)$pairs_share, 0.5)
+    }
+    if (prec == "double") {
+      rows <- seq(1, m, by = 7)
+      g_full <- predict(fit, q[rows, ], type = "gradient", log = TRUE, tolerance = 0)
+      g <- predict(fit, q, type = "gradient", log = TRUE)[rows, ]
+      scale <- pmax(1, sqrt(rowSums(g_full^2)))
+      expect_lt(max(abs(g - g_full) / scale), 1e-9)
+    }
+  }
+})
+
 test_that("data offset by 1e6 bandwidths evaluate as at the origin", {
   for (be in eval_backends()) {
     for (d in c(1, 3)) {
