@@ -104,7 +104,11 @@ test_that("CUDA: batches of many query blocks (refined in one kernel) keep the g
       pruned <- if (is.na(tol)) predict(fit, q, log = TRUE)
                 else predict(fit, q, log = TRUE, tolerance = tol)
       allowed <- if (is.na(tol)) default_tolerance[[prec]] else tol
-      expect_true(all(pruned <= full + rounding), label = lab)
+      # never above the full sum; a looser tolerance also admits the
+      # faster forms, whose rounding (data 75 bandwidths from the origin)
+      # it bounds as well
+      above <- if (is.na(tol)) 0 else log1p(tol)
+      expect_true(all(pruned <= full + above + rounding), label = lab)
       expect_true(all(-expm1(pruned - full) <= allowed + rounding), label = lab)
       expect_lt(summary(fit)$pairs_share, 0.5)
     }
