@@ -274,22 +274,26 @@ __global__ void __launch_bounds__(kPlanThreads)
 
 /* ---- many query blocks: one CUDA block each --------------------------- */
 
-/* Units of a block's list staged in shared memory at a time. */
-constexpr int kRefineChunk = 64;
-static_assert(kRefineChunk % 32 == 0 && kRefineChunk <= kBlockQueries,
+/* Units of a block's list staged in shared memory at a time: one per
+ * thread where their boxes fit (d <= 4), half as many otherwise. */
+template <int D> constexpr int refine_chunk() { return D >= 1 && D <= 4 ? kBlockQueries : 64; }
+static_assert(refine_chunk<0>() % 32 == 0 && refine_chunk<1>() <= kBlockQueries,
               "whole mask words per chunk, a unit per staging thread");
 
 /* A chunk of a block's list in shared memory, and a plan whose unit
  * arrays point at it: p's bounds (prune.h) of staged unit u are those of
- * unit t[u], computed by the same code. */
-struct staged_units {
-  double lo[kRefineChunk * kPlanMaxDim], hi[kRefineChunk * kPlanMaxDim];
-  double log_weight[kRefineChunk], log_weight_rest[kRefineChunk];
-  double inv_scale2_lo[kRefineChunk], inv_scale2_hi[kRefineChunk];
-  int32_t t[kRefineChunk];
+ * unit t[u], computed by the same code. D: the dimension, or 0 (up to
+ * kPlanMaxDim). */
+template <int D> struct staged_units {
+  static constexpr int kChunk = refine_chunk<D>(), kDims = D > 0 ? D : kPlanMaxDim;
+  double lo[kChunk * kDims], hi[kChunk * kDims];
+  double log_weight[kChunk], log_weight_rest[kChunk];
+  double inv_scale2_lo[kChunk], inv_scale2_hi[kChunk];
+  int32_t t[kChunk];
 };
 
-__device__ __forceinline__ kde_prune_plan staged_plan(const kde_prune_plan &p, staged_units &s)
+template <int D>
+__device__ __forceinline__ kde_prune_plan staged_plan(const kde_prune_plan &p, staged_units<D> &s)
 {
   kde_prune_plan sp = p;
   sp.lo = s.lo;
@@ -298,18 +302,20 @@ __device__ __forceinline__ kde_prune_plan staged_plan(const kde_prune_plan &p, s
   sp.log_weight_rest = p.log_weight_rest != nullptr ? s.log_weight_rest : nullptr;
   sp.inv_scale2_lo = p.inv_scale2_lo != nullptr ? s.inv_scale2_lo : nullptr;
   sp.inv_scale2_hi = p.inv_scale2_hi != nullptr ? s.inv_scale2_hi : nullptr;
-  sp.n_tiles = kRefineChunk;
+  sp.n_tiles = staged_units<D>::kChunk;
   return sp;
 }
 
-/* Stages list entries [from, from + n), n <= kRefineChunk (the block's
- * first n threads, a unit each); the caller syncs. */
+/* Stages list entries [from, from + n), n <= the chunk (the block's first
+ * n threads, a unit each); the caller syncs. */
+template <int D>
 __device__ __forceinline__ void stage_units(const kde_prune_plan &p, const int32_t *visit,
-                                            int64_t from, int n, staged_units &s)
+                                            int64_t from, int n, int64_t dim,
+                                            staged_units<D> &s)
 {
   const int u = threadIdx.x;
   if (u >= n) return;
-  const int64_t t = visit[from + u], dim = p.dim;
+  const int64_t t = visit[from + u];
   s.t[u] = (int32_t) t;
   for (int64_t k = 0; k < dim; k++) {
     s.lo[u * dim + k] = p.lo[t * dim + k];
@@ -323,11 +329,50 @@ __device__ __forceinline__ void stage_units(const kde_prune_plan &p, const int32
   }
 }
 
+/* Point q's squared distances to staged unit u's box, scaled as prune.c's,
+ * one at a time (each pass needs one of them): kde_box_distances'
+ * arithmetic for a box of no extent. */
+__device__ __forceinline__ double staged_min2(const kde_prune_plan &sp, const double *q, int u,
+                                              int64_t dim)
+{
+  const double *lo = sp.lo + u * dim, *hi = sp.hi + u * dim;
+  double near = 0.0;
+  for (int64_t k = 0; k < dim; k++) {
+    const double below = lo[k] - q[k], above = q[k] - hi[k];
+    const double gap = below > above ? below : above;
+    if (gap > 0) near += gap * gap;
+  }
+  return sp.inv_scale2_lo != nullptr ? near * sp.inv_scale2_lo[u] : near;
+}
+
+__device__ __forceinline__ double staged_max2(const kde_prune_plan &sp, const double *q, int u,
+                                              int64_t dim)
+{
+  const double *lo = sp.lo + u * dim, *hi = sp.hi + u * dim;
+  double far = 0.0;
+  for (int64_t k = 0; k < dim; k++) {
+    const double span1 = hi[k] - q[k], span2 = q[k] - lo[k];
+    const double span = span1 > span2 ? span1 : span2;
+    far += span * span;
+  }
+  return sp.inv_scale2_hi != nullptr ? far * sp.inv_scale2_hi[u] : far;
+}
+
+/* Staged unit u's upper bound (log) for query q (the farthest distance
+ * only where a derivative's factor reads it). */
+__device__ __forceinline__ double staged_upper(const kde_prune_plan &sp, const double *q, int u,
+                                               int64_t dim)
+{
+  const double min2 = staged_min2(sp, q, u, dim);
+  const double max2 = sp.derivative != KDE_PRUNE_DENSITY ? staged_max2(sp, q, u, dim) : 0.0;
+  return kde_prune_log_upper(&sp, u, min2, max2);
+}
+
 /*
  * The refinement of a batch of many query blocks (at least kPlanFillBlocks,
  * so that they fill the device), in one kernel: CUDA block b is query
  * block b, thread r its query r. The block's list is read in chunks of
- * kRefineChunk units into shared memory (every thread then reads the same
+ * refine_chunk() units into shared memory (every thread then reads the same
  * unit: broadcasts) three times: each query's L_q, then its bounds' bucket
  * sums (a column of shared memory per query) and first skipped bucket,
  * then the decisions: a unit is kept where some query needs it (a warp's
@@ -346,10 +391,11 @@ __global__ void __launch_bounds__(kBlockQueries)
                              const double *block_skipped, int64_t words, uint32_t *mask,
                              int64_t *count)
 {
-  __shared__ staged_units s_units;
+  __shared__ staged_units<D> s_units;
+  constexpr int kChunk = staged_units<D>::kChunk;
   /* each query's bucket sums: query r adds to column r only */
   __shared__ double s_part[kRefineBuckets][kBlockQueries];
-  __shared__ uint32_t s_kept[kRefineChunk / 32];
+  __shared__ uint32_t s_kept[kChunk / 32];
   __shared__ int s_keep_all;
   __shared__ unsigned long long s_visits[kBlockQueries / 32];
   const int r = threadIdx.x, lane = r % 32, warp = r / 32;
@@ -369,13 +415,11 @@ __global__ void __launch_bounds__(kBlockQueries)
      * at the end */
     kde_lse even = kde_lse_empty(), odd = kde_lse_empty();
     const auto lower_add = [&](kde_lse &s, int u) {
-      double min2, max2;
-      point_distances(sp, q, u, &min2, &max2, dim);
-      lane_lse_add(s, kde_prune_log_lower(&sp, u, max2));
+      lane_lse_add(s, kde_prune_log_lower(&sp, u, staged_max2(sp, q, u, dim)));
     };
-    for (int64_t c = lo; c < hi; c += kRefineChunk) {
-      const int n = (int) (hi - c < kRefineChunk ? hi - c : kRefineChunk);
-      stage_units(p, visit, c, n, s_units);
+    for (int64_t c = lo; c < hi; c += kChunk) {
+      const int n = (int) (hi - c < kChunk ? hi - c : kChunk);
+      stage_units(p, visit, c, n, dim, s_units);
       __syncthreads();
       if (active) {
         int u = 0;
@@ -395,15 +439,13 @@ __global__ void __launch_bounds__(kBlockQueries)
     fs = KDE_PRUNE_BUCKETS;
     const bool sums = active && rem > -INFINITY;
     for (int k = 0; k < kRefineBuckets; k++) s_part[k][r] = 0.0;
-    for (int64_t c = lo; c < hi; c += kRefineChunk) {
-      const int n = (int) (hi - c < kRefineChunk ? hi - c : kRefineChunk);
-      stage_units(p, visit, c, n, s_units);
+    for (int64_t c = lo; c < hi; c += kChunk) {
+      const int n = (int) (hi - c < kChunk ? hi - c : kChunk);
+      stage_units(p, visit, c, n, dim, s_units);
       __syncthreads();
       if (sums)
         for (int u = 0; u < n; u++) {
-          double min2, max2;
-          point_distances(sp, q, u, &min2, &max2, dim);
-          const double key = kde_prune_log_upper(&sp, u, min2, max2) - rem;
+          const double key = staged_upper(sp, q, u, dim) - rem;
           int bucket = kde_prune_bucket(key);
           if (bucket >= kRefineBuckets) bucket = kRefineBuckets - 1;
           if (bucket >= 0) s_part[bucket][r] += (double) expf((float) key);
@@ -427,10 +469,10 @@ __global__ void __launch_bounds__(kBlockQueries)
   const bool keep_all = s_keep_all != 0;
 
   unsigned long long visits = 0;
-  for (int64_t c = lo; c < hi; c += kRefineChunk) {
-    const int n = (int) (hi - c < kRefineChunk ? hi - c : kRefineChunk);
-    stage_units(p, visit, c, n, s_units);
-    if (r < kRefineChunk / 32) s_kept[r] = 0u;
+  for (int64_t c = lo; c < hi; c += kChunk) {
+    const int n = (int) (hi - c < kChunk ? hi - c : kChunk);
+    stage_units(p, visit, c, n, dim, s_units);
+    if (r < kChunk / 32) s_kept[r] = 0u;
     __syncthreads();
     if (!keep_all)
       for (int w0 = 0; w0 < n; w0 += 32) {
@@ -438,20 +480,17 @@ __global__ void __launch_bounds__(kBlockQueries)
         uint32_t need = 0u;
         if (active)
           for (int u = w0; u < n && u < w0 + 32; u++) {
-            double min2, max2;
-            point_distances(sp, q, u, &min2, &max2, dim);
             const bool needed =
                 how == kDecideSupport
-                    ? min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
-                    : kde_prune_bucket(kde_prune_log_upper(&sp, u, min2, max2) - rem +
-                                       kKeySlack) < fs;
+                    ? staged_min2(sp, q, u, dim) < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
+                    : kde_prune_bucket(staged_upper(sp, q, u, dim) - rem + kKeySlack) < fs;
             if (needed) need |= 1u << (u - w0);
           }
         for (int o = 16; o > 0; o >>= 1) need |= __shfl_xor_sync(0xffffffffu, need, o);
         if (lane == 0 && need != 0u) atomicOr(&s_kept[w0 / 32], need);
       }
     __syncthreads();
-    if (warp < kRefineChunk / 32) { /* a lane per staged unit */
+    if (warp < kChunk / 32) { /* a lane per staged unit */
       const bool kept = r < n && (keep_all || (s_kept[warp] >> lane & 1u) != 0u);
       const int32_t t = r < n ? s_units.t[r] : 0;
       mask_set_runs(mask + b * words, r < n ? t / 32 : INT64_MAX, kept ? 1u << (t % 32) : 0u);
