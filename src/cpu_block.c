@@ -144,14 +144,14 @@ static ALWAYS_INLINE kde_lse tile_state(int kernel, const double *s2,
 /* Points [begin, begin + len) relative to `anchor`, their residuals added:
  * each rounded once, relative to its distance from the anchor. */
 static ALWAYS_INLINE void relative_points(const kde_training_set *t,
-                                          const cpu_offsets *offsets, int64_t begin,
+                                          const float *residual, int64_t begin,
                                           int64_t len, const double *anchor,
                                           double *relative)
 {
   const int64_t n = t->n_train;
   for (int64_t k = 0; k < t->dim; k++) {
     const double *xk = t->train + k * n + begin;
-    const float *lost = offsets->residual + k * n + begin;
+    const float *lost = residual + k * n + begin;
     double *to = relative + k * len;
     const double a = anchor[k];
 #pragma omp simd
@@ -174,7 +174,7 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
                                                const int64_t *visit,
                                                int64_t n_visit, int64_t tile,
                                                int64_t chunk,
-                                               const cpu_offsets *offsets,
+                                               const float *residual,
                                                double *scratch, kde_lse *state)
 {
   const int64_t dim = t->dim, n = t->n_train, m = qs->n_query, k_n = t->n_discrete;
@@ -198,15 +198,14 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
       points[b * dim + k] = qs->query[query_rows[b] + k * m];
     for (int64_t k = 0; k < k_n; k++)
       codes[b * k_n + k] = qs->codes[query_rows[b] + k * m];
-    if (offsets != NULL)
+    if (residual != NULL)
       for (int64_t k = 0; k < dim; k++)
-        points_lo[b * dim + k] =
-            offsets->query_residual != NULL ? offsets->query_residual[query_rows[b] + k * m]
-            : qs->query == t->train ? (double) offsets->residual[query_rows[b] + k * n]
-                                    : 0.0;
+        points_lo[b * dim + k] = qs->query_lo != NULL ? qs->query_lo[query_rows[b] + k * m]
+                                 : qs->query == t->train ? (double) residual[query_rows[b] + k * n]
+                                                         : 0.0;
   }
   int per_query = 0; /* the offset mode's anchor: each query, not the block's first */
-  if (offsets != NULL)
+  if (residual != NULL)
     for (int64_t b = 1; b < block_len; b++)
       for (int64_t k = 0; k < dim; k++)
         per_query |= !(fabs(points[b * dim + k] - points[k]) <= OFFSET_BLOCK_WIDTH);
@@ -219,19 +218,19 @@ static ALWAYS_INLINE void evaluate_query_block(int kernel,
          chunk_begin += chunk) {
       const int64_t chunk_len =
           range_end - chunk_begin < chunk ? range_end - chunk_begin : chunk;
-      if (offsets != NULL && !per_query)
-        relative_points(t, offsets, chunk_begin, chunk_len, points, relative);
+      if (residual != NULL && !per_query)
+        relative_points(t, residual, chunk_begin, chunk_len, points, relative);
       for (int64_t b = 0; b < block_len; b++) {
         int64_t self = -1;
         if (qs->leave_one_out) {
           int64_t own = query_rows[b] - chunk_begin;
           if (own >= 0 && own < chunk_len) self = own;
         }
-        if (offsets != NULL && per_query) {
-          tile_squared_distances_residual(t->train, offsets->residual, n, dim, chunk_begin,
+        if (residual != NULL && per_query) {
+          tile_squared_distances_residual(t->train, residual, n, dim, chunk_begin,
                                           chunk_len, points + b * dim, points_lo + b * dim,
                                           s2);
-        } else if (offsets != NULL) {
+        } else if (residual != NULL) {
           for (int64_t k = 0; k < dim; k++)
             query_relative[k] = (points[b * dim + k] - points[k]) + points_lo[b * dim + k];
           tile_squared_distances(relative, chunk_len, dim, 0, chunk_len, query_relative, s2);
@@ -263,13 +262,13 @@ KDE_MULTIVERSION
 void kde_cpu_evaluate_block(int kernel, const kde_training_set *t, const kde_query_set *qs,
                             const int64_t *query_rows, int64_t block_len,
                             const int64_t *visit, int64_t n_visit, int64_t tile,
-                            int64_t chunk, const cpu_offsets *offsets, double *scratch,
+                            int64_t chunk, const float *residual, double *scratch,
                             kde_lse *state)
 {
 #define KDE_CASE(K)                                                         \
   case K:                                                                   \
     evaluate_query_block(K, t, qs, query_rows, block_len, visit, n_visit,   \
-                         tile, chunk, offsets, scratch, state);             \
+                         tile, chunk, residual, scratch, state);            \
     break;
   switch (kernel) {
     KDE_CASE(KDE_GAUSSIAN)

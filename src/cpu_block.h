@@ -27,23 +27,17 @@ int64_t kde_cpu_chunk(int64_t dim);
 /* Doubles of scratch kde_cpu_evaluate_block takes. */
 int64_t kde_cpu_block_scratch(int64_t dim, int64_t chunk, int64_t n_discrete);
 
-/* The offset mode (kde_backend.h's kde_cpu_tiles): the points' residuals,
- * and the queries' (n_query x dim; NULL: none, or where the queries are
- * the training set itself, the points'). */
-typedef struct {
-  const float *residual;
-  const double *query_residual;
-} cpu_offsets;
-
 /* The queries query_rows[0 .. block_len) (at most QUERY_BLOCK; leaving one
  * out, also the training point each query is) against the training tiles
  * visit[0 .. n_visit) (tile t holds points [t * tile, (t + 1) * tile)),
  * read in chunks of `chunk` points: each query's state into state[].
- * offsets: NULL, or the offset mode's. */
+ * residual: NULL, or the offset mode's (kde_backend.h's kde_cpu_tiles):
+ * the points' residuals; the queries' are qs->query_lo (NULL: none, or
+ * where the queries are the training set itself, the points'). */
 void kde_cpu_evaluate_block(int kernel, const kde_training_set *t, const kde_query_set *qs,
                             const int64_t *query_rows, int64_t block_len,
                             const int64_t *visit, int64_t n_visit, int64_t tile,
-                            int64_t chunk, const cpu_offsets *offsets, double *scratch,
+                            int64_t chunk, const float *residual, double *scratch,
                             kde_lse *state);
 
 /* The queries of the block that starts at sorted row `first`. */
@@ -59,7 +53,7 @@ typedef struct {
   const kde_prune_plan *plan; /* NULL: every tile */
   const kde_prune_groups *groups;
   int64_t n_tiles, tile, chunk;
-  const cpu_offsets *offsets; /* NULL, or the offset mode's */
+  const float *residual; /* NULL, or the offset mode's */
   double *scratch;      /* evaluate_block_dispatch's */
   double *plan_scratch; /* block_tiles' */
   int64_t *halves;      /* 2 * REFINE_LEVELS lists of n_tiles */

@@ -100,8 +100,9 @@ typedef struct {
   /* NULL, or what whitened queries (center and transform NULL) lost to
    * rounding, n_query x dim, rounded to float (kde_whiten_residual): the
    * CUDA backend's models with their points' residuals (kde_training_set)
-   * add it, as they whiten queries given raw to twice double's precision.
-   * The CPU backend takes its own (kde_cpu_tiles' offset mode). */
+   * add it, as they whiten queries given raw to twice double's precision;
+   * so does the CPU backend's offset mode (kde_cpu_tiles), whitening raw
+   * queries the same way. */
   const double *query_lo;
   /* n_query x n_discrete: the queries' level ranks (NULL when the
    * training set has no discrete columns) */

@@ -148,7 +148,7 @@ static void evaluate_unit(void *ctx, const int64_t *rows, int64_t len, const int
   const evaluate_ctx *c = (const evaluate_ctx *) ctx;
   const block_work *w = c->work;
   kde_cpu_evaluate_block(w->train->kernel, w->train, w->query, rows, len, visit, n_visit,
-                          w->tile, w->chunk, w->offsets, w->scratch,
+                          w->tile, w->chunk, w->residual, w->scratch,
                           c->state + (rows - c->block_rows));
 }
 
@@ -209,10 +209,9 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   } while (0)
 
   /* the offset mode (kde_backend.h): where the tiles have it; queries
-   * whitened here keep what their rounding lost */
-  cpu_offsets offsets = {NULL, NULL};
-  const int offset_mode = spatial && tiles != NULL && tiles->residual != NULL;
-  if (offset_mode) offsets.residual = tiles->residual;
+   * whitened here keep what their rounding lost (query_lo) */
+  const float *residual = spatial && tiles != NULL ? tiles->residual : NULL;
+  const int offset_mode = residual != NULL;
   if (query->transform != NULL) {
     CPU_ALLOC(buf.whitened, m * dim);
     kde_whiten(query->query, m, dim, query->center, query->transform, n_threads,
@@ -221,10 +220,10 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
       CPU_ALLOC(buf.whitened_lo, m * dim);
       kde_whiten_residual(query->query, m, dim, query->center, query->transform, n_threads,
                           buf.whitened, buf.whitened_lo);
-      offsets.query_residual = buf.whitened_lo;
     }
     whitened_query = *query;
     whitened_query.query = buf.whitened;
+    whitened_query.query_lo = buf.whitened_lo; /* NULL outside the offset mode */
     whitened_query.center = whitened_query.transform = NULL;
     query = &whitened_query;
   }
@@ -292,7 +291,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   CPU_ALLOC(buf.halves, (int64_t) n_threads * 2 * REFINE_LEVELS * n_tiles);
   /* what every thread's blocks share; thread_work adds its scratch */
   const block_work shared = {train, query, block_plan, groups, n_tiles, tile, chunk,
-                             offset_mode ? &offsets : NULL, NULL, NULL, NULL};
+                             residual, NULL, NULL, NULL};
   if (few) {
     /* each block's plan and splits (units), then every unit's list in parts */
     buf.n_blocks = n_blocks;
@@ -341,7 +340,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
           const int64_t from = u->n_visit * part / parts, to = u->n_visit * (part + 1) / parts;
           kde_cpu_evaluate_block(train->kernel, train, query, buf.query_order + u->first,
                                   u->len, u->visit + from, to - from, tile, chunk,
-                                  offset_mode ? &offsets : NULL,
+                                  residual,
                                   buf.scratch + thread * scratch_per_thread,
                                   buf.parts + item * QUERY_BLOCK);
         }
