@@ -3,7 +3,9 @@
 // data, d = 1..4, the Gaussian, exponential and Epanechnikov kernels, two
 // tolerances, leaving one out, an adaptive fit and the derivative sums'
 // plans, each block's box plan (prune.c) is refined by both of plan_refine()'s
-// paths (a few query blocks' two kernels, many blocks' one), and then
+// paths (a few query blocks' two kernels, many blocks' one; on lists of up
+// to 320 units too, which the one kernel reads in several chunks), and then
+//   - the one kernel's mask rows and counts are the two kernels', bit for bit;
 //   - every refined list lies in its box list, and each block's count is
 //     its mask row's;
 //   - every query's sum over its block's refined list is within relative
@@ -82,25 +84,33 @@ int main()
   const char *shapes[] = {"normal", "clustered", "spread"};
   const char *kernels[] = {"gaussian", "epanechnikov", "rectangular", "triangular",
                            "biweight", "cosine", "optcosine", "exponential"};
-  double kept_box[2] = {0, 0}, kept_refined[2] = {0, 0};
+  double kept_box[3] = {0, 0, 0}, kept_refined[3] = {0, 0, 0}; /* per path */
   struct variant { bool adaptive; int loo; int derivative; };
   for (int kernel : {KDE_GAUSSIAN, KDE_EXPONENTIAL, KDE_EPANECHNIKOV})
     for (int64_t d = 1; d <= 4; d++)
       for (int shape = 0; shape < 3; shape++)
         for (double tol : {1e-7, 1e-3})
-          for (int which = 0; which < 5; which++) {
+          for (int which = 0; which < 6; which++) {
             /* the plain fit; an adaptive one (Gaussian, d = 2); leaving one
-             * out (d = 3); the gradient's and the Hessian's plans (d <= 3) */
+             * out (d = 3); the gradient's and the Hessian's plans (d <= 3);
+             * long lists (320 units: the one kernel reads them in 3 chunks,
+             * or 5 without the dimension as a constant) */
             const variant v = {which == 1, which == 2 ? 1 : 0,
                                which == 3   ? KDE_PRUNE_GRADIENT
                                : which == 4 ? KDE_PRUNE_HESSIAN
                                             : KDE_PRUNE_DENSITY};
             if (which == 1 && !(kernel == KDE_GAUSSIAN && d == 2 && shape < 2)) continue;
             if (which == 2 && !(d == 3 && tol == 1e-7 && shape < 2)) continue;
-            if (which >= 3 && (kde_kernel_is_compact(kernel) || d > 3 || shape == 2)) continue;
+            if ((which == 3 || which == 4) &&
+                (kde_kernel_is_compact(kernel) || d > 3 || shape == 2))
+              continue;
+            const bool long_lists = which == 5;
+            if (long_lists && !(kernel != KDE_EXPONENTIAL && (d == 2 || d == 3) && shape < 2 &&
+                                tol == 1e-7))
+              continue;
             std::mt19937_64 rng(31 + 100 * kernel + 10 * d + shape + (v.adaptive ? 7 : 0));
             std::normal_distribution<double> N(0, 1);
-            const int64_t n = v.loo ? kUnit * 8 : kUnit * 48;
+            const int64_t n = v.loo ? kUnit * 8 : long_lists ? kUnit * 320 : kUnit * 48;
             fit f;
             make_fit(kernel, d, shape, v.adaptive, tol, v.loo, n, rng, f);
             f.plan.derivative = v.derivative;
@@ -151,18 +161,22 @@ int main()
             }
             // the refinement, as plan_refine() launches it: a few blocks' two
             // kernels (two chunks per block), and many blocks' one kernel
-            for (int path = 0; path < 2; path++) {
+            // (path 2: its instance for any dimension, on long lists), whose
+            // masks and counts must be the two kernels' to the bit
+            std::vector<uint32_t> mask_two;
+            std::vector<int64_t> count_two;
+            for (int path = 0; path < (long_lists ? 3 : 2); path++) {
               std::vector<double> remaining(blocks * 128);
               std::vector<int32_t> first_skipped(blocks * 128);
               std::vector<uint32_t> mask(blocks * words, 0u);
               std::vector<int64_t> count(blocks + 1, 0);
-              if (path == 1) {
+              if (path >= 1) {
                 // the dimension as a constant (d <= 4 on the device) or not
-                auto *one = tol < 1e-5 ? d == 1   ? kde_refine_blocks_kernel<1>
-                                         : d == 2 ? kde_refine_blocks_kernel<2>
-                                         : d == 3 ? kde_refine_blocks_kernel<3>
-                                                  : kde_refine_blocks_kernel<4>
-                                       : kde_refine_blocks_kernel<0>;
+                auto *one = tol < 1e-5 && path == 1 ? d == 1   ? kde_refine_blocks_kernel<1>
+                                                      : d == 2 ? kde_refine_blocks_kernel<2>
+                                                      : d == 3 ? kde_refine_blocks_kernel<3>
+                                                               : kde_refine_blocks_kernel<4>
+                                                    : kde_refine_blocks_kernel<0>;
                 launch_warps(dim3((unsigned) blocks), kBlockQueries, [&] {
                   one(f.plan, q.data(), m, m, visit.data(), offset.data(), skipped.data(), words,
                       mask.data(), count.data());
@@ -225,14 +239,26 @@ int main()
                                                 fabs(full[k] - kept[k] * r) / full[0] - tol);
                 }
               }
+              if (path == 0) {
+                mask_two = mask;
+                count_two = count;
+              }
+              const bool same = mask == mask_two && count == count_two;
               const bool ok = bad_lists == 0 && worst_low <= 1e-12 && worst_high <= 1e-12 &&
-                              worst_derivative <= 1e-12;
+                              worst_derivative <= 1e-12 && same;
               failures += !ok;
               printf("%s %s %s d=%lld %s tol=%g%s%s: box %lld units, refined %lld, beyond the "
-                     "bound %.1e, above %.1e, derivatives beyond %.1e, bad lists %lld\n",
-                     ok ? "ok  " : "FAIL", path == 0 ? "2 kernels" : "1 kernel ", kernels[kernel],
+                     "bound %.1e, above %.1e, derivatives beyond %.1e, bad lists %lld%s\n",
+                     ok ? "ok  " : "FAIL",
+                     path == 0   ? "2 kernels"
+                     : path == 1 ? "1 kernel "
+                                 : "1 kernel (any d)",
+                     kernels[kernel],
                      (long long) d, shapes[shape], tol,
-                     v.adaptive ? " adaptive" : v.loo ? " leave-one-out" : "",
+                     v.adaptive   ? " adaptive"
+                     : v.loo      ? " leave-one-out"
+                     : long_lists ? " long lists"
+                                  : "",
                      v.derivative == KDE_PRUNE_GRADIENT  ? " gradient"
                      : v.derivative == KDE_PRUNE_HESSIAN ? " hessian"
                                                          : "",
@@ -241,7 +267,8 @@ int main()
                        for (auto &r : refined) s += (int64_t) r.size();
                        return s;
                      }(),
-                     worst_low, worst_high, worst_derivative, (long long) bad_lists);
+                     worst_low, worst_high, worst_derivative, (long long) bad_lists,
+                     same ? "" : ", NOT the two kernels' mask");
             }
           }
   printf("pairs kept: the refined plans %.3f (two kernels) and %.3f (one kernel) of the box "
