@@ -108,7 +108,7 @@ int kde_unit_spread_make(const double *z, int64_t n, int64_t d, int64_t unit, do
   double *extent = (double *) malloc((size_t) n_runs * sizeof(double));
   double *box_lo = (double *) malloc((size_t) n_runs * d * sizeof(double));
   double *box_hi = (double *) malloc((size_t) n_runs * d * sizeof(double));
-  int64_t *order = NULL, *part_len = NULL, *n_parts = NULL;
+  int64_t *order = NULL, *part_len = NULL, *n_parts = NULL, *unit_first = NULL;
   int ok = 0;
   if (extent == NULL || box_lo == NULL || box_hi == NULL) goto cleanup;
   const int n_threads = kde_thread_count_for(threads, (double) n * (double) d);
@@ -134,14 +134,16 @@ int kde_unit_spread_make(const double *z, int64_t n, int64_t d, int64_t unit, do
       order = (int64_t *) malloc((size_t) n * sizeof(int64_t));
       part_len = (int64_t *) malloc((size_t) n * sizeof(int64_t));
       n_parts = (int64_t *) malloc((size_t) n_runs * sizeof(int64_t));
-      if (order == NULL || part_len == NULL || n_parts == NULL) goto cleanup;
+      unit_first = (int64_t *) malloc((size_t) n_runs * sizeof(int64_t));
+      if (order == NULL || part_len == NULL || n_parts == NULL || unit_first == NULL)
+        goto cleanup;
     }
     int64_t total = 0;
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 64) reduction(+ : total)
     for (int64_t r = 0; r < n_runs; r++) {
       const int64_t first = r * unit, len = first + unit <= n ? unit : n - first;
-      for (int64_t p = 0; p < len; p++) order[first + p] = first + p;
-      if (extent[r] > width) {
+      if (extent[r] > width) { /* order: the run's points as split_run leaves them */
+        for (int64_t p = 0; p < len; p++) order[first + p] = first + p;
         keyed sorted[SPREAD_MAX_UNIT];
         int64_t right[SPREAD_MAX_UNIT];
         n_parts[r] = split_run(z, n, d, order + first, len, width, part_len + first, sorted,
@@ -153,24 +155,33 @@ int kde_unit_spread_make(const double *z, int64_t n, int64_t d, int64_t unit, do
       total += n_parts[r];
     }
     if ((double) total > most_units) continue;
-    /* the layout: each part at the start of a unit of its own */
+    /* the layout: each part at the start of a unit of its own, run r's
+     * from unit unit_first[r] on; the runs in parallel (every position and
+     * every point is written once) */
     spread->n_positions = total * unit;
     spread->width = width;
     spread->point_at = (int64_t *) malloc((size_t) spread->n_positions * sizeof(int64_t));
     spread->position_of = (int64_t *) malloc((size_t) n * sizeof(int64_t));
     if (spread->point_at == NULL || spread->position_of == NULL) goto cleanup;
-    for (int64_t p = 0; p < spread->n_positions; p++) spread->point_at[p] = -1;
-    int64_t u = 0;
+    for (int64_t r = 0, u = 0; r < n_runs; r++) {
+      unit_first[r] = u;
+      u += n_parts[r];
+    }
+#pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int64_t r = 0; r < n_runs; r++) {
       const int64_t first = r * unit;
+      const int split = extent[r] > width;
       int64_t from = first;
-      for (int64_t k = 0; k < n_parts[r]; k++, u++) {
-        for (int64_t p = 0; p < part_len[first + k]; p++) {
-          const int64_t i = order[from + p];
-          spread->point_at[u * unit + p] = i;
-          spread->position_of[i] = u * unit + p;
+      for (int64_t k = 0; k < n_parts[r]; k++) {
+        int64_t *at = spread->point_at + (unit_first[r] + k) * unit;
+        const int64_t len = part_len[first + k];
+        for (int64_t p = 0; p < len; p++) {
+          const int64_t i = split ? order[from + p] : from + p;
+          at[p] = i;
+          spread->position_of[i] = at - spread->point_at + p;
         }
-        from += part_len[first + k];
+        for (int64_t p = len; p < unit; p++) at[p] = -1;
+        from += len;
       }
     }
     ok = 1;
@@ -184,6 +195,7 @@ cleanup:
   free(order);
   free(part_len);
   free(n_parts);
+  free(unit_first);
   if (!ok) {
     kde_unit_spread_free(spread);
     return -1;
