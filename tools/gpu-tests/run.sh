@@ -40,7 +40,8 @@ case "$mode" in
     run "whether a plan can pay" bash tools/gpu-tests/emulate/run.sh plan_pays
     run "the plan refined per query" bash tools/gpu-tests/emulate/run.sh plan_refine
     run "the plan from the units' groups" bash tools/gpu-tests/emulate/run.sh plan_grouped
-    checks=$(grep -cE ' (float|visited|refined|grouped) ' "$log")
+    run "the units' layout" bash tools/gpu-tests/emulate/run.sh unit_spread
+    checks=$(grep -cE ' (float|visited|refined|grouped|layout) ' "$log")
     ;;
   device)
     run "harness (correctness)" env SANITIZE=0 PROFILE=0 MODE=test bash tools/gpu-tests/harness/run.sh

@@ -20,6 +20,9 @@
 #                     tolerance of its full sum, what each block skipped
 #   plan_pays         prune.c's test of whether a few queries' plan can pay:
 #                     never "no" where the exact plan skips more than 10%
+#   unit_spread       the CUDA model's layout of units (src/unit_spread.c): every
+#                     point placed once, a unit per part of one run, split
+#                     runs' units within the layout's width
 #   mean_shift        one mean-shift step near the modes of bench/derivatives.R's
 #                     three clusters: its error at several tolerances, both
 #                     precisions, next to kde_modes()' stopping tolerance
@@ -28,7 +31,7 @@
 #                       R_LIBS=<CPU build> Rscript tools/gpu-tests/emulate/test_blocks.R
 # Slow (minutes): it is for the logic, not the speed. `--build-only` after
 # the name compiles without running.
-#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|plan_grouped|mean_shift|sums] [args]
+#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|plan_grouped|unit_spread|mean_shift|sums] [args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -37,14 +40,15 @@ mkdir -p "$build"
 # the backend's headers, then the shims over the ones that need the device
 cp "$root"/src/cuda/*.cuh "$build"/
 cp "$here"/shim/* "$build"/
-# the plan's C code (prune.c and what it calls), compiled as C
-for c in prune spatial threads; do
+# the plan's C code (prune.c and what it calls) and the units' layout,
+# compiled as C
+for c in prune spatial threads unit_spread; do
   gcc -std=gnu99 -O2 -fopenmp -w -I"$root/src" -I"$root/inst/include" \
     -c "$root/src/$c.c" -o "$build/$c.o"
 done
 which=${1:-derivatives}
 g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -fopenmp -w -I"$build" -I"$root/src" \
   -I"$root/inst/include" "$here/$which.cpp" "$build"/prune.o "$build"/spatial.o \
-  "$build"/threads.o -o "$build/$which"
+  "$build"/threads.o "$build"/unit_spread.o -o "$build/$which"
 [ "${2:-}" = "--build-only" ] && exit 0
 "$build/$which" "${@:2}"
