@@ -211,12 +211,11 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   /* the offset mode (kde_backend.h): where the tiles have it; queries
    * whitened here keep what their rounding lost (query_lo) */
   const float *residual = spatial && tiles != NULL ? tiles->residual : NULL;
-  const int offset_mode = residual != NULL;
   if (query->transform != NULL) {
     CPU_ALLOC(buf.whitened, m * dim);
     kde_whiten(query->query, m, dim, query->center, query->transform, n_threads,
                buf.whitened);
-    if (offset_mode) {
+    if (residual != NULL) {
       CPU_ALLOC(buf.whitened_lo, m * dim);
       kde_whiten_residual(query->query, m, dim, query->center, query->transform, n_threads,
                           buf.whitened, buf.whitened_lo);
