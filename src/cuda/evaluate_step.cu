@@ -270,6 +270,7 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
   args.visit = job->visiting ? (const int32_t *) rep->visit.ptr : NULL;
   args.visit_offset = job->visiting ? (const int64_t *) rep->visit_offset.ptr : NULL;
   args.anchor = (const T *) rep->anchor;
+  args.tight_radius2 = model->tight_radius2;
   args.n_discrete = model->n_discrete;
   args.code_row = model->code_row;
   for (int k = 0; k < kMaxDiscrete; k++) {

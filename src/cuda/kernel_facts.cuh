@@ -30,7 +30,11 @@ __host__ __device__ constexpr bool kernel_sums_logs(int kernel)
  * difference form; kFitPlain, a fixed bandwidth with the difference form
  * for every kernel, for a fit whose points span too many bandwidths for the
  * expanded form's rounding within the tolerance (model.cu, expanded_rounding). */
-enum { kFitFixed = 0, kFitAdaptive = 1, kFitPlain = 2 };
+enum { kFitFixed = 0, kFitAdaptive = 1, kFitPlain = 2, kFitTight = 3 };
+/* kFitTight is not a fit's but a tile's variant: a warp's share of a tight
+ * tile of an anchored difference-form fit (kernel_small.cuh, tight_tile),
+ * in the expanded form relative to the tile's anchor, aux = log2 w - wref -
+ * |x|^2 / 2 rewritten in shared memory. */
 
 /* Rows of a storage tile after aux: the adaptive fit's scales. */
 __host__ __device__ constexpr int scale_rows(int A) { return A == kFitAdaptive ? 1 : 0; }
@@ -38,7 +42,7 @@ __host__ __device__ constexpr int scale_rows(int A) { return A == kFitAdaptive ?
 /* Whether a kernel of variant A at dimension d takes the expanded form. */
 __host__ __device__ constexpr bool expanded_form(int kernel, int d, int A)
 {
-  return kernel == KDE_GAUSSIAN && d >= 3 && A == kFitFixed;
+  return kernel == KDE_GAUSSIAN && ((d >= 3 && A == kFitFixed) || A == kFitTight);
 }
 
 /* Whether the FMA kernels hold the queries times 1/sqrt(2) (kernel_small.cuh):

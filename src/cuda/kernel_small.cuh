@@ -191,6 +191,108 @@ __device__ __forceinline__ bool warp_uniform_aux(const T *__restrict__ tile, T &
 }
 
 /*
+ * A tight tile: where a warp's quarter of an anchored difference-form tile
+ * lies within sqrt(radius2) of the anchor (the points are stored relative
+ * to it), the quarter takes the expanded form relative to the anchor:
+ * a pair's log2 term is aux' + q.x - h with aux' = (log2 w - wref) -
+ * |x|^2 / 2, h = |q|^2 / 2 (q relative to the anchor too) and wref the
+ * quarter's largest log2 w: d FMAs and the max's subtraction instead of the
+ * halved difference's 2 d FMAs. Each term is relative to the pair's and
+ * the quarter's size, not to where the data sit (tuning.cuh, kTightRadius2).
+ *
+ * warp_tight_quarter decides (warp-uniform) and, for a tight quarter,
+ * rewrites its aux row in shared memory in place (only this warp reads its
+ * quarter); wref is returned. Null points (aux -inf) have no say in the
+ * radius and stay -inf. */
+template <typename T, int D>
+__device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radius2, T &wref)
+{
+  constexpr int ROWS = D + 1;
+  const int lane = threadIdx.x % 32;
+  T *quarter = tile + (threadIdx.x / 32) * kSmallPointsPerWarp * ROWS + lane;
+  T r2[2], aux[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const T *x = quarter + h * ROWS * kTileWidth;
+    aux[h] = x[D * kTileWidth];
+    T sum = 0;
+#pragma unroll
+    for (int k = 0; k < D; k++) sum = fma(x[k * kTileWidth], x[k * kTileWidth], sum);
+    r2[h] = aux[h] == -INFINITY ? (T) 0 : sum;
+  }
+  T most = fmax(r2[0], r2[1]);
+  wref = fmax(aux[0], aux[1]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    most = fmax(most, __shfl_xor_sync(0xffffffffu, most, offset));
+    wref = fmax(wref, __shfl_xor_sync(0xffffffffu, wref, offset));
+  }
+  if (!(most <= radius2) || wref == -INFINITY) return false;
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+    quarter[h * ROWS * kTileWidth + D * kTileWidth] = (aux[h] - wref) - (T) 0.5 * r2[h];
+  __syncwarp();
+  return true;
+}
+
+/* Whether every query of the warp lies within sqrt(2 kTightQueryHalf2) of
+ * the tile's anchor (q relative to it, unscaled); h[i] = |q_i|^2 / 2. Then
+ * the expanded form's terms (h, q.x, and the running max relative to wref,
+ * which a fix keeps within 2^60 of the tile's terms) stay within about
+ * what a pair's own exponent is, and so does their rounding: farther
+ * queries take the difference form, whose rounding follows the pair's
+ * distance alone whatever the running max (the same bits whichever tiles
+ * came first, as a pruned sum's agreement with the full one needs). */
+template <typename T, int D, int Q>
+__device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q])
+{
+  T most = 0;
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    T norm2 = 0;
+#pragma unroll
+    for (int k = 0; k < D; k++) norm2 = fma(q[i][k], q[i][k], norm2);
+    h[i] = (T) 0.5 * norm2;
+    most = fmax(most, h[i]);
+  }
+  return __all_sync(0xffffffffu, most <= (T) kTightQueryHalf2);
+}
+
+/* A tight quarter's pairs (q relative to the tile's anchor, unscaled; h
+ * from warp_queries_near). The running max m stays in the absolute frame
+ * of the other tiles; within the tile the reference is mu = (m - wref) +
+ * h, in which the lazy max works as in small_tile (its fixes rescale ts
+ * only). If a fix moved mu, the tile's reference is mu - h + wref, not a
+ * float in general: the new m is its rounding and the difference, exact by
+ * TwoSum, scales ts by 2^err (err below half an ulp of m, so 1 + err ln 2).
+ * The caller adds ts to s. */
+template <typename T, int D, bool CHECK, int Q, int C>
+__device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (&q)[Q][D],
+                                           const T (&h)[Q], T (&m)[Q],
+                                           compensated_sum<T> (&s)[Q], T (&ts)[Q],
+                                           int64_t first, const int64_t (&qg)[Q],
+                                           const discrete_codes<T, Q, C> &dc, T wref)
+{
+  T mu[Q], mu0[Q];
+  compensated_sum<T> none[Q]; /* the fixes rescale s below, once */
+#pragma unroll
+  for (int i = 0; i < Q; i++) mu[i] = mu0[i] = (m[i] - wref) + h[i];
+  small_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(tile, q, mu, none, ts, first, qg, dc,
+                                                          (T) 0);
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    if (__builtin_expect(mu[i] == mu0[i], 1)) continue;
+    const T t = mu[i] - h[i];
+    const T m_new = t + wref; /* TwoSum: t + wref = m_new + err exactly */
+    const T tb = m_new - wref;
+    const T err = (t - tb) + (wref - (m_new - tb));
+    s[i] *= fast_exp2(m[i] - m_new);
+    ts[i] *= fma(err, (T) kLn2, (T) 1);
+    m[i] = m_new;
+  }
+}
+
+/*
  * d = D in 1..4. Block (bx, by): queries [128 bx, 128 bx + 128) against the
  * by-th split of the training range. Queries live in registers (4 per
  * thread, rows lane + 32 i); each warp takes a quarter of every tile.
@@ -220,6 +322,11 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
    * halved difference (kernel_facts.cuh) */
   constexpr bool EXPANDED = expanded_form(K, D, A);
   constexpr T q_scale = halved_difference(K, D, A) ? inv_sqrt2<T>() : (T) 1;
+  /* tight tiles (tight_tile): the single Gaussian's fixed-bandwidth
+   * difference form at d = 2, 3 (at d = 1 both forms take 2 instructions a
+   * pair; at d = 4 the path spilled registers for 3% more pairs/s) */
+  constexpr bool TIGHT_PATH = LSE && halved_difference(K, D, A) && C == 0 && (D == 2 || D == 3) &&
+                              std::is_same<T, float>::value;
   T q[Q][D];
   int slot[Q];
   int64_t qg[Q];
@@ -268,11 +375,12 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
 #pragma unroll
         for (int k = 0; k < D; k++)
           q[i][k] = ((a.query[q0 + slot[i] + k * a.ldq] - c[k]) +
-                     (a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k])) * q_scale;
+                     (a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k])) *
+                    (TIGHT_PATH ? (T) 1 : q_scale); /* scaled below if not tight */
     }
     async_wait_all_but_newest();
     __syncthreads();
-    const T *tile = smem + (t & 1) * tile_elems;
+    T *tile = smem + (t & 1) * tile_elems;
     /* global index of the tile's point 0 (leave one out) */
     const int64_t tile_first = a.train_base + p0 + visits.unit(t) * kUnit;
     const int64_t warp_first = tile_first + warp * kSmallPointsPerWarp;
@@ -285,15 +393,31 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
      * columns only: each path is as many kernels again to compile */
     constexpr bool UNIFORM_PATH = LSE && !EXPANDED && A != kFitAdaptive && C == 0;
     T aux_u = 0;
-    bool uniform = false;
+    bool uniform = false, tight = false;
+    if constexpr (TIGHT_PATH) {
+      if (a.anchor != nullptr) {
+        T wref, h[Q];
+        tight = a.tight_radius2 > 0 && warp_queries_near(q, h) &&
+                warp_tight_quarter<T, D>(tile, a.tight_radius2, wref);
+        if (tight) {
+          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, tile_first, qg, dc, wref);
+          else tight_tile<T, D, false>(tile, q, h, m, s, ts, tile_first, qg, dc, wref);
+        } else {
+#pragma unroll
+          for (int i = 0; i < Q; i++)
+#pragma unroll
+            for (int k = 0; k < D; k++) q[i][k] *= q_scale;
+        }
+      }
+    }
     if constexpr (UNIFORM_PATH) {
-      uniform = warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
+      uniform = !tight && warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
       if (uniform) {
         if (check) small_tile<K, T, D, A, true, true>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
         else small_tile<K, T, D, A, false, true>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
       }
     }
-    if (!uniform) {
+    if (!uniform && !tight) {
       if (check) small_tile<K, T, D, A, true, false>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
       else small_tile<K, T, D, A, false, false>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
     }

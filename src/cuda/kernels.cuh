@@ -160,6 +160,10 @@ struct kde_args {
    * unit; the queries' lo parts are rows dim .. 2 dim - 1 of `query`.
    * NULL: coordinates as they are. */
   const T *anchor;
+  /* An anchored difference-form fit: a warp's quarter of a tile whose points
+   * lie within this squared radius of its anchor takes the expanded form
+   * (kernel_small.cuh, tight_tile); 0: none does. */
+  float tight_radius2;
   /* Mixed data (kernel_discrete.cu; 0 columns otherwise): the queries'
    * codes are rows code_row .. code_row + n_discrete - 1 of `query`, the
    * points' the rows after aux in the tiles; a pair whose codes in column k

@@ -337,6 +337,17 @@ static double expanded_rounding(const kde_training_set *train, const kde_cuda_mo
   return factor * eps * train_max_norm2(train, model);
 }
 
+/* kTightRadius2, or the environment's KDEGPU_TIGHT_RADIUS2 (a number >= 0;
+ * 0: every tile in the difference form), so that benchmarks can compare
+ * the two forms in one process */
+static float tight_radius2()
+{
+  const char *v = getenv("KDEGPU_TIGHT_RADIUS2");
+  char *end = NULL;
+  const double r2 = v != NULL ? strtod(v, &end) : kTightRadius2;
+  return v != NULL && (end == v || !(r2 >= 0)) ? (float) kTightRadius2 : (float) r2;
+}
+
 extern "C" double kde_cuda_model_rounding(const kde_cuda_model *model)
 {
   return model->expanded_rounding;
@@ -551,6 +562,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                            model->unit_hi);
   }
   if (model->anchored) model->code_row = 2 * model->dim; /* hi and lo parts */
+  model->tight_radius2 =
+      model->anchored && precision == KDE_PRECISION_SINGLE ? tight_radius2() : 0.0f;
   trace.mark("boxes");
   model->query_elems = model->code_row + model->n_discrete;
   if (model->anchored) {

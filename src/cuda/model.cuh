@@ -95,6 +95,10 @@ struct kde_cuda_model {
    * that a pair's difference keeps the precision's relative accuracy
    * wherever the data sit (pack.cu). */
   int anchored;
+  /* An anchored single model: a warp's quarter of a tile within this
+   * squared radius of its anchor takes the expanded form (kTightRadius2;
+   * 0: never) */
+  float tight_radius2;
   /* An anchored double model of data far from their centre: what its
    * points' whitening lost (kde_training_set's residual: n_train x dim
    * floats in the caller's order, added when packing), kept for the

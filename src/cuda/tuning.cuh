@@ -105,6 +105,23 @@ constexpr int kPackThreads = 128;
  * (ncu: 3.8 warps per scheduler, a quarter of cycles with none eligible),
  * so neither pipe's count decides: latency does. */
 constexpr int kPolyExps = 2;
+/* A warp's quarter of an anchored difference-form tile whose points all lie
+ * within sqrt(kTightRadius2) of the tile's anchor (storage units, where a
+ * pair's log2 k is -s2 / 2) takes the expanded form relative to the anchor
+ * (kernel_small.cuh, tight_tile): 2 instructions a pair fewer at d = 3.
+ * Its rounding, relative to the anchor, is about eps ((D + r)^2 / 2 +
+ * r (D + r) + r^2 / 2) in log2 for a pair D apart, r the quarter's radius,
+ * below the exp unit's own 2 ulp at D ~ 1-2: measured against the CPU's
+ * double (one H200, d = 2-4, n = 1e5-1e6, queries on, near and far from
+ * the data) no worse than the difference form at r^2 = 1, 2.25 and 4,
+ * and the 1e7 pruned evaluation (d = 3, Scott) 5% faster at 1, 8% at 2.25.
+ * model.cu's tight_radius2 (environment KDEGPU_TIGHT_RADIUS2 to measure;
+ * 0: never). */
+constexpr double kTightRadius2 = 2.25;
+/* ... and only while every query of the warp lies within sqrt(2 x this) of
+ * the anchor (|q|^2 / 2 <= this, about 6.7 bandwidths): kernel_small.cuh,
+ * warp_queries_near. */
+constexpr double kTightQueryHalf2 = 32;
 /* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
  * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12
  * to 3.11e12, 2: 3.11e12, 4: 3.10e12, 8: 2.76e12, 12: 2.49e12. */

@@ -314,3 +314,16 @@ test_backends <- function() c("cpu", if (has_gpu()) "cuda")
 # those with a cusp at 0 (no derivative at a training point).
 dd_kernels <- setdiff(ref_kernels, "rectangular")
 dd_cusp <- c("triangular", "exponential")
+
+# log (1/n) sum_j phi_bw(q - x_j), scalar bandwidth, differences first
+# (exact to rounding relative to each pair's distance, whatever the data's
+# extent).
+exact_gaussian_log_density <- function(x, q, bw) {
+  x <- as.matrix(x)
+  q <- matrix(q, ncol = ncol(x))
+  d <- ncol(x)
+  vapply(seq_len(nrow(q)), function(i) {
+    r2 <- rowSums(sweep(x, 2, q[i, ])^2) / bw^2
+    ref_log_sum_exp(-r2 / 2) - log(nrow(x)) - d / 2 * log(2 * pi) - d * log(bw)
+  }, 0)
+}
