@@ -239,10 +239,10 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
  * the tile's anchor (q relative to it, unscaled); h[i] = |q_i|^2 / 2. Then
  * the expanded form's terms (h, q.x, and the running max relative to wref,
  * which a fix keeps within 2^60 of the tile's terms) stay within about
- * what a pair's own exponent is, and so does their rounding: farther
- * queries take the difference form, whose rounding follows the pair's
- * distance alone whatever the running max (the same bits whichever tiles
- * came first, as a pruned sum's agreement with the full one needs). */
+ * what a pair's own exponent is, and so does their rounding. A query far
+ * from the tile would make mu a sum of two large terms, rounded by an
+ * amount that depends on the running max (on which tiles came first), so
+ * farther queries take the difference form. */
 template <typename T, int D, int Q>
 __device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q])
 {
@@ -262,10 +262,12 @@ __device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q])
  * from warp_queries_near). The running max m stays in the absolute frame
  * of the other tiles; within the tile the reference is mu = (m - wref) +
  * h, in which the lazy max works as in small_tile (its fixes rescale ts
- * only). If a fix moved mu, the tile's reference is mu - h + wref, not a
- * float in general: the new m is its rounding and the difference, exact by
- * TwoSum, scales ts by 2^err (err below half an ulp of m, so 1 + err ln 2).
- * The caller adds ts to s. */
+ * only). If a fix moved mu, the tile's reference is (mu - h) + wref, not a
+ * float in general: the new m is its rounding, and the last add's error,
+ * found by TwoSum, scales ts by 2^err (err below half an ulp of m, so
+ * 1 + err ln 2); what is left is the rounding of mu - h and of mu itself,
+ * half an ulp of numbers that the query test keeps below about 100, as the
+ * difference form's value - m rounds. The caller adds ts to s. */
 template <typename T, int D, bool CHECK, int Q, int C>
 __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (&q)[Q][D],
                                            const T (&h)[Q], T (&m)[Q],

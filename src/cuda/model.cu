@@ -337,15 +337,18 @@ static double expanded_rounding(const kde_training_set *train, const kde_cuda_mo
   return factor * eps * train_max_norm2(train, model);
 }
 
-/* kTightRadius2, or the environment's KDEGPU_TIGHT_RADIUS2 (a number >= 0;
- * 0: every tile in the difference form), so that benchmarks can compare
- * the two forms in one process */
+/* kTightRadius2, or the environment's KDEGPU_TIGHT_RADIUS2 (a number from
+ * 0 to kTightRadius2; 0: every tile in the difference form), so that
+ * benchmarks and tests can compare the two forms in one process; anything
+ * else is ignored (a larger radius would round beyond what was measured). */
 static float tight_radius2()
 {
   const char *v = getenv("KDEGPU_TIGHT_RADIUS2");
   char *end = NULL;
-  const double r2 = v != NULL ? strtod(v, &end) : kTightRadius2;
-  return v != NULL && (end == v || !(r2 >= 0)) ? (float) kTightRadius2 : (float) r2;
+  if (v == NULL) return (float) kTightRadius2;
+  const double r2 = strtod(v, &end);
+  const bool whole = end != v && *end == '\0';
+  return whole && r2 >= 0 && r2 <= kTightRadius2 ? (float) r2 : (float) kTightRadius2;
 }
 
 extern "C" double kde_cuda_model_rounding(const kde_cuda_model *model)
@@ -562,6 +565,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                            model->unit_hi);
   }
   if (model->anchored) model->code_row = 2 * model->dim; /* hi and lo parts */
+  /* (read by the single Gaussian's fixed-bandwidth kernels at d = 2, 3) */
   model->tight_radius2 =
       model->anchored && precision == KDE_PRECISION_SINGLE ? tight_radius2() : 0.0f;
   trace.mark("boxes");

@@ -35,11 +35,12 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
   int32_t *first_skipped = NULL;
   int64_t chunks;
   if (blocks < 1) return 0;
+  /* the kernels OR bits into the mask rows and add to the counts */
+  KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0, (size_t) (blocks * words) * sizeof(uint32_t),
+                               rep->stream));
+  KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_count.ptr, 0, (size_t) (blocks + 1) * sizeof(int64_t),
+                               rep->stream));
   if (blocks >= kPlanFillBlocks) { /* enough query blocks to fill the device */
-    KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0,
-                                 (size_t) (blocks * words) * sizeof(uint32_t), rep->stream));
-    KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_count.ptr, 0, (size_t) (blocks + 1) * sizeof(int64_t),
-                                 rep->stream));
     const auto kernel = refine_blocks_kernel_for(plan->dim);
     kernel<<<(unsigned) blocks, kBlockQueries, 0, rep->stream>>>(
         *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
@@ -61,10 +62,6 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
         remaining, first_skipped);
     KDE_CUDA_LAUNCHED("plan refinement bounds kernel");
   }
-  KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0, (size_t) (blocks * words) * sizeof(uint32_t),
-                               rep->stream));
-  KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_count.ptr, 0, (size_t) (blocks + 1) * sizeof(int64_t),
-                               rep->stream));
   /* few blocks: their lists shared among about kPlanFillBlocks CUDA blocks,
    * none with less than a block-stride of units */
   chunks = ceil_div(kPlanFillBlocks, blocks);

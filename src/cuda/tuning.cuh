@@ -115,8 +115,8 @@ constexpr int kPolyExps = 2;
  * double (one H200, d = 2-4, n = 1e5-1e6, queries on, near and far from
  * the data) no worse than the difference form at r^2 = 1, 2.25 and 4,
  * and the 1e7 pruned evaluation (d = 3, Scott) 5% faster at 1, 8% at 2.25.
- * model.cu's tight_radius2 (environment KDEGPU_TIGHT_RADIUS2 to measure;
- * 0: never). */
+ * model.cu's tight_radius2 (environment KDEGPU_TIGHT_RADIUS2, from 0 to
+ * this, to measure; 0: never). */
 constexpr double kTightRadius2 = 2.25;
 /* ... and only while every query of the warp lies within sqrt(2 x this) of
  * the anchor (|q|^2 / 2 <= this, about 6.7 bandwidths): kernel_small.cuh,
