@@ -29,9 +29,40 @@ bench_commit <- function() {
   if (length(dirty) > 0L) paste0(head, "+dirty") else head
 }
 
+# The SM clock a GPU benchmark ran at, so that its ratios to the
+# hardware's limits are stated at the clock actually run: from
+# source("bench/timing.R") on, nvidia-smi samples GPU 0's SM clock and
+# utilisation every 200 ms into a file; busy_sm_clock() stops it and gives
+# the median clock over the samples with the GPU at least half busy (NA
+# without nvidia-smi, or where the GPU was never busy).
+clock_log <- local({
+  smi <- Sys.which("nvidia-smi")
+  if (!nzchar(smi)) return(NULL)
+  path <- tempfile("sm-clock-", fileext = ".csv")
+  command <- sprintf(
+    "%s --id=0 --query-gpu=clocks.sm,utilization.gpu --format=csv,noheader,nounits -lms 200 > %s 2> /dev/null & echo $!",
+    shQuote(smi), shQuote(path))
+  pid <- suppressWarnings(tryCatch(system2("sh", c("-c", shQuote(command)), stdout = TRUE),
+                                   error = function(e) character()))
+  if (length(pid) != 1L || is.na(suppressWarnings(as.integer(pid)))) return(NULL)
+  list(path = path, pid = as.integer(pid))
+})
+busy_sm_clock <- function() {
+  if (is.null(clock_log)) return(NA_real_)
+  tools::pskill(clock_log$pid)
+  samples <- tryCatch(utils::read.csv(clock_log$path, header = FALSE),
+                      error = function(e) NULL)
+  if (is.null(samples) || ncol(samples) < 2L) return(NA_real_)
+  clock <- suppressWarnings(as.numeric(samples[[1L]]))
+  busy <- clock[suppressWarnings(as.numeric(samples[[2L]])) >= 50 & !is.na(clock)]
+  if (length(busy) == 0L) NA_real_ else stats::median(busy)
+}
+
 # Writes a benchmark's results to `out_csv` with what every stored result
-# names besides its device: the date, the commit, R's and kdegpu's versions.
+# names besides its device: the SM clock where a GPU ran (busy_sm_clock),
+# the date, the commit, R's and kdegpu's versions.
 write_bench_csv <- function(results, out_csv) {
+  if (!is.null(clock_log)) results$sm_clock_mhz <- busy_sm_clock()
   results$date <- format(Sys.Date())
   results$commit <- bench_commit()
   results$r_version <- as.character(getRversion())
