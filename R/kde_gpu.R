@@ -55,7 +55,7 @@
 #' the pair's distance and the tile's size, not to where the data sit; a
 #' tile that spans a gap in the data (between clusters) is split into tiles
 #' of its own, at most 32 bandwidths wide where that adds at most a quarter
-#' of the tiles. In single precision at d = 2 and 3, a tile whose points lie
+#' of the tiles. In single precision at d = 3, a tile whose points lie
 #' within about a bandwidth of its anchor, against queries within about 6.7
 #' bandwidths of it, takes the expanded form relative to the anchor, which
 #' rounds as the difference form does there and is faster.

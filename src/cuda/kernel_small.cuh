@@ -191,7 +191,7 @@ __device__ __forceinline__ bool warp_uniform_aux(const T *__restrict__ tile, T &
 }
 
 /*
- * A tight tile: where a warp's quarter of an anchored difference-form tile
+ * A tight tile (d = 3): where a warp's quarter of an anchored difference-form tile
  * lies within sqrt(radius2) of the anchor (the points are stored relative
  * to it), the quarter takes the expanded form relative to the anchor:
  * a pair's log2 term is aux' + q.x - h with aux' = (log2 w - wref) -
@@ -325,9 +325,11 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   constexpr bool EXPANDED = expanded_form(K, D, A);
   constexpr T q_scale = halved_difference(K, D, A) ? inv_sqrt2<T>() : (T) 1;
   /* tight tiles (tight_tile): the single Gaussian's fixed-bandwidth
-   * difference form at d = 2, 3 (at d = 1 both forms take 2 instructions a
-   * pair; at d = 4 the path spilled registers for 3% more pairs/s) */
-  constexpr bool TIGHT_PATH = LSE && halved_difference(K, D, A) && C == 0 && (D == 2 || D == 3) &&
+   * difference form at d = 3 (at d = 1 both forms take 2 instructions a
+   * pair; at d = 2 the expanded form saves one of 4 and rounded up to 3
+   * times the difference form's error, tools/gpu-tests/emulate density; at
+   * d = 4 the path spilled registers for 3% more pairs/s) */
+  constexpr bool TIGHT_PATH = LSE && halved_difference(K, D, A) && C == 0 && D == 3 &&
                               std::is_same<T, float>::value;
   T q[Q][D];
   int slot[Q];

@@ -565,7 +565,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                            model->unit_hi);
   }
   if (model->anchored) model->code_row = 2 * model->dim; /* hi and lo parts */
-  /* (read by the single Gaussian's fixed-bandwidth kernels at d = 2, 3) */
+  /* (read by the single Gaussian's fixed-bandwidth kernel at d = 3) */
   model->tight_radius2 =
       model->anchored && precision == KDE_PRECISION_SINGLE ? tight_radius2() : 0.0f;
   trace.mark("boxes");

@@ -98,7 +98,7 @@ struct kde_cuda_model {
   /* An anchored single model: a warp's quarter of a tile within this
    * squared radius of its anchor takes the expanded form (kTightRadius2;
    * 0: never), where the kernel has that path (the Gaussian, a fixed
-   * bandwidth, d = 2, 3: kernel_small.cuh) */
+   * bandwidth, d = 3: kernel_small.cuh) */
   float tight_radius2;
   /* An anchored double model of data far from their centre: what its
    * points' whitening lost (kde_training_set's residual: n_train x dim

@@ -110,17 +110,19 @@ constexpr int kPolyExps = 2;
  * pair's log2 k is -s2 / 2) takes the expanded form relative to the anchor
  * (kernel_small.cuh, tight_tile): 2 instructions a pair fewer at d = 3.
  * Its rounding, relative to the anchor, is about eps ((D + r)^2 / 2 +
- * r (D + r) + r^2 / 2) in log2 for a pair D apart, r the quarter's radius,
- * below the exp unit's own 2 ulp at D ~ 1-2: measured against the CPU's
- * double (one H200, d = 2-4, n = 1e5-1e6, queries on, near and far from
- * the data) no worse than the difference form at r^2 = 1, 2.25 and 4,
- * and the 1e7 pruned evaluation (d = 3, Scott) 5% faster at 1, 8% at 2.25.
- * model.cu's tight_radius2 (environment KDEGPU_TIGHT_RADIUS2, from 0 to
- * this, to measure; 0: never). */
-constexpr double kTightRadius2 = 2.25;
+ * r (D + r) + r^2 / 2) in log2 for a pair D apart, r the quarter's radius.
+ * On data whose every unit reaches r (tools/gpu-tests/emulate density: the
+ * real kernel on the host, against double sums) the largest error of a
+ * density was the difference form's at r^2 = 1 (3.4e-7 against 3.5e-7,
+ * d = 3) and up to 2.9 times it at r^2 = 2.25 (7.3e-7 against 2.5e-7).
+ * The 1e7 pruned evaluation (one H200, d = 3, Scott) took 2.94 s at 1,
+ * 2.87-2.95 s at 2.25 and 3.08-3.11 s without. model.cu's tight_radius2
+ * (environment KDEGPU_TIGHT_RADIUS2, from 0 to this, to measure; 0:
+ * never). */
+constexpr double kTightRadius2 = 1.0;
 /* ... and only while every query of the warp lies within sqrt(2 x this) of
- * the anchor (|q|^2 / 2 <= this, about 6.7 bandwidths): kernel_small.cuh,
- * warp_queries_near. */
+ * the anchor (|q|^2 / 2 <= this: 8 storage units, about 6.7 bandwidths):
+ * kernel_small.cuh, warp_queries_near. */
 constexpr double kTightQueryHalf2 = 32;
 /* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
  * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12

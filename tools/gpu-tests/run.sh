@@ -41,7 +41,8 @@ case "$mode" in
     run "the plan refined per query" bash tools/gpu-tests/emulate/run.sh plan_refine
     run "the plan from the units' groups" bash tools/gpu-tests/emulate/run.sh plan_grouped
     run "the units' layout" bash tools/gpu-tests/emulate/run.sh unit_spread
-    checks=$(grep -cE ' (float|visited|refined|grouped|layout) ' "$log")
+    run "the density kernel's tight tiles" bash tools/gpu-tests/emulate/run.sh density
+    checks=$(grep -cE ' (float|visited|refined|grouped|layout|tight) ' "$log")
     ;;
   device)
     run "harness (correctness)" env SANITIZE=0 PROFILE=0 MODE=test bash tools/gpu-tests/harness/run.sh

@@ -23,6 +23,11 @@
 #   unit_spread       the CUDA model's layout of units (src/unit_spread.c): every
 #                     point placed once, a unit per part of one run, split
 #                     runs' units within the layout's width
+#   density           the density kernel (src/cuda/kernel_small.cuh) on
+#                     anchored single-precision fits, d = 2 and 3, tight
+#                     tiles on and off, against a double sum: both within
+#                     single's rounding, the tight form (d = 3 only) within
+#                     1.5x the difference form's error, leaving one out too
 #   mean_shift        one mean-shift step near the modes of bench/derivatives.R's
 #                     three clusters: its error at several tolerances, both
 #                     precisions, next to kde_modes()' stopping tolerance
@@ -31,7 +36,7 @@
 #                       R_LIBS=<CPU build> Rscript tools/gpu-tests/emulate/test_blocks.R
 # Slow (minutes): it is for the logic, not the speed. `--build-only` after
 # the name compiles without running.
-#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|plan_grouped|unit_spread|mean_shift|sums] [args]
+#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|plan_grouped|unit_spread|density|mean_shift|sums] [args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -47,8 +52,21 @@ for c in prune spatial threads unit_spread; do
     -c "$root/src/$c.c" -o "$build/$c.o"
 done
 which=${1:-derivatives}
+if [ "$which" = density ]; then
+  # the real kernel headers (accumulate.cuh, kernels.cuh, numeric.cuh), with
+  # only the device's own pieces shimmed: cuda_runtime.h and warp.h, the
+  # intrinsics and fp16 of shim-density/, the MUFU's exp2 asm replaced
+  build="$here/build-density"
+  mkdir -p "$build"
+  cp "$root"/src/cuda/*.cuh "$build"/
+  cp "$here"/shim/cuda_runtime.h "$here"/shim/warp.h "$here"/shim-density/* "$build"/
+  sed -i 's|^#include <cuda_fp16.h>|#include "cuda_fp16.h"\n#include "intrinsics.h"|; s|asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));|y = emulated_ex2(x);|' \
+    "$build/numeric.cuh"
+  grep -q emulated_ex2 "$build/numeric.cuh" || { echo "run.sh: numeric.cuh's ex2 asm not found" >&2; exit 1; }
+fi
+objects="$here/build"
 g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -fopenmp -w -I"$build" -I"$root/src" \
-  -I"$root/inst/include" "$here/$which.cpp" "$build"/prune.o "$build"/spatial.o \
-  "$build"/threads.o "$build"/unit_spread.o -o "$build/$which"
+  -I"$root/inst/include" "$here/$which.cpp" "$objects"/prune.o "$objects"/spatial.o \
+  "$objects"/threads.o "$objects"/unit_spread.o -o "$build/$which"
 [ "${2:-}" = "--build-only" ] && exit 0
 "$build/$which" "${@:2}"

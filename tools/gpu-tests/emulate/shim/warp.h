@@ -52,6 +52,8 @@ inline unsigned __ballot_sync(unsigned, int predicate)
     bits |= (emulated_shuffle(predicate ? 1u : 0u, src) & 1u) << src;
   return bits;
 }
+inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
+inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0u; }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline unsigned atomicOr(unsigned *p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_or(v); }
 inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)

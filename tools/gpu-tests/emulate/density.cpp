@@ -1,0 +1,215 @@
+// Host emulation (run.sh density) of the density kernel for d <= 4
+// (src/cuda/kernel_small.cuh, kde_small_kernel) on an anchored
+// single-precision Gaussian fit, with and without tight tiles (at d = 3,
+// the expanded form relative to each tile's anchor where a warp's quarter
+// and its queries lie close to it; d = 2 must not take it): the real
+// kernel on the host, a model laid out
+// as pack.cu lays it out (points relative to their unit's box centre, the
+// anchors as float hi + lo, queries as hi and lo rows), queries in a k-d
+// order in blocks of 128. Checked against a double sum over the exact
+// coordinates: both forms within single's rounding, the tight form within
+// 1.5x the difference form's error (+2e-7), leaving one out too, and the
+// tight path taken (its bits differ) where the data are dense. The data
+// are a cube whose units reach the tight radius, the worst case for the
+// expanded form's rounding. DENSITY_R2 (a radius^2 to try instead of
+// kTightRadius2) and DENSITY_D (2 or 3 only) are for measuring.
+#include "cuda_runtime.h"
+#include "warp.h"
+#include "kernel_small.cuh"
+#include "launch.h"
+#include <cstdio>
+#include <random>
+#include <vector>
+using namespace kdegpu;
+
+namespace kdegpu { alignas(16) float4 smem_f4[64 * 1024 / 16]; }
+std::vector<std::unique_ptr<emulated_warp>> g_warps;
+
+struct problem {
+  int d;
+  int64_t n, m;
+  std::vector<double> x, lw, q; // storage coordinates (log2 k = -s2 / 2), column-major
+  bool loo;                     // queries are the points, each leaving itself out
+};
+
+// log2 of sum_j w_j 2^(-|q - x_j|^2 / 2) in double, the point itself left out
+static double reference(const problem &p, int64_t i)
+{
+  double most = -INFINITY;
+  std::vector<double> v(p.n);
+  for (int64_t j = 0; j < p.n; j++) {
+    double s2 = 0;
+    for (int k = 0; k < p.d; k++) {
+      const double diff = p.q[k * p.m + i] - p.x[k * p.n + j];
+      s2 += diff * diff;
+    }
+    v[j] = p.loo && j == i ? -INFINITY : p.lw[j] * kLog2e - s2 / 2;
+    most = std::max(most, v[j]);
+  }
+  double s = 0;
+  for (int64_t j = 0; j < p.n; j++) s += exp2(v[j] - most);
+  return most + log2(s);
+}
+
+// The kernel's log2 sums for every query, tight tiles within radius2 (0: none)
+template <int D>
+static std::vector<double> emulate(const problem &p, float radius2)
+{
+  const int64_t n_points = (p.n + kUnit - 1) / kUnit * kUnit, units = n_points / kUnit;
+  constexpr int ROWS = D + 1;
+  // anchors: the centre of each unit's box, as float hi + lo
+  std::vector<float> anchor(units * 2 * D);
+  std::vector<double> centre(units * D);
+  for (int64_t u = 0; u < units; u++)
+    for (int k = 0; k < D; k++) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (int64_t j = u * kUnit; j < std::min(p.n, (u + 1) * kUnit); j++) {
+        lo = std::min(lo, p.x[k * p.n + j]);
+        hi = std::max(hi, p.x[k * p.n + j]);
+      }
+      const double mid = lo <= hi ? (lo + hi) / 2 : 0.0;
+      anchor[u * 2 * D + k] = (float) mid;
+      anchor[u * 2 * D + D + k] = (float) (mid - (double) anchor[u * 2 * D + k]);
+      centre[u * D + k] = (double) anchor[u * 2 * D + k] + (double) anchor[u * 2 * D + D + k];
+    }
+  // tiles of 32 points: D coordinate rows relative to the anchor, then
+  // aux = log2 w (-inf for null points, which sit on the anchor)
+  std::vector<float> train(n_points / kTileWidth * ROWS * kTileWidth);
+  for (int64_t j = 0; j < n_points; j++) {
+    float *at = &train[(j / kTileWidth) * ROWS * kTileWidth + j % kTileWidth];
+    for (int k = 0; k < D; k++)
+      at[k * kTileWidth] = j < p.n ? (float) (p.x[k * p.n + j] - centre[(j / kUnit) * D + k]) : 0.0f;
+    at[D * kTileWidth] = j < p.n ? (float) (p.lw[j] * kLog2e) : -INFINITY;
+  }
+  // queries: hi rows, then lo rows
+  const int64_t ldq = (p.m + kBlockQueries - 1) / kBlockQueries * kBlockQueries;
+  std::vector<float> query(ldq * 2 * D, 0.0f);
+  for (int64_t i = 0; i < p.m; i++)
+    for (int k = 0; k < D; k++) {
+      const double v = p.q[k * p.m + i];
+      query[k * ldq + i] = (float) v;
+      query[(D + k) * ldq + i] = (float) (v - (double) (float) v);
+    }
+  std::vector<float> part_max(ldq), part_sum(ldq);
+  kde_args<float> a{};
+  a.train = train.data();
+  a.n_points = n_points;
+  a.split_points = n_points;
+  a.query = query.data();
+  a.ldq = ldq;
+  a.n_query = p.m;
+  a.part_max = part_max.data();
+  a.part_sum = part_sum.data();
+  a.dim = D;
+  a.leave_one_out = p.loo;
+  a.tile_elems = ROWS * kTileWidth;
+  a.anchor = anchor.data();
+  a.tight_radius2 = radius2;
+  a.code_row = 2 * D;
+  constexpr int A = D >= 3 ? kFitPlain : kFitFixed; // the difference form's instances
+  launch_warps(dim3((unsigned) (ldq / kBlockQueries)), kThreads,
+               [&] { kde_small_kernel<KDE_GAUSSIAN, float, D, A>(a); });
+  std::vector<double> out(p.m);
+  for (int64_t i = 0; i < p.m; i++) out[i] = (double) part_max[i] + log2((double) part_sum[i]);
+  return out;
+}
+
+// n points uniform in a cube of `side` (storage units), a few of them
+// weighted or of weight 0; m queries near points (a quarter of them moved
+// `far` away), or the points themselves (loo); all in a k-d order
+static problem make(int d, int64_t n, int64_t m, double side, double far, bool loo,
+                    unsigned seed)
+{
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  std::uniform_real_distribution<double> uniform(0.0, side);
+  problem p;
+  p.d = d;
+  p.n = n;
+  p.m = loo ? n : m;
+  p.loo = loo;
+  std::vector<double> x(n * d);
+  for (auto &v : x) v = uniform(rng);
+  std::vector<int64_t> idx(n);
+  for (int64_t j = 0; j < n; j++) idx[j] = j;
+  kd(x, n, d, idx, 0, n, kUnit);
+  p.x.resize(n * d);
+  for (int64_t j = 0; j < n; j++)
+    for (int k = 0; k < d; k++) p.x[k * n + j] = x[k * n + idx[j]];
+  p.lw.assign(n, -log((double) n));
+  for (int64_t j = 0; j < n; j += 97) p.lw[j] += j % 3 == 0 ? -INFINITY : 0.7 * normal(rng);
+  if (loo) {
+    p.q = p.x;
+    return p;
+  }
+  std::vector<double> q(m * d);
+  std::uniform_int_distribution<int64_t> pick(0, n - 1);
+  for (int64_t i = 0; i < m; i++) {
+    const int64_t j = pick(rng);
+    for (int k = 0; k < d; k++)
+      q[k * m + i] = p.x[k * n + j] + (i % 4 == 3 ? far / sqrt((double) d) : 0.5 * normal(rng));
+  }
+  std::vector<int64_t> qi(m);
+  for (int64_t i = 0; i < m; i++) qi[i] = i;
+  kd(q, m, d, qi, 0, m, kBlockQueries);
+  p.q.resize(m * d);
+  for (int64_t i = 0; i < m; i++)
+    for (int k = 0; k < d; k++) p.q[k * m + i] = q[k * m + qi[i]];
+  return p;
+}
+
+template <int D> static int check(const problem &p, const char *label)
+{
+  std::vector<double> ref(p.m);
+  for (int64_t i = 0; i < p.m; i++) ref[i] = reference(p, i);
+  const char *r2 = getenv("DENSITY_R2");
+  const float radius2 = r2 != nullptr ? (float) atof(r2) : (float) kTightRadius2;
+  const std::vector<double> tight = emulate<D>(p, radius2), plain = emulate<D>(p, 0.0f);
+  double worst_tight = 0, worst_plain = 0;
+  int64_t differ = 0;
+  for (int64_t i = 0; i < p.m; i++) {
+    // relative error of the density, from log2
+    worst_tight = std::max(worst_tight, fabs(expm1((tight[i] - ref[i]) * kLn2)));
+    worst_plain = std::max(worst_plain, fabs(expm1((plain[i] - ref[i]) * kLn2)));
+    differ += tight[i] != plain[i];
+  }
+  // single's rounding of the exponent: eps times the farthest query's
+  // exponent, and the sums' (Kahan) rounding
+  double most = 0;
+  for (int64_t i = 0; i < p.m; i++) most = std::max(most, fabs(ref[i]));
+  const double bound = 2e-6 + 8 * 0x1p-24 * most;
+  // d = 3 takes the path where the data are dense; d = 2 never does
+  const bool ok = worst_tight <= bound && worst_plain <= bound &&
+                  worst_tight <= 1.5 * worst_plain + 2e-7 && (D == 3 ? differ > 0 : differ == 0);
+  printf("%s d=%d %s: difference form %.2e, tight tiles %.2e (bound %.2e), %lld of %lld differ\n",
+         ok ? "ok  " : "FAIL", D, label, worst_plain, worst_tight, bound, (long long) differ,
+         (long long) p.m);
+  return ok ? 0 : 1;
+}
+
+int main()
+{
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  int failed = 0;
+  const char *only = getenv("DENSITY_D");
+  for (int d = 2; d <= 3; d++) {
+    if (only != nullptr && atoi(only) != d) continue;
+    for (int loo = 0; loo <= 1; loo++)
+      for (double far : {3.0, 12.0}) {
+        if (loo && far > 3.0) continue;
+        // a cube whose k-d leaves (units) reach about a storage unit from
+        // their centres, so that most warps' quarters are tight
+        const int64_t n = loo ? 3000 : 6000;
+        const char *r2 = getenv("DENSITY_R2");
+        const double radius = sqrt(r2 != nullptr ? atof(r2) : kTightRadius2);
+        const double side = radius * (d == 2 ? 5.3 * sqrt(n / 6000.0) : 2.7 * cbrt(n / 6000.0));
+        const problem p = make(d, n, 1024, side, far, loo == 1, 100 * d + (unsigned) far);
+        char label[64];
+        if (loo) snprintf(label, sizeof label, "leaving one out");
+        else snprintf(label, sizeof label, "a quarter of the queries %g units out", far);
+        failed += d == 2 ? check<2>(p, label) : check<3>(p, label);
+      }
+  }
+  printf("%d failed\n", failed);
+  return failed > 0;
+}
