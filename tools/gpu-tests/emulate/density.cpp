@@ -114,6 +114,18 @@ static std::vector<double> emulate(const problem &p, float radius2)
   return out;
 }
 
+// n points (column-major) in a k-d order of runs of `leaf`
+static std::vector<double> kd_ordered(const std::vector<double> &x, int64_t n, int d, int64_t leaf)
+{
+  std::vector<int64_t> idx(n);
+  for (int64_t j = 0; j < n; j++) idx[j] = j;
+  kd(x, n, d, idx, 0, n, leaf);
+  std::vector<double> out(n * d);
+  for (int64_t j = 0; j < n; j++)
+    for (int k = 0; k < d; k++) out[k * n + j] = x[k * n + idx[j]];
+  return out;
+}
+
 // n points uniform in a cube of `side` (storage units), a few of them
 // weighted or of weight 0; m queries near points (a quarter of them moved
 // `far` away), or the points themselves (loo); all in a k-d order
@@ -130,12 +142,7 @@ static problem make(int d, int64_t n, int64_t m, double side, double far, bool l
   p.loo = loo;
   std::vector<double> x(n * d);
   for (auto &v : x) v = uniform(rng);
-  std::vector<int64_t> idx(n);
-  for (int64_t j = 0; j < n; j++) idx[j] = j;
-  kd(x, n, d, idx, 0, n, kUnit);
-  p.x.resize(n * d);
-  for (int64_t j = 0; j < n; j++)
-    for (int k = 0; k < d; k++) p.x[k * n + j] = x[k * n + idx[j]];
+  p.x = kd_ordered(x, n, d, kUnit);
   p.lw.assign(n, -log((double) n));
   for (int64_t j = 0; j < n; j += 97) p.lw[j] += j % 3 == 0 ? -INFINITY : 0.7 * normal(rng);
   if (loo) {
@@ -149,12 +156,7 @@ static problem make(int d, int64_t n, int64_t m, double side, double far, bool l
     for (int k = 0; k < d; k++)
       q[k * m + i] = p.x[k * n + j] + (i % 4 == 3 ? far / sqrt((double) d) : 0.5 * normal(rng));
   }
-  std::vector<int64_t> qi(m);
-  for (int64_t i = 0; i < m; i++) qi[i] = i;
-  kd(q, m, d, qi, 0, m, kBlockQueries);
-  p.q.resize(m * d);
-  for (int64_t i = 0; i < m; i++)
-    for (int k = 0; k < d; k++) p.q[k * m + i] = q[k * m + qi[i]];
+  p.q = kd_ordered(q, m, d, kBlockQueries);
   return p;
 }
 
