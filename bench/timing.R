@@ -32,9 +32,10 @@ bench_commit <- function() {
 # The SM clock a GPU benchmark ran at, so that its ratios to the
 # hardware's limits are stated at the clock actually run: from
 # source("bench/timing.R") on, nvidia-smi samples GPU 0's SM clock and
-# utilisation every 200 ms into a file; busy_sm_clock() stops it and gives
-# the median clock over the samples with the GPU at least half busy (NA
-# without nvidia-smi, or where the GPU was never busy).
+# utilisation every 200 ms into a file until busy_sm_clock() or R's exit
+# stops it; busy_sm_clock() gives the median clock over the samples with
+# the GPU at least half busy (NA without nvidia-smi, or where the GPU was
+# never busy).
 clock_log <- local({
   smi <- Sys.which("nvidia-smi")
   if (!nzchar(smi)) return(NULL)
@@ -45,7 +46,12 @@ clock_log <- local({
   pid <- suppressWarnings(tryCatch(system2("sh", c("-c", shQuote(command)), stdout = TRUE),
                                    error = function(e) character()))
   if (length(pid) != 1L || is.na(suppressWarnings(as.integer(pid)))) return(NULL)
-  list(path = path, pid = as.integer(pid))
+  # stopped when R exits too: scripts that never write through
+  # write_bench_csv() would leave it sampling
+  sampler <- new.env()
+  sampler$pid <- as.integer(pid)
+  reg.finalizer(sampler, function(e) tools::pskill(e$pid), onexit = TRUE)
+  list(path = path, pid = sampler$pid, sampler = sampler)
 })
 busy_sm_clock <- function() {
   if (is.null(clock_log)) return(NA_real_)
