@@ -42,7 +42,7 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
                                rep->stream));
   if (blocks >= kPlanFillBlocks) { /* enough query blocks to fill the device */
     const auto kernel = refine_blocks_kernel_for(plan->dim);
-    kernel<<<(unsigned) blocks, kBlockQueries, 0, rep->stream>>>(
+    kernel<<<(unsigned) blocks, kRefineBlockThreads, 0, rep->stream>>>(
         *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
         (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr, words,
         (uint32_t *) rep->plan_mask.ptr, (int64_t *) rep->plan_count.ptr);

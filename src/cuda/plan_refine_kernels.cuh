@@ -21,8 +21,8 @@
  *
  * then the counts are scanned and plan_fill writes the narrowed lists.
  * A batch of many query blocks takes one kernel instead, a CUDA block per
- * query block (kde_refine_blocks_kernel, below): the same steps, a thread
- * per query, the list read in chunks through shared memory.
+ * query block (kde_refine_blocks_kernel, below): the same steps, a few
+ * threads per query, the list read in chunks through shared memory.
  * Sums run in fixed orders and the kept units are an OR of decisions:
  * the same plan on every run and device. plan_refine.cu launches them;
  * tools/gpu-tests/emulate/plan_refine.cpp runs them on the host (in CI),
@@ -368,24 +368,50 @@ __device__ __forceinline__ double staged_upper(const kde_prune_plan &sp, const d
   return kde_prune_log_upper(&sp, u, min2, max2);
 }
 
+/* Threads per query in the one kernel: a long list (the queries at the
+ * data's centre keep thousands of units) is one query's chain of
+ * dependent double-precision bounds, and the block that holds it ends the
+ * kernel while the SMs that finished the short lists idle: the threads of
+ * a query share its units, lane j of a query's kRefineSplit taking units
+ * j, j + kRefineSplit, ... of each chunk. */
+constexpr int kRefineSplit = 4;
+constexpr int kRefineBlockThreads = kBlockQueries * kRefineSplit;
+static_assert(32 % kRefineSplit == 0, "a query's threads within one warp");
+
+/* The log-sum-exp states of a query's kRefineSplit lanes (adjacent lanes),
+ * merged by xor-butterfly, the lower lane's state first: the same result on
+ * each of them. */
+__device__ __forceinline__ kde_lse split_lse(kde_lse s)
+{
+  const int j = threadIdx.x % kRefineSplit;
+  for (int o = 1; o < kRefineSplit; o <<= 1) {
+    kde_lse other;
+    other.max = __shfl_xor_sync(0xffffffffu, s.max, o);
+    other.sum = __shfl_xor_sync(0xffffffffu, s.sum, o);
+    s = (j & o) ? kde_lse_merge(other, s) : kde_lse_merge(s, other);
+  }
+  return s;
+}
+
 /*
  * The refinement of a batch of many query blocks (at least kPlanFillBlocks,
  * so that they fill the device), in one kernel: CUDA block b is query
- * block b, thread r its query r. The block's list is read in chunks of
- * refine_chunk() units into shared memory (every thread then reads the same
- * unit: broadcasts) three times: each query's L_q, then its bounds' bucket
- * sums (a column of shared memory per query) and first skipped bucket,
- * then the decisions: a unit is kept where some query needs it (a warp's
- * needs ORed into a word, the words into the chunk's bits). Writes block
- * b's mask row (0 before) and count[b]. The same arithmetic as the bounds
- * and decide kernels, per query in a fixed order: the same plan on every
- * run and device. Where the two kernels' warps each read the block's list
- * from L2 and a unit that no query needs holds its warp through all 128
- * queries, here the list is read once per block and no thread waits on
- * another's search.
+ * block b, threads kRefineSplit r .. kRefineSplit r + kRefineSplit - 1 its
+ * query r. The block's list is read in chunks of refine_chunk() units into
+ * shared memory (every query then reads the same unit: broadcasts) three
+ * times: each query's L_q, then its bounds' bucket sums (a column of
+ * shared memory per query, its lanes adding in the units' order) and first
+ * skipped bucket, then the decisions: a unit is kept where some query needs
+ * it (a warp's needs ORed into a word, the words into the chunk's bits).
+ * Writes block b's mask row (0 before) and count[b]. The same arithmetic as
+ * the bounds and decide kernels, per query in a fixed order: the same plan
+ * on every run and device. Where the two kernels' warps each read the
+ * block's list from L2 and a unit that no query needs holds its warp
+ * through all 128 queries, here the list is read once per block and no
+ * thread waits on another's search.
  */
 template <int D>
-__global__ void __launch_bounds__(kBlockQueries)
+__global__ void __launch_bounds__(kRefineBlockThreads)
     kde_refine_blocks_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
                              const double *block_skipped, int64_t words, uint32_t *mask,
@@ -393,12 +419,14 @@ __global__ void __launch_bounds__(kBlockQueries)
 {
   __shared__ staged_units<D> s_units;
   constexpr int kChunk = staged_units<D>::kChunk;
+  constexpr int S = kRefineSplit;
   /* each query's bucket sums: query r adds to column r only */
   __shared__ double s_part[kRefineBuckets][kBlockQueries];
   __shared__ uint32_t s_kept[kChunk / 32];
   __shared__ int s_keep_all;
-  __shared__ unsigned long long s_visits[kBlockQueries / 32];
-  const int r = threadIdx.x, lane = r % 32, warp = r / 32;
+  __shared__ unsigned long long s_visits[kRefineBlockThreads / 32];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int r = tid / S, j = tid % S;
   const int64_t b = blockIdx.x, row = b * kBlockQueries + r;
   const bool active = row < rows;
   const int how = plan_decision(p);
@@ -411,8 +439,8 @@ __global__ void __launch_bounds__(kBlockQueries)
   double rem = 0.0;
   int fs = 0;
   if (how == kDecideBounds) {
-    /* L_q: two states (even and odd units: two chains of adds) merged
-     * at the end */
+    /* L_q: each lane's units in two states (two chains of adds), merged,
+     * then the query's lanes merged */
     kde_lse even = kde_lse_empty(), odd = kde_lse_empty();
     const auto lower_add = [&](kde_lse &s, int u) {
       lane_lse_add(s, kde_prune_log_lower(&sp, u, staged_max2(sp, q, u, dim)));
@@ -422,34 +450,44 @@ __global__ void __launch_bounds__(kBlockQueries)
       stage_units(p, visit, c, n, dim, s_units);
       __syncthreads();
       if (active) {
-        int u = 0;
-        for (; u + 1 < n; u += 2) {
+        int u = j;
+        for (; u + S < n; u += 2 * S) {
           lower_add(even, u);
-          lower_add(odd, u + 1);
+          lower_add(odd, u + S);
         }
         if (u < n) lower_add(even, u);
       }
       __syncthreads();
     }
-    rem = kde_prune_log_remaining(log(p.tolerance) + kde_lse_log(kde_lse_merge(even, odd)) -
-                                      kFloatExpMargin,
+    const kde_lse lower = split_lse(kde_lse_merge(even, odd));
+    rem = kde_prune_log_remaining(log(p.tolerance) + kde_lse_log(lower) - kFloatExpMargin,
                                   block_skipped[b]) -
           kFloatExpMargin;
     /* the bounds' bucket sums, then the first skipped bucket */
     fs = KDE_PRUNE_BUCKETS;
     const bool sums = active && rem > -INFINITY;
-    for (int k = 0; k < kRefineBuckets; k++) s_part[k][r] = 0.0;
+    if (j == 0)
+      for (int k = 0; k < kRefineBuckets; k++) s_part[k][r] = 0.0;
     for (int64_t c = lo; c < hi; c += kChunk) {
       const int n = (int) (hi - c < kChunk ? hi - c : kChunk);
       stage_units(p, visit, c, n, dim, s_units);
       __syncthreads();
-      if (sums)
-        for (int u = 0; u < n; u++) {
+      for (int g = 0; g < n; g += S) { /* block-uniform trips: __syncwarp below */
+        const int u = g + j;
+        int bucket = -1;
+        double value = 0.0;
+        if (sums && u < n) {
           const double key = staged_upper(sp, q, u, dim) - rem;
-          int bucket = kde_prune_bucket(key);
+          bucket = kde_prune_bucket(key);
           if (bucket >= kRefineBuckets) bucket = kRefineBuckets - 1;
-          if (bucket >= 0) s_part[bucket][r] += (double) expf((float) key);
+          if (bucket >= 0) value = (double) expf((float) key);
         }
+        /* the query's lanes in turn: its column adds the units in order */
+        for (int turn = 0; turn < S; turn++) {
+          if (turn == j && bucket >= 0) s_part[bucket][r] += value;
+          __syncwarp();
+        }
+      }
       __syncthreads();
     }
     if (sums) {
@@ -462,7 +500,7 @@ __global__ void __launch_bounds__(kBlockQueries)
     }
   }
   /* a query that skips nothing keeps the whole list */
-  if (r == 0) s_keep_all = 0;
+  if (tid == 0) s_keep_all = 0;
   __syncthreads();
   if (how == kDecideBounds && active && fs >= KDE_PRUNE_BUCKETS) s_keep_all = 1;
   __syncthreads();
@@ -472,14 +510,15 @@ __global__ void __launch_bounds__(kBlockQueries)
   for (int64_t c = lo; c < hi; c += kChunk) {
     const int n = (int) (hi - c < kChunk ? hi - c : kChunk);
     stage_units(p, visit, c, n, dim, s_units);
-    if (r < kChunk / 32) s_kept[r] = 0u;
+    if (tid < kChunk / 32) s_kept[tid] = 0u;
     __syncthreads();
     if (!keep_all)
       for (int w0 = 0; w0 < n; w0 += 32) {
-        /* this query's needs among units w0 .. w0 + 31, a bit each */
+        /* this query's needs among units w0 .. w0 + 31, a bit each (this
+         * lane's share of them) */
         uint32_t need = 0u;
         if (active)
-          for (int u = w0; u < n && u < w0 + 32; u++) {
+          for (int u = w0 + j; u < n && u < w0 + 32; u += S) {
             const bool needed =
                 how == kDecideSupport
                     ? staged_min2(sp, q, u, dim) < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
@@ -491,9 +530,9 @@ __global__ void __launch_bounds__(kBlockQueries)
       }
     __syncthreads();
     if (warp < kChunk / 32) { /* a lane per staged unit */
-      const bool kept = r < n && (keep_all || (s_kept[warp] >> lane & 1u) != 0u);
-      const int32_t t = r < n ? s_units.t[r] : 0;
-      mask_set_runs(mask + b * words, r < n ? t / 32 : INT64_MAX, kept ? 1u << (t % 32) : 0u);
+      const bool kept = tid < n && (keep_all || (s_kept[warp] >> lane & 1u) != 0u);
+      const int32_t t = tid < n ? s_units.t[tid] : 0;
+      mask_set_runs(mask + b * words, tid < n ? t / 32 : INT64_MAX, kept ? 1u << (t % 32) : 0u);
       visits += kept ? 1 : 0;
     }
     __syncthreads(); /* before the next chunk is staged */
@@ -501,9 +540,9 @@ __global__ void __launch_bounds__(kBlockQueries)
   for (int o = 16; o > 0; o >>= 1) visits += __shfl_xor_sync(0xffffffffu, visits, o);
   if (lane == 0) s_visits[warp] = visits;
   __syncthreads();
-  if (r == 0) {
+  if (tid == 0) {
     unsigned long long total = 0;
-    for (int w = 0; w < kBlockQueries / 32; w++) total += s_visits[w];
+    for (int w = 0; w < kRefineBlockThreads / 32; w++) total += s_visits[w];
     count[b] = (int64_t) total;
   }
 }

@@ -177,7 +177,7 @@ int main()
                                                       : d == 3 ? kde_refine_blocks_kernel<3>
                                                                : kde_refine_blocks_kernel<4>
                                                     : kde_refine_blocks_kernel<0>;
-                launch_warps(dim3((unsigned) blocks), kBlockQueries, [&] {
+                launch_warps(dim3((unsigned) blocks), kRefineBlockThreads, [&] {
                   one(f.plan, q.data(), m, m, visit.data(), offset.data(), skipped.data(), words,
                       mask.data(), count.data());
                 });
