@@ -6,6 +6,13 @@
 # scaled to m (at 1e8 the whole of it would take about an hour); the
 # pruned result is checked against it on that slice.
 #
+# s3x5e8: n = m = 5e8 on two GPUs (options(kdegpu.devices = c(0, 1))); the
+# points are drawn by the GPU's sampler (a fit of one point at 0 with H = I:
+# exactly N(0, I)), R's rnorm() would take a minute, and the queries are the
+# points themselves (a second matrix of 12 GB); its full sum is the
+# spatial fit's own at tolerance = 0 (a second fit of 5e8 points would take
+# the time of the first).
+#
 #   KDEGPU_LARGE="s2,s3,d3,s3e8" Rscript bench/prune_large.R [out.csv]
 #
 # (default inst/benchmarks/prune-large.csv; KDEGPU_LARGE picks the rows)
@@ -15,27 +22,42 @@ args <- commandArgs(trailingOnly = TRUE)
 out_csv <- if (length(args)) args[[1L]] else "inst/benchmarks/prune-large.csv"
 info <- kdegpu_info()
 if (nrow(info$gpus) == 0L) stop("bench/prune_large.R needs a usable GPU")
-options(kdegpu.devices = 0)
 shapes <- list(
   s2 = list(d = 2, n = 1e7, precision = "single", slice = 1e6, reps = 3L),
   s3 = list(d = 3, n = 1e7, precision = "single", slice = 1e6, reps = 3L),
   d3 = list(d = 3, n = 1e7, precision = "double", slice = 1e5, reps = 1L),
-  s3e8 = list(d = 3, n = 1e8, precision = "single", slice = 1e5, reps = 1L))
+  s3e8 = list(d = 3, n = 1e8, precision = "single", slice = 1e5, reps = 1L),
+  s3x5e8 = list(d = 3, n = 5e8, precision = "single", slice = 1e5, reps = 1L, devices = 0:1,
+                queries = "points", brute = FALSE))
 wanted <- strsplit(Sys.getenv("KDEGPU_LARGE", paste(names(shapes), collapse = ",")), ",")[[1L]]
 rows <- list()
 for (name in intersect(wanted, names(shapes))) {
   s <- shapes[[name]]
+  devices <- if (is.null(s$devices)) 0L else s$devices
+  options(kdegpu.devices = devices)
   set.seed(1)
-  x <- matrix(rnorm(s$n * s$d), ncol = s$d)
-  q <- matrix(rnorm(s$n * s$d), ncol = s$d)
+  t_data <- system.time({
+    x <- if (identical(s$queries, "points")) {
+      sample(kde_gpu(matrix(0, 2L, s$d), H = diag(s$d), precision = "double"), s$n)
+    } else {
+      matrix(rnorm(s$n * s$d), ncol = s$d)
+    }
+    q <- if (identical(s$queries, "points")) x else matrix(rnorm(s$n * s$d), ncol = s$d)
+  })[["elapsed"]]
+  cat(sprintf("%s: data %.1f s\n", name, t_data))
   t_fit <- system.time(fit <- kde_gpu(x, precision = s$precision))[["elapsed"]]
-  old <- options(kdegpu.spatial = FALSE)
-  brute <- kde_gpu(x, precision = s$precision)
-  options(old)
+  cat(sprintf("%s: fit %.1f s\n", name, t_fit))
+  brute <- fit
+  if (!isFALSE(s$brute)) {
+    old <- options(kdegpu.spatial = FALSE)
+    brute <- kde_gpu(x, precision = s$precision)
+    options(old)
+  }
   head_q <- q[seq_len(s$slice), , drop = FALSE]
   t_slice <- system.time(full <- predict(brute, head_q, log = TRUE, tolerance = 0))[["elapsed"]]
   rm(brute)
   invisible(gc())
+  cat(sprintf("%s: full sum of %.0e queries %.1f s\n", name, s$slice, t_slice))
   t_pruned <- if (s$reps > 1L) {
     median_seconds(function() predict(fit, q), s$reps)
   } else {
@@ -45,7 +67,7 @@ for (name in intersect(wanted, names(shapes))) {
   pruned <- predict(fit, head_q, log = TRUE)
   t_full <- t_slice * s$n / s$slice
   rows[[length(rows) + 1L]] <- data.frame(
-    d = s$d, n = s$n, m = s$n, precision = s$precision, fit_s = t_fit,
+    d = s$d, n = s$n, m = s$n, gpus = length(devices), precision = s$precision, fit_s = t_fit,
     full_s_scaled = t_full, full_slice = s$slice, pruned_s = t_pruned,
     speedup = t_full / t_pruned, pairs_share = share,
     max_rel_diff = max(abs(expm1(pruned - full))), device = info$gpus$name[[1L]])
@@ -53,6 +75,7 @@ for (name in intersect(wanted, names(shapes))) {
               s$d, s$n, s$precision, t_fit, t_full, s$slice, t_slice, t_pruned,
               t_full / t_pruned, share, max(abs(expm1(pruned - full)))))
   rm(x, q, fit)
+  options(kdegpu.devices = NULL)
   invisible(gc())
 }
 write_bench_csv(do.call(rbind, rows), out_csv)
