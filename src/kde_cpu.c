@@ -267,6 +267,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
     plan.log_weight_rest = tiles->log_rest;
     plan.inv_scale2_lo = tiles->scale_lo;
     plan.inv_scale2_hi = tiles->scale_hi;
+    plan.centroid = plan.spread2 = NULL; /* the CPU plans blocks of queries only */
     plan.log_lower_factor = kde_discrete_log_lower_factor(train);
     plan.tolerance = query->tolerance;
     plan.leave_one_out = query->leave_one_out;

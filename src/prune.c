@@ -36,7 +36,9 @@
  *   block's plan skips tiles whose upper bounds add up to S <= tolerance *
  *   L. Each query q of the block then bounds its own sum from its own
  *   distances (its point as the box): L_q over the tiles the block visits
- *   (a part of a lower bound is one), and among those tiles a set S_q whose
+ *   (a part of a lower bound is one; each tile's share the larger of its
+ *   farthest corner's and Jensen's bound from its centroid,
+ *   kde_prune_log_lower_query), and among those tiles a set S_q whose
  *   bounds from q add up to at most tolerance * L_q - S
  *   (kde_prune_log_remaining). The block visits the tiles some query needs;
  *   a tile it skips is in the block's S (whose bounds from q are at most the
@@ -262,6 +264,40 @@ void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile, int thr
     }
     log_total[i] = total > 0 ? log(total) : -INFINITY;
     log_rest[i] = total - largest > 0 ? log(total - largest) : -INFINITY;
+  }
+}
+
+void kde_tile_centroids(const double *x, const double *weight, int64_t n, int64_t dim,
+                        int64_t tile, int threads, double *centroid, double *spread2)
+{
+  const int64_t n_tiles = (n + tile - 1) / tile;
+#pragma omp parallel for num_threads(kde_thread_count_for(threads, (double) n * (double) dim)) \
+    schedule(static)
+  for (int64_t i = 0; i < n_tiles; i++) {
+    const int64_t begin = i * tile;
+    const int64_t end = begin + tile < n ? begin + tile : n;
+    double *c = centroid + i * dim;
+    double total = 0.0, spread = 0.0;
+    for (int64_t k = 0; k < dim; k++) c[k] = 0.0;
+    for (int64_t j = begin; j < end; j++) {
+      if (!(weight[j] > 0)) continue;
+      total += weight[j];
+      for (int64_t k = 0; k < dim; k++) c[k] += weight[j] * x[j + k * n];
+    }
+    if (total > 0) {
+      for (int64_t k = 0; k < dim; k++) c[k] /= total;
+      for (int64_t j = begin; j < end; j++) {
+        if (!(weight[j] > 0)) continue;
+        double s2 = 0.0;
+        for (int64_t k = 0; k < dim; k++) {
+          const double diff = x[j + k * n] - c[k];
+          s2 += diff * diff;
+        }
+        spread += weight[j] * s2;
+      }
+      spread /= total;
+    }
+    spread2[i] = spread;
   }
 }
 

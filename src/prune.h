@@ -26,6 +26,10 @@ typedef struct {
    * 1 / lambda_j^2, the squared inverse of its widest and its narrowest
    * kernel's radius: kde_tile_boxes() of inv_scale2 as a 1-column matrix. */
   const double *inv_scale2_lo, *inv_scale2_hi;
+  /* Each tile's weighted centroid (n_tiles x dim, tile-major) and its
+   * points' weighted mean squared distance from it, or NULL: a single
+   * query's lower bound (kde_prune_log_lower_query). Fixed bandwidths. */
+  const double *centroid, *spread2;
   /* log of the smallest factor the pairs' other terms can take (at most
    * 0; -inf: none is proven): the discrete columns' worst penalty
    * (kde_training_set), added to the lower bound only. 0 otherwise. */
@@ -88,6 +92,36 @@ KDE_HD double kde_prune_log_lower(const kde_prune_plan *p, int64_t t, double max
 {
   const double *weight = p->leave_one_out ? p->log_weight_rest : p->log_weight;
   return weight[t] + kde_log_profile(p->kernel, max2) + p->log_lower_factor;
+}
+
+/* Tile t's share of L for one query q (the per-query refinement): the
+ * larger of kde_prune_log_lower and, where the plan keeps centroids (not
+ * leaving one out), Jensen's bound. The Gaussian's and the exponential's
+ * k(s^2) are convex in s^2, so sum_j w_j k(s_j^2) >= W k(mean s^2), and
+ * the weighted mean of |q - x_j|^2 is |q - c|^2 + spread2 for the centroid
+ * c: near the query's side of a wide tile this is e^(r a) tighter than the
+ * farthest corner, r the distance and a the tile's half diagonal. The mean
+ * is raised for rounding: 1e-12 relative for the sums, and for the
+ * centroid's own error (at most 1e-13 S per coordinate, S the sum of |c_k|
+ * and |q_k| and 1, its points' residuals included), whose cross term 2 |q -
+ * c| |delta| is at most 1e-12 |q - c|^2 + 1e-14 S^2. */
+KDE_HD double kde_prune_log_lower_query(const kde_prune_plan *p, int64_t t, double max2,
+                                        const double *q)
+{
+  const double corner = kde_prune_log_lower(p, t, max2);
+  if (p->centroid == NULL || p->leave_one_out || p->inv_scale2_lo != NULL ||
+      kde_kernel_is_compact(p->kernel))
+    return corner;
+  const double *c = p->centroid + t * p->dim;
+  double c2 = 0.0, size = 1.0;
+  for (int64_t k = 0; k < p->dim; k++) {
+    const double diff = q[k] - c[k];
+    c2 += diff * diff;
+    size += fabs(q[k]) + fabs(c[k]);
+  }
+  const double mean2 = (c2 + p->spread2[t]) * (1.0 + 1e-12) + 1e-14 * size * size;
+  const double jensen = p->log_weight[t] + kde_log_profile(p->kernel, mean2) + p->log_lower_factor;
+  return jensen > corner ? jensen : corner;
 }
 
 /* A tile is beyond a compact kernel's support when min2 exceeds 1 by more
@@ -158,6 +192,14 @@ int64_t kde_tiles_to_visit(const kde_prune_plan *plan, const double *q_lo,
  * for tiles of `tile` consecutive weights of n. */
 void kde_tile_log_weights(const double *weight, int64_t n, int64_t tile, int threads,
                           double *log_total, double *log_rest);
+
+/* Each tile's weighted centroid (n_tiles x dim, tile-major) and weighted
+ * mean squared distance of its points from it (kde_prune_plan.centroid),
+ * for tiles of `tile` consecutive rows of the n x dim column-major x;
+ * points of weight 0 (a layout's empty places) take no part, and a tile of
+ * none has centroid 0 and spread 0 (its log weight is -inf). */
+void kde_tile_centroids(const double *x, const double *weight, int64_t n, int64_t dim,
+                        int64_t tile, int threads, double *centroid, double *spread2);
 
 /* The tiles that each block of `block` consecutive query rows visits, for
  * the rows [first, first + rows) of the n_query x dim column-major matrix q

@@ -294,6 +294,8 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   free(model->unit_hi);
   free(model->unit_log_weight);
   free(model->unit_log_rest);
+  free(model->unit_centroid);
+  free(model->unit_spread2);
   free(model->unit_scale_lo);
   free(model->unit_scale_hi);
   kde_unit_spread_free(&model->spread);
@@ -672,11 +674,18 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
       KDE_HOST_ALLOC(model->unit_scale_hi, n_units, "the units' scales");
       kde_tile_boxes(train->inv_scale2, train->n_train, 1, kUnit, 1, model->unit_scale_lo,
                      model->unit_scale_hi);
+    } else {
+      KDE_HOST_ALLOC(model->unit_centroid, n_units * model->dim, "the units' centroids");
+      KDE_HOST_ALLOC(model->unit_spread2, n_units, "the units' centroids");
+      kde_tile_centroids(train->train, train->weight, train->n_train, model->dim, kUnit,
+                         train->host_threads, model->unit_centroid, model->unit_spread2);
     }
     /* and on every device, for the plans made there (plan.cu) */
     const size_t box_bytes = (size_t) (n_units * model->dim) * sizeof(double);
     const size_t weight_bytes = (size_t) n_units * sizeof(double);
-    const size_t unit_bytes_all = 2 * box_bytes + (model->adaptive ? 4 : 2) * weight_bytes;
+    /* boxes and weights; an adaptive model's scales, or the centroids */
+    const size_t unit_bytes_all = model->adaptive ? 2 * box_bytes + 4 * weight_bytes
+                                                  : 3 * box_bytes + 3 * weight_bytes;
     for (int r = 0; r < n_devices; r++) {
       kde_replica *rep = &model->rep[r];
       char *at;
@@ -694,6 +703,11 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
         KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes + 2 * weight_bytes, model->unit_scale_lo,
                                 weight_bytes, cudaMemcpyHostToDevice));
         KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes + 3 * weight_bytes, model->unit_scale_hi,
+                                weight_bytes, cudaMemcpyHostToDevice));
+      } else {
+        KDE_CUDA_TRY(cudaMemcpy(at + 2 * box_bytes + 2 * weight_bytes, model->unit_centroid,
+                                box_bytes, cudaMemcpyHostToDevice));
+        KDE_CUDA_TRY(cudaMemcpy(at + 3 * box_bytes + 2 * weight_bytes, model->unit_spread2,
                                 weight_bytes, cudaMemcpyHostToDevice));
       }
       /* the groups, for the grouped plan */

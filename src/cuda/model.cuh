@@ -36,9 +36,10 @@ typedef struct {
   double *whitening;      /* dim + dim x dim: center, transform (lazily) */
   int whitening_serial;   /* model->whitening_serial uploaded here */
   /* Pruning on this device (plan.cu): the units' boxes and log weights,
-   * the model's unit_lo, unit_hi, unit_log_weight, unit_log_rest (and for
-   * an adaptive model unit_scale_lo, unit_scale_hi) in one allocation
-   * (NULL when the model visits every unit). */
+   * the model's unit_lo, unit_hi, unit_log_weight, unit_log_rest, then
+   * for an adaptive model unit_scale_lo, unit_scale_hi, for any other
+   * unit_centroid, unit_spread2, in one allocation (NULL when the model
+   * visits every unit). */
   double *units;
   /* the model's unit_groups on this device, for the grouped plan
    * (plan_grouped_kernels.cuh): n_groups x dim boxes' lo, hi, then the
@@ -140,6 +141,10 @@ struct kde_cuda_model {
   /* an adaptive model's units' smallest and largest 1 / lambda^2 (NULL
    * otherwise), for prune.h's kde_prune_scale */
   double *unit_scale_lo, *unit_scale_hi;
+  /* a fixed-bandwidth model's units' weighted centroids (n_units x dim)
+   * and mean squared distances from them (NULL otherwise), for prune.h's
+   * kde_prune_log_lower_query */
+  double *unit_centroid, *unit_spread2;
   /* groups of units (prune.h), for the test of whether a few queries'
    * plan can pay (evaluate.cu); empty when the model visits every unit */
   kde_prune_groups unit_groups;

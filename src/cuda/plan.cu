@@ -66,6 +66,9 @@ kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica 
   /* an adaptive model's unit scales follow (model.cu) */
   p.inv_scale2_lo = model->adaptive ? p.log_weight_rest + n_units : NULL;
   p.inv_scale2_hi = model->adaptive ? p.log_weight_rest + 2 * n_units : NULL;
+  /* or its units' centroids (model.cu) */
+  p.centroid = model->adaptive ? NULL : p.log_weight_rest + n_units;
+  p.spread2 = model->adaptive ? NULL : p.log_weight_rest + n_units + n_units * model->dim;
   p.log_lower_factor = model->log_lower_factor;
   p.tolerance = tolerance;
   p.leave_one_out = leave_one_out;

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kRefineThreads)
       if (t[h] < 0) continue;
       double min2, max2;
       point_distances(p, q, t[h], &min2, &max2, p.dim);
-      lane_lse_add(lower[h], kde_prune_log_lower(&p, t[h], max2));
+      lane_lse_add(lower[h], kde_prune_log_lower_query(&p, t[h], max2, q));
     }
   }
   kde_lse total = lower[0];
@@ -275,8 +275,9 @@ __global__ void __launch_bounds__(kPlanThreads)
 /* ---- many query blocks: one CUDA block each --------------------------- */
 
 /* Units of a block's list staged in shared memory at a time: one per
- * thread where their boxes fit (d <= 4), half as many otherwise. */
-template <int D> constexpr int refine_chunk() { return D >= 1 && D <= 4 ? kBlockQueries : 64; }
+ * thread where their boxes and centroids fit (d <= 3), half as many
+ * otherwise. */
+template <int D> constexpr int refine_chunk() { return D >= 1 && D <= 3 ? kBlockQueries : 64; }
 static_assert(refine_chunk<0>() % 32 == 0 && refine_chunk<1>() <= kBlockQueries,
               "whole mask words per chunk, a unit per staging thread");
 
@@ -289,6 +290,7 @@ template <int D> struct staged_units {
   double lo[kChunk * kDims], hi[kChunk * kDims];
   double log_weight[kChunk], log_weight_rest[kChunk];
   double inv_scale2_lo[kChunk], inv_scale2_hi[kChunk];
+  double centroid[kChunk * kDims], spread2[kChunk];
   int32_t t[kChunk];
 };
 
@@ -302,6 +304,8 @@ __device__ __forceinline__ kde_prune_plan staged_plan(const kde_prune_plan &p, s
   sp.log_weight_rest = p.log_weight_rest != nullptr ? s.log_weight_rest : nullptr;
   sp.inv_scale2_lo = p.inv_scale2_lo != nullptr ? s.inv_scale2_lo : nullptr;
   sp.inv_scale2_hi = p.inv_scale2_hi != nullptr ? s.inv_scale2_hi : nullptr;
+  sp.centroid = p.centroid != nullptr ? s.centroid : nullptr;
+  sp.spread2 = p.centroid != nullptr ? s.spread2 : nullptr;
   sp.n_tiles = staged_units<D>::kChunk;
   return sp;
 }
@@ -326,6 +330,10 @@ __device__ __forceinline__ void stage_units(const kde_prune_plan &p, const int32
   if (p.inv_scale2_lo != nullptr) {
     s.inv_scale2_lo[u] = p.inv_scale2_lo[t];
     s.inv_scale2_hi[u] = p.inv_scale2_hi[t];
+  }
+  if (p.centroid != nullptr) {
+    for (int64_t k = 0; k < dim; k++) s.centroid[u * dim + k] = p.centroid[t * dim + k];
+    s.spread2[u] = p.spread2[t];
   }
 }
 
@@ -443,7 +451,7 @@ __global__ void __launch_bounds__(kRefineBlockThreads)
      * then the query's lanes merged */
     kde_lse even = kde_lse_empty(), odd = kde_lse_empty();
     const auto lower_add = [&](kde_lse &s, int u) {
-      lane_lse_add(s, kde_prune_log_lower(&sp, u, staged_max2(sp, q, u, dim)));
+      lane_lse_add(s, kde_prune_log_lower_query(&sp, u, staged_max2(sp, q, u, dim), q));
     };
     for (int64_t c = lo; c < hi; c += kChunk) {
       const int n = (int) (hi - c < kChunk ? hi - c : kChunk);

@@ -10,7 +10,7 @@
 struct fit {
   int64_t n, d, n_units;
   std::vector<double> z, log_w, inv;  // points in k-d order (column-major), log weights, 1/lambda^2
-  std::vector<double> lo, hi, lw, rest, inv_lo, inv_hi;
+  std::vector<double> lo, hi, lw, rest, inv_lo, inv_hi, centroid, spread2;
   kde_prune_plan plan;
 };
 
@@ -60,6 +60,12 @@ static void make_fit(int kernel, int64_t d, int shape, bool adaptive, double tol
     kde_tile_boxes(f.inv.data(), n, 1, kUnit, 1, f.inv_lo.data(), f.inv_hi.data());
     f.plan.inv_scale2_lo = f.inv_lo.data();
     f.plan.inv_scale2_hi = f.inv_hi.data();
+  } else { // the per-query refinement's Jensen bound (prune.h)
+    f.centroid.resize(f.n_units * d);
+    f.spread2.resize(f.n_units);
+    kde_tile_centroids(f.z.data(), w.data(), n, d, kUnit, 1, f.centroid.data(), f.spread2.data());
+    f.plan.centroid = f.centroid.data();
+    f.plan.spread2 = f.spread2.data();
   }
   f.plan.tolerance = tol;
   f.plan.leave_one_out = loo;

@@ -92,6 +92,7 @@ void make_host_plan(const training &t, int kernel, double tolerance, int loo, ho
   h.plan.log_weight = h.lw.data();
   h.plan.log_weight_rest = h.lr.data();
   h.plan.inv_scale2_lo = h.plan.inv_scale2_hi = NULL;
+  h.plan.centroid = h.plan.spread2 = NULL;
   h.plan.log_lower_factor = 0.0;
   h.plan.tolerance = tolerance;
   h.plan.leave_one_out = loo;
