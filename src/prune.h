@@ -104,17 +104,18 @@ KDE_HD double kde_prune_log_lower(const kde_prune_plan *p, int64_t t, double max
  * is raised for rounding: 1e-12 relative for the sums, and for the
  * centroid's own error (at most 1e-13 S per coordinate, S the sum of |c_k|
  * and |q_k| and 1, its points' residuals included), whose cross term 2 |q -
- * c| |delta| is at most 1e-12 |q - c|^2 + 1e-14 S^2. */
+ * c| |delta| is at most 1e-12 |q - c|^2 + 1e-14 S^2. dim: p->dim, or the
+ * same as a constant, for loops the compiler unrolls. */
 KDE_HD double kde_prune_log_lower_query(const kde_prune_plan *p, int64_t t, double max2,
-                                        const double *q)
+                                        const double *q, int64_t dim)
 {
   const double corner = kde_prune_log_lower(p, t, max2);
   if (p->centroid == NULL || p->leave_one_out || p->inv_scale2_lo != NULL ||
       kde_kernel_is_compact(p->kernel))
     return corner;
-  const double *c = p->centroid + t * p->dim;
+  const double *c = p->centroid + t * dim;
   double c2 = 0.0, size = 1.0;
-  for (int64_t k = 0; k < p->dim; k++) {
+  for (int64_t k = 0; k < dim; k++) {
     const double diff = q[k] - c[k];
     c2 += diff * diff;
     size += fabs(q[k]) + fabs(c[k]);

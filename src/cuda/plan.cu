@@ -51,6 +51,18 @@ namespace kdegpu {
 
 static_assert(KDE_PRUNE_BUCKETS == 64, "each lane sums two buckets");
 
+/* KDEGPU_PLAN_JENSEN=0: the per-query refinement bounds each unit's share
+ * of L_q by its farthest corner only (prune.h); for A/B measurements. Read
+ * once. */
+static int jensen_enabled(void)
+{
+  static const int enabled = [] {
+    const char *v = getenv("KDEGPU_PLAN_JENSEN");
+    return !(v != NULL && strcmp(v, "0") == 0);
+  }();
+  return enabled;
+}
+
 kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica *rep,
                                  double tolerance, int leave_one_out)
 {
@@ -66,9 +78,11 @@ kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica 
   /* an adaptive model's unit scales follow (model.cu) */
   p.inv_scale2_lo = model->adaptive ? p.log_weight_rest + n_units : NULL;
   p.inv_scale2_hi = model->adaptive ? p.log_weight_rest + 2 * n_units : NULL;
-  /* or its units' centroids (model.cu) */
-  p.centroid = model->adaptive ? NULL : p.log_weight_rest + n_units;
-  p.spread2 = model->adaptive ? NULL : p.log_weight_rest + n_units + n_units * model->dim;
+  /* or its units' centroids (model.cu), for the refinement's L_q unless
+   * KDEGPU_PLAN_JENSEN=0 (A/B measurements) */
+  const int centroids = !model->adaptive && jensen_enabled();
+  p.centroid = centroids ? p.log_weight_rest + n_units : NULL;
+  p.spread2 = centroids ? p.log_weight_rest + n_units + n_units * model->dim : NULL;
   p.log_lower_factor = model->log_lower_factor;
   p.tolerance = tolerance;
   p.leave_one_out = leave_one_out;

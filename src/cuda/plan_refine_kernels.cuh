@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kRefineThreads)
       if (t[h] < 0) continue;
       double min2, max2;
       point_distances(p, q, t[h], &min2, &max2, p.dim);
-      lane_lse_add(lower[h], kde_prune_log_lower_query(&p, t[h], max2, q));
+      lane_lse_add(lower[h], kde_prune_log_lower_query(&p, t[h], max2, q, p.dim));
     }
   }
   kde_lse total = lower[0];
@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(kRefineBlockThreads)
      * then the query's lanes merged */
     kde_lse even = kde_lse_empty(), odd = kde_lse_empty();
     const auto lower_add = [&](kde_lse &s, int u) {
-      lane_lse_add(s, kde_prune_log_lower_query(&sp, u, staged_max2(sp, q, u, dim), q));
+      lane_lse_add(s, kde_prune_log_lower_query(&sp, u, staged_max2(sp, q, u, dim), q, dim));
     };
     for (int64_t c = lo; c < hi; c += kChunk) {
       const int n = (int) (hi - c < kChunk ? hi - c : kChunk);
