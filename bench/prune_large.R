@@ -7,7 +7,7 @@
 # pruned result is checked against it on that slice.
 #
 # s3x5e8: n = m = 5e8 on two GPUs (options(kdegpu.devices = c(0, 1))); the
-# points are drawn by the GPU's sampler (a fit of one point at 0 with H = I:
+# points are drawn by the GPU's sampler (a fit of two points at 0 with H = I:
 # exactly N(0, I)), R's rnorm() would take a minute, and the queries are the
 # points themselves (a second matrix of 12 GB); its full sum is the
 # spatial fit's own at tolerance = 0 (a second fit of 5e8 points would take
