@@ -67,26 +67,79 @@ __device__ __forceinline__ void flush_tile_sums(S (&s)[Q], T (&ts)[Q])
   }
 }
 
-/* Lazy-max pieces, for LSE kernels. group_exps: g[i] = sum_p exp2(value[i][p]
- * - m[i]) (exp2(value[i][p]) for RELATIVE values, which are value - m
- * already), the last POLY of each thread's Q x U terms by poly_exp2; returns
- * whether some query's group sum passed kLazyLimit. group_fix_one: for those
- * queries only, m[i] becomes the group's maximum, the earlier sums s and ts
- * are rescaled, and g[i] is summed again. */
+/* Lazy-max pieces, for LSE kernels. column_exps: e[i] = exp2(value[i][p] -
+ * m[i]) (exp2(value[i][p]) for RELATIVE values, which are value - m
+ * already) for one column p of a thread's Q x U terms, the last POLY of them
+ * by poly_exp2. group_exps: g[i] = sum_p of a whole group's; returns whether
+ * some query's group sum passed kLazyLimit. group_fix_one: for those queries
+ * only, m[i] becomes the group's maximum, the earlier sums s and ts are
+ * rescaled, and g[i] is summed again. */
+template <int POLY, bool RELATIVE = false, typename T, int Q, int U>
+__device__ __forceinline__ void column_exps(const T (&value)[Q][U], const T (&m)[Q], int p,
+                                            T (&e)[Q])
+{
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    const T x = RELATIVE ? value[i][p] : value[i][p] - m[i];
+    e[i] = i * U + p >= Q * U - POLY ? poly_exp2(x) : fast_exp2(x);
+  }
+}
+
+/* A group's sums built as its columns come (small_tile's interleaved
+ * steps): column p's terms are pushed when made, and adjacent runs of equal
+ * length are added at once, ((e0 + e1) + (e2 + e3)) + ..., so that a
+ * query holds log2(U) + 1 partial sums, not U terms. */
+template <typename T, int Q, int U> struct column_sums {
+  static constexpr int kLevels = U <= 1 ? 1 : U <= 2 ? 2 : U <= 4 ? 3 : U <= 8 ? 4 : 5;
+  static_assert(U <= 16 && (U & (U - 1)) == 0, "a group is a power of two up to 16");
+  T level[Q][kLevels];
+  /* column p's terms e[i] (p known at compile time once unrolled) */
+  __device__ __forceinline__ void push(int p, const T (&e)[Q])
+  {
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+      T v = e[i];
+      int l = 0;
+#pragma unroll
+      for (int b = 1; b < U; b *= 2) {
+        if (((p + 1) & b) != 0) break;
+        v = level[i][l] + v;
+        l++;
+      }
+#pragma unroll
+      for (int k = 0; k < kLevels; k++)
+        if (k == l) level[i][k] = v;
+    }
+  }
+  /* after the last column: g[i], and whether one passed kLazyLimit */
+  __device__ __forceinline__ bool sums(T (&g)[Q]) const
+  {
+    bool far = false;
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+      g[i] = level[i][kLevels - 1];
+      far |= !(g[i] <= (T) kLazyLimit);
+    }
+    return far;
+  }
+};
+
 template <int POLY, bool RELATIVE = false, typename T, int Q, int U>
 __device__ __forceinline__ bool group_exps(const T (&value)[Q][U], const T (&m)[Q],
                                            T (&g)[Q])
 {
+  T e[Q][U];
+#pragma unroll
+  for (int p = 0; p < U; p++) {
+    T column[Q];
+    column_exps<POLY, RELATIVE>(value, m, p, column);
+#pragma unroll
+    for (int i = 0; i < Q; i++) e[i][p] = column[i];
+  }
   bool far = false;
 #pragma unroll
   for (int i = 0; i < Q; i++) {
-    T e[U];
-#pragma unroll
-    for (int p = 0; p < U; p++) {
-      const T x = RELATIVE ? value[i][p] : value[i][p] - m[i];
-      e[p] = i * U + p >= Q * U - POLY ? poly_exp2(x) : fast_exp2(x);
-    }
-    g[i] = tree_sum(e);
+    g[i] = tree_sum(e[i]);
     far |= !(g[i] <= (T) kLazyLimit);
   }
   return far;

@@ -35,22 +35,42 @@ template <typename T, int Q, int C> struct discrete_codes {
 };
 template <typename T, int Q> struct discrete_codes<T, Q, 0> {};
 
+/* Query i's codes alone (small_step's rare lazy-max fix takes one query). */
+template <typename T, int Q, int C>
+__device__ __forceinline__ discrete_codes<T, 1, C> one_query(const discrete_codes<T, Q, C> &dc,
+                                                             int i)
+{
+  discrete_codes<T, 1, C> one;
+  if constexpr (C > 0) {
+#pragma unroll
+    for (int k = 0; k < C; k++) {
+      one.code[0][k] = dc.code[i][k];
+      one.mismatch[k] = dc.mismatch[k];
+      one.per_level[k] = dc.per_level[k];
+    }
+  }
+  return one;
+}
+
 /* A group's values: value[i][p] for query i and the group's point p, log2
- * of the term (LSE kernels) or the term (compact kernels). UNIFORM (LSE
+ * of the term (LSE kernels) or the term (compact kernels); before_column(p),
+ * if given, runs before column p's values (small_tile: the last group's
+ * exps, so that the MUFU's and the FMAs' instructions interleave). UNIFORM (LSE
  * kernels in the difference form, a warp share whose points all have the
  * same aux, as in an unweighted fit): relative to the running max, from
  * rel_base[i] = aux - m[i], one add per pair fewer than aux + log k and its
  * difference from m. Otherwise absolute, and rel_base is not read. (Relative
  * values with aux read per pair measured 6% slower than absolute ones: the
  * subtraction of m then leaves the MUFU's block for the FMAs'.) */
-template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int Q, int U, int C>
+template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int Q, int U, int C,
+          typename Column = void (*)(int)>
 __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
                                                    int j, const T (&q)[Q][D],
-                                                   int64_t first,
-                                                   const int64_t (&qg)[Q],
+                                                   const int (&own)[Q],
                                                    const discrete_codes<T, Q, C> &dc,
                                                    const T (&rel_base)[Q],
-                                                   T (&value)[Q][U])
+                                                   T (&value)[Q][U],
+                                                   Column &&before_column = nullptr)
 {
   constexpr bool LSE = kernel_sums_logs(K);
   /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 and the query holds q, so
@@ -66,67 +86,146 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
   /* j >= 0: unsigned, so that / and % are a shift and a mask */
   const unsigned uj = (unsigned) j;
   const T *base = tile + (uj / kTileWidth) * ROWS * kTileWidth + (uj % kTileWidth);
-  T x[ROWS][U];
-#pragma unroll
-  for (int k = 0; k < ROWS; k++) load_vec<T, U>(base + k * kTileWidth, x[k]);
+  /* with a hook, the columns are loaded as they are needed (a 16-byte load's
+   * worth at a time), so that fewer registers hold them */
+  constexpr bool HOOK = !std::is_pointer<std::remove_reference_t<Column>>::value;
+  constexpr int V = HOOK && 16 / (int) sizeof(T) < U ? 16 / (int) sizeof(T) : U;
+  T x[ROWS][V];
 #pragma unroll
   for (int p = 0; p < U; p++) {
+    if (p % V == 0) {
+#pragma unroll
+      for (int k = 0; k < ROWS; k++) load_vec<T, V>(base + k * kTileWidth + p, x[k]);
+    }
+    if constexpr (HOOK) before_column(p);
 #pragma unroll
     for (int i = 0; i < Q; i++) {
       T v;
       if (EXPANDED) {
-        v = x[D][p];
+        v = x[D][p % V];
 #pragma unroll
-        for (int k = 0; k < D; k++) v = fma(q[i][k], x[k][p], v);
+        for (int k = 0; k < D; k++) v = fma(q[i][k], x[k][p % V], v);
       } else {
         if constexpr (halved_difference(K, D, A)) { /* q holds q / sqrt2 */
-          v = UNIFORM ? rel_base[i] : x[D][p];
+          v = UNIFORM ? rel_base[i] : x[D][p % V];
 #pragma unroll
           for (int k = 0; k < D; k++) {
-            const T u = fma(x[k][p], -inv_sqrt2<T>(), q[i][k]);
+            const T u = fma(x[k][p % V], -inv_sqrt2<T>(), q[i][k]);
             v = fma(-u, u, v);
           }
         } else {
           T s2 = 0;
 #pragma unroll
           for (int k = 0; k < D; k++) {
-            const T diff = q[i][k] - x[k][p];
+            const T diff = q[i][k] - x[k][p % V];
             s2 = fma(diff, diff, s2);
           }
-          if (A == kFitAdaptive) s2 *= x[D + 1][p];
-          v = pair_value<K, LSE>(s2, UNIFORM ? rel_base[i] : x[D][p]);
+          if (A == kFitAdaptive) s2 *= x[D + 1][p % V];
+          v = pair_value<K, LSE>(s2, UNIFORM ? rel_base[i] : x[D][p % V]);
         }
         if constexpr (C > 0) {
 #pragma unroll
           for (int k = 0; k < C; k++) {
-            const T delta = fabs(dc.code[i][k] - x[CODES + k][p]);
+            const T delta = fabs(dc.code[i][k] - x[CODES + k][p % V]);
             /* a select, not a product: per_level * 0 is NaN at -inf */
             v += delta == (T) 0 ? (T) 0 : fma(dc.per_level[k], delta, dc.mismatch[k]);
           }
         }
       }
-      if (CHECK && first + j + p == qg[i]) v = excluded_value<LSE, T>();
+      if (CHECK && j + p == own[i]) v = excluded_value<LSE, T>();
       value[i][p] = v;
     }
   }
 }
 
+/* Whether small_tile interleaves a group's exps with the next group's
+ * values (small_step): the single-precision difference form at d <= 2 (4
+ * FMAs a pair or fewer), where the exp unit is the limit and exps issued in
+ * a burst stalled on it while the FMAs waited (ncu, d = 2: 60% of the exp
+ * unit's rate, a sixth of the warps' time stalled on its queue). Harness
+ * ceiling, one H200: d = 1 3.14 -> 3.41e12 pairs/s, d = 2 2.50 -> 2.71e12.
+ * At d = 3 (6 FMAs a pair) the instruction issue is the limit and the
+ * second group's registers spilled: 7.7% slower; the tight tiles' expanded
+ * form (3 FMAs a pair) spilled too and lost 2.7% at n = 1e8; so did tiles
+ * that hold a query's own point, adaptive fits (their per-point scales)
+ * and mixed data (their codes). */
+template <int K, typename T, int D, int A, bool CHECK, int C>
+__host__ __device__ constexpr bool interleaved_exps()
+{
+  return sizeof(T) == sizeof(float) && !CHECK && !expanded_form(K, D, A) && D <= 2 &&
+         A != kFitAdaptive && C == 0;
+}
+
+/* Step g of small_tile: the exps of group g - U (in last) column by column
+ * between the columns of group g's values (into next), so that the MUFU's
+ * and the FMAs' instructions interleave; then group g - U's lazy-max check
+ * and its sums into ts. */
+template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int POLY, int Q, int U,
+          int C>
+__device__ __forceinline__ void small_step(const T *__restrict__ tile, int j0, int g,
+                                           const T (&q)[Q][D], const int (&own)[Q],
+                                           const discrete_codes<T, Q, C> &dc, T aux_u,
+                                           T (&base)[Q], T (&m)[Q], compensated_sum<T> (&s)[Q],
+                                           T (&ts)[Q], const T (&last)[Q][U], T (&next)[Q][U])
+{
+  column_sums<T, Q, U> sums;
+  T gsum[Q];
+  const auto exps = [&](int p) {
+    T e[Q];
+    column_exps<POLY, UNIFORM>(last, m, p, e);
+    sums.push(p, e);
+  };
+  if (g < kSmallPointsPerWarp) {
+    small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base, next,
+                                                   exps);
+  } else {
+#pragma unroll
+    for (int p = 0; p < U; p++) exps(p);
+  }
+  if (__builtin_expect(sums.sums(gsum), 0)) { /* resolve group g - U */
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+      if (gsum[i] <= (T) kLazyLimit) continue;
+      /* this query's values again, absolute (one query: few registers) */
+      T qi[1][D];
+      T again[1][U], none[1] = {};
+      const int owni[1] = {own[i]};
+#pragma unroll
+      for (int k = 0; k < D; k++) qi[0][k] = q[i][k];
+      small_group_values<K, T, D, A, CHECK, false>(tile, j0 + g - U, qi, owni,
+                                                   one_query(dc, i), none, again);
+      group_fix_one(again[0], m[i], s[i], ts[i], gsum[i]);
+    }
+    if (UNIFORM) { /* group g's values were relative to the old max */
+#pragma unroll
+      for (int i = 0; i < Q; i++) base[i] = aux_u - m[i];
+      if (g < kSmallPointsPerWarp)
+        small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base,
+                                                       next);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < Q; i++) ts[i] += gsum[i];
+}
+
 /* One shared tile (kUnit points) for the small-d kernel: this warp's quarter,
- * in groups of U points. CHECK: the tile may hold a query's own point.
+ * in groups of U points. CHECK: the tile may hold a query's own point, the
+ * own[i]-th (-1: none).
  *
- * LSE kernels are software-pipelined by one group: the values (FMAs) of
- * group k are computed while the exp2s of group k - 1 drain from the MUFU
- * pipe, and only then is group k - 1's lazy-max check resolved (in the rare
- * case by recomputing its values from shared memory, absolute, and group
- * k's again against the new maximum). In the difference form the values
- * come relative to the running max where the warp's quarter of the tile
- * shares one aux, aux_u (UNIFORM, small_group_values). */
+ * LSE kernels are software-pipelined by one group: group k - 1's lazy-max
+ * check is resolved only after group k's values (in the rare case by
+ * recomputing group k - 1's values from shared memory, absolute, and group
+ * k's again against the new maximum). Where interleaved_exps holds, group
+ * k - 1's exp2s are issued column by column between group k's values
+ * (small_step); elsewhere a group's exp2s follow its values. In the
+ * difference form the values come relative to the running max where the
+ * warp's quarter of the tile shares one aux, aux_u (UNIFORM,
+ * small_group_values). */
 template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int Q, int C>
 __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
                                            const T (&q)[Q][D], T (&m)[Q],
                                            compensated_sum<T> (&s)[Q], T (&ts)[Q],
-                                           int64_t first,
-                                           const int64_t (&qg)[Q],
+                                           const int (&own)[Q],
                                            const discrete_codes<T, Q, C> &dc, T aux_u)
 {
   constexpr int U = real_traits<T>::group;
@@ -137,9 +236,25 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
   if (!LSE) {
 #pragma unroll 2
     for (int g = 0; g < kSmallPointsPerWarp; g += U) {
-      small_group_values<K, T, D, A, CHECK, false>(tile, j0 + g, q, first, qg, dc, base, value);
+      small_group_values<K, T, D, A, CHECK, false>(tile, j0 + g, q, own, dc, base, value);
 #pragma unroll
       for (int i = 0; i < Q; i++) ts[i] += tree_sum(value[i]);
+    }
+    return;
+  }
+  if constexpr (interleaved_exps<K, T, D, A, CHECK, C>()) {
+    T other[Q][U];
+    if (UNIFORM) {
+#pragma unroll
+      for (int i = 0; i < Q; i++) base[i] = aux_u - m[i];
+    }
+    small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0, q, own, dc, base, value);
+#pragma unroll 1
+    for (int g = U; g <= kSmallPointsPerWarp; g += 2 * U) {
+      small_step<K, T, D, A, CHECK, UNIFORM, POLY>(tile, j0, g, q, own, dc, aux_u, base, m, s, ts,
+                                                   value, other);
+      small_step<K, T, D, A, CHECK, UNIFORM, POLY>(tile, j0, g + U, q, own, dc, aux_u, base, m, s,
+                                                   ts, other, value);
     }
     return;
   }
@@ -149,16 +264,15 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
   };
   if (UNIFORM) set_base();
   T gsum[Q];
-  small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0, q, first, qg, dc, base, value);
+  small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0, q, own, dc, base, value);
   bool far = group_exps<POLY, UNIFORM>(value, m, gsum);
 #pragma unroll 1
   for (int g = U; g <= kSmallPointsPerWarp; g += U) {
     if (g < kSmallPointsPerWarp)
-      small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, first, qg, dc, base, value);
+      small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base, value);
     if (__builtin_expect(far, 0)) { /* resolve group g - U */
       T again[Q][U];
-      small_group_values<K, T, D, A, CHECK, false>(tile, j0 + g - U, q, first, qg, dc,
-                                                       base, again);
+      small_group_values<K, T, D, A, CHECK, false>(tile, j0 + g - U, q, own, dc, base, again);
 #pragma unroll
       for (int i = 0; i < Q; i++)
         if (!(gsum[i] <= (T) kLazyLimit))
@@ -166,8 +280,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
       if (UNIFORM) { /* group g's values were relative to the old max */
         set_base();
         if (g < kSmallPointsPerWarp)
-          small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, first, qg, dc, base,
-                                                     value);
+          small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base, value);
       }
     }
 #pragma unroll
@@ -272,14 +385,14 @@ template <typename T, int D, bool CHECK, int Q, int C>
 __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (&q)[Q][D],
                                            const T (&h)[Q], T (&m)[Q],
                                            compensated_sum<T> (&s)[Q], T (&ts)[Q],
-                                           int64_t first, const int64_t (&qg)[Q],
+                                           const int (&own)[Q],
                                            const discrete_codes<T, Q, C> &dc, T wref)
 {
   T mu[Q], mu0[Q];
   compensated_sum<T> none[Q]; /* the fixes rescale s below, once */
 #pragma unroll
   for (int i = 0; i < Q; i++) mu[i] = mu0[i] = (m[i] - wref) + h[i];
-  small_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(tile, q, mu, none, ts, first, qg, dc,
+  small_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(tile, q, mu, none, ts, own, dc,
                                                           (T) 0);
 #pragma unroll
   for (int i = 0; i < Q; i++) {
@@ -333,15 +446,14 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
                               std::is_same<T, float>::value;
   T q[Q][D];
   int slot[Q];
-  int64_t qg[Q];
 #pragma unroll
   for (int i = 0; i < Q; i++) {
     slot[i] = lane + 32 * i;
-    qg[i] = a.query_base + q0 + slot[i];
 #pragma unroll
     for (int k = 0; k < D; k++) q[i][k] = a.query[q0 + slot[i] + k * a.ldq] * q_scale;
   }
-  const int64_t qg_lo = qg[0], qg_hi = qg[Q - 1];
+  /* global indices of the thread's first and last queries (leave one out) */
+  const int64_t qg_lo = a.query_base + q0 + slot[0], qg_hi = a.query_base + q0 + slot[Q - 1];
   discrete_codes<T, Q, C> dc;
   if constexpr (C > 0) {
 #pragma unroll
@@ -393,6 +505,12 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     for (int i = 0; i < Q; i++) ts[i] = 0;
     const bool check = a.leave_one_out && qg_lo < warp_first + kSmallPointsPerWarp &&
                        warp_first <= qg_hi;
+    int own[Q]; /* where each query's own point is in the tile, or -1 */
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+      const int64_t at = qg_lo + 32 * i - tile_first;
+      own[i] = at >= 0 && at < kUnit ? (int) at : -1;
+    }
     /* the uniform path for the fixed-bandwidth fits without discrete
      * columns only: each path is as many kernels again to compile */
     constexpr bool UNIFORM_PATH = LSE && !EXPANDED && A != kFitAdaptive && C == 0;
@@ -404,8 +522,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
         tight = a.tight_radius2 > 0 && warp_queries_near(q, h) &&
                 warp_tight_quarter<T, D>(tile, a.tight_radius2, wref);
         if (tight) {
-          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, tile_first, qg, dc, wref);
-          else tight_tile<T, D, false>(tile, q, h, m, s, ts, tile_first, qg, dc, wref);
+          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, dc, wref);
+          else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, dc, wref);
         } else {
 #pragma unroll
           for (int i = 0; i < Q; i++)
@@ -417,13 +535,13 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     if constexpr (UNIFORM_PATH) {
       uniform = !tight && warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
       if (uniform) {
-        if (check) small_tile<K, T, D, A, true, true>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
-        else small_tile<K, T, D, A, false, true>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
+        if (check) small_tile<K, T, D, A, true, true>(tile, q, m, s, ts, own, dc, aux_u);
+        else small_tile<K, T, D, A, false, true>(tile, q, m, s, ts, own, dc, aux_u);
       }
     }
     if (!uniform && !tight) {
-      if (check) small_tile<K, T, D, A, true, false>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
-      else small_tile<K, T, D, A, false, false>(tile, q, m, s, ts, tile_first, qg, dc, aux_u);
+      if (check) small_tile<K, T, D, A, true, false>(tile, q, m, s, ts, own, dc, aux_u);
+      else small_tile<K, T, D, A, false, false>(tile, q, m, s, ts, own, dc, aux_u);
     }
 #pragma unroll
     for (int i = 0; i < Q; i++) s[i] += ts[i];

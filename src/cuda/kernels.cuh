@@ -83,8 +83,10 @@
  *   when the group's sum passes 2^60 (a term far above the reference, or the
  *   first group) is the max raised to the group's maximum and the group
  *   summed again. No per-pair branch, no per-pair max. For d <= 4 the check
- *   of a group is resolved after the next group's FMAs are issued, so the
- *   exp2s drain while the FMA pipe works (software pipelining by one group).
+ *   of a group is resolved after the next group's FMAs are issued
+ *   (software pipelining by one group); in the single-precision difference
+ *   form at d <= 2 the group's exp2s are issued between those FMAs, so that
+ *   neither pipe waits for the other (kernel_small.cuh, interleaved_exps).
  * * Double precision uses its own branch-free exp2 (fast_exp2(double)).
  * * Gaussian in single precision with d >= 16: the dot products q.x run on
  *   the tensor cores as 3xFP16 (each operand split into an fp16 "big" and

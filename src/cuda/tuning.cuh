@@ -133,7 +133,8 @@ template <typename T> struct real_traits;
 /* group: training points per lazy-max check. min_blocks: blocks per SM the
  * register allocation must allow: 4 x 4 warps in float (5 spilled at d = 3
  * and gained 1-2 % at d <= 2; a group of 4 whose next group's values
- * interleave with its exp2s lost 5 %: harness ceiling, one H200); double
+ * interleave with its exp2s lost 5 %, a group of 8 gained 8-11 % at d <= 2:
+ * harness ceiling, one H200, kernel_small.cuh's interleaved_exps); double
  * needs more registers per thread (its exp2 is a 12-term polynomial) and
  * has the ILP to run at 2 x 4 warps (16 independent exp2 chains per warp
  * and group). */

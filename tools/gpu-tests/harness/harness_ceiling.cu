@@ -6,6 +6,7 @@
  *
  *   harness ceiling     every row (about a minute on an H100)
  *   CEILING_ROWS=diff   only the rows whose label starts so
+ *   CEILING_D=3         only the rows of that dimension
  *   CEILING_CSV=file    the rows also as CSV (tools/gpu-session.sh's step
  *                       ceiling adds the card, clock, date and commit)
  *   harness exp2        the FMA pipe's exp2 (numeric.cuh's poly_exp2) against
@@ -173,6 +174,7 @@ int ceiling_mode()
       {"few", 3, 10000000, 100, 1, 2, false},
   };
   const char *only = getenv("CEILING_ROWS");
+  const char *only_d = getenv("CEILING_D");
   const char *csv_path = getenv("CEILING_CSV");
   FILE *csv = csv_path != NULL ? fopen(csv_path, "w") : NULL;
   if (csv != NULL) fprintf(csv, "form,d,n,m,precision,weighted,kernel_ms,pairs_per_s,max_err\n");
@@ -181,6 +183,7 @@ int ceiling_mode()
          " kernel event time (median of 3 after a warm-up)\n");
   for (const ceiling_row &row : rows) {
     if (only != NULL && std::string(row.label).rfind(only, 0) != 0) continue;
+    if (only_d != NULL && atoi(only_d) != row.d) continue;
     failures += run_row(row, csv);
   }
   if (csv != NULL) fclose(csv);

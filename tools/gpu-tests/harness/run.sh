@@ -26,12 +26,12 @@ bin=$here/build/harness
 flags="-O3 -std=c++17 -arch=$ARCH -I$root/inst/include -I$root/src"
 
 # The backend's sources (src/cuda/*.cu) and their objects in build/, one per
-# source; and the package's host C sources that they call (the k-d order,
+# source; and the package's host C sources that they call (the k-d order, the units' layout,
 # the boxes, the pruning proof, the whitening, the thread count, the
 # moment-sum bookkeeping, the model's column means).
 sources() { ls "$root"/src/cuda/*.cu 2>/dev/null; }
 objects() { for f in $(sources); do printf '%s\n' "$here/build/$(basename "${f%.cu}").o"; done; }
-host_sources="cdf data_summary moments prune spatial threads whiten"
+host_sources="cdf data_summary moments prune spatial threads unit_spread whiten"
 host_objects() { for f in $host_sources; do printf '%s\n' "$here/build/host_$f.o"; done; }
 CC=${CC:-cc}
 
