@@ -39,10 +39,7 @@ using namespace kdegpu;
  * device plan; for A/B measurements (src/cuda/DESIGN.md). Read once. */
 static int device_plan_enabled(void)
 {
-  static const int enabled = [] {
-    const char *v = getenv("KDEGPU_DEVICE_PLAN");
-    return !(v != NULL && strcmp(v, "0") == 0);
-  }();
+  static const int enabled = kde_env_switch("KDEGPU_DEVICE_PLAN");
   return enabled;
 }
 
@@ -417,8 +414,6 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
   pc.plan.log_weight_rest = model->unit_log_rest;
   pc.plan.inv_scale2_lo = model->unit_scale_lo; /* NULL unless adaptive */
   pc.plan.inv_scale2_hi = model->unit_scale_hi;
-  pc.plan.centroid = model->unit_centroid; /* NULL if adaptive */
-  pc.plan.spread2 = model->unit_spread2;
   pc.plan.log_lower_factor = model->log_lower_factor; /* mixed data's, else 0 */
   pc.plan.tolerance = query->tolerance;
   pc.plan.leave_one_out = query->leave_one_out;

@@ -26,6 +26,14 @@ static inline double budget_bytes(double requested, size_t free_bytes)
   return requested > 0 ? requested : 0.5 * (double) free_bytes;
 }
 
+/* An A/B switch of the backend (KDEGPU_PLAN_REFINE and the like): on
+ * unless the environment variable `name` is "0". Callers read it once. */
+static inline int kde_env_switch(const char *name)
+{
+  const char *v = getenv(name);
+  return !(v != NULL && strcmp(v, "0") == 0);
+}
+
 /* Milliseconds from t0 to t1 (wall time, for traces and timings). */
 static inline double kde_ms_between(std::chrono::steady_clock::time_point t0,
                                     std::chrono::steady_clock::time_point t1)

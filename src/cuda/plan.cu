@@ -56,10 +56,7 @@ static_assert(KDE_PRUNE_BUCKETS == 64, "each lane sums two buckets");
  * once. */
 static int jensen_enabled(void)
 {
-  static const int enabled = [] {
-    const char *v = getenv("KDEGPU_PLAN_JENSEN");
-    return !(v != NULL && strcmp(v, "0") == 0);
-  }();
+  static const int enabled = kde_env_switch("KDEGPU_PLAN_JENSEN");
   return enabled;
 }
 
@@ -594,10 +591,7 @@ static int nearly_all(int64_t total, int64_t blocks, int64_t n_units)
  * (no per-query refinement); for A/B measurements. Read once. */
 static int refine_enabled(void)
 {
-  static const int enabled = [] {
-    const char *v = getenv("KDEGPU_PLAN_REFINE");
-    return !(v != NULL && strcmp(v, "0") == 0);
-  }();
+  static const int enabled = kde_env_switch("KDEGPU_PLAN_REFINE");
   return enabled;
 }
 

@@ -73,11 +73,13 @@ inline double device_plan_bytes_per_query(int64_t n_units, int64_t dim)
          sizeof(double) + sizeof(int32_t);
 }
 
-/* The log-sum-exp of a warp's lanes' states, merged by xor-butterfly (the
- * same order on every lane), known to every lane. */
-__device__ __forceinline__ kde_lse warp_lse(kde_lse s)
+/* The log-sum-exp of the states of each WIDTH aligned lanes (the whole warp
+ * by default), merged by xor-butterfly, known to each of them: the same
+ * bits on every lane, as kde_lse_merge(a, b) and (b, a) are the same. */
+template <int WIDTH = 32> __device__ __forceinline__ kde_lse warp_lse(kde_lse s)
 {
-  for (int o = 16; o > 0; o >>= 1) {
+  static_assert(WIDTH >= 1 && WIDTH <= 32 && (WIDTH & (WIDTH - 1)) == 0, "lanes by powers of 2");
+  for (int o = WIDTH / 2; o > 0; o >>= 1) {
     kde_lse other;
     other.max = __shfl_xor_sync(0xffffffffu, s.max, o);
     other.sum = __shfl_xor_sync(0xffffffffu, s.sum, o);

@@ -386,21 +386,6 @@ constexpr int kRefineSplit = 4;
 constexpr int kRefineBlockThreads = kBlockQueries * kRefineSplit;
 static_assert(32 % kRefineSplit == 0, "a query's threads within one warp");
 
-/* The log-sum-exp states of a query's kRefineSplit lanes (adjacent lanes),
- * merged by xor-butterfly, the lower lane's state first: the same result on
- * each of them. */
-__device__ __forceinline__ kde_lse split_lse(kde_lse s)
-{
-  const int j = threadIdx.x % kRefineSplit;
-  for (int o = 1; o < kRefineSplit; o <<= 1) {
-    kde_lse other;
-    other.max = __shfl_xor_sync(0xffffffffu, s.max, o);
-    other.sum = __shfl_xor_sync(0xffffffffu, s.sum, o);
-    s = (j & o) ? kde_lse_merge(other, s) : kde_lse_merge(s, other);
-  }
-  return s;
-}
-
 /*
  * The refinement of a batch of many query blocks (at least kPlanFillBlocks,
  * so that they fill the device), in one kernel: CUDA block b is query
@@ -467,7 +452,8 @@ __global__ void __launch_bounds__(kRefineBlockThreads)
       }
       __syncthreads();
     }
-    const kde_lse lower = split_lse(kde_lse_merge(even, odd));
+    /* merged over the query's lanes */
+    const kde_lse lower = warp_lse<kRefineSplit>(kde_lse_merge(even, odd));
     rem = kde_prune_log_remaining(log(p.tolerance) + kde_lse_log(lower) - kFloatExpMargin,
                                   block_skipped[b]) -
           kFloatExpMargin;
