@@ -103,7 +103,9 @@ constexpr int kPackThreads = 128;
  * = 3 on an H100: 2: 2.79e12, 4: 2.83e12). These kernels issue
  * about 7 instructions a pair at d = 1 at three quarters of the issue slots
  * (ncu: 3.8 warps per scheduler, a quarter of cycles with none eligible),
- * so neither pipe's count decides: latency does. */
+ * so neither pipe's count decides: latency does. With the exps interleaved
+ * with the FMAs (d <= 2, kernel_small.cuh): 2: 3.41 / 2.71e12, 4: 3.02 /
+ * 2.47e12, 6: 2.96 / 2.48e12 at d = 1 / 2 (d = 3: 2.12, 2.07, 2.02e12). */
 constexpr int kPolyExps = 2;
 /* A warp's quarter of an anchored difference-form tile whose points all lie
  * within sqrt(kTightRadius2) of the tile's anchor (storage units, where a
