@@ -104,8 +104,10 @@ constexpr int kPackThreads = 128;
  * about 7 instructions a pair at d = 1 at three quarters of the issue slots
  * (ncu: 3.8 warps per scheduler, a quarter of cycles with none eligible),
  * so neither pipe's count decides: latency does. With the exps interleaved
- * with the FMAs (d <= 2, kernel_small.cuh): 2: 3.41 / 2.71e12, 4: 3.02 /
- * 2.47e12, 6: 2.96 / 2.48e12 at d = 1 / 2 (d = 3: 2.12, 2.07, 2.02e12). */
+ * with the FMAs (d <= 2, kernel_small.cuh): 0: 3.36 / 2.63e12, 1: 3.32 /
+ * 2.68e12, 2: 3.41 / 2.71e12, 4: 3.02 / 2.47e12, 6: 2.96 / 2.48e12 at d =
+ * 1 / 2 (d = 3: 2.10, 2.10, 2.12, 2.07, 2.02e12; weighted at d = 2, 0 led:
+ * 2.61 against 2.50e12). */
 constexpr int kPolyExps = 2;
 /* A warp's quarter of an anchored difference-form tile whose points all lie
  * within sqrt(kTightRadius2) of the tile's anchor (storage units, where a
