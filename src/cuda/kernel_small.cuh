@@ -35,23 +35,6 @@ template <typename T, int Q, int C> struct discrete_codes {
 };
 template <typename T, int Q> struct discrete_codes<T, Q, 0> {};
 
-/* Query i's codes alone (small_step's rare lazy-max fix takes one query). */
-template <typename T, int Q, int C>
-__device__ __forceinline__ discrete_codes<T, 1, C> one_query(const discrete_codes<T, Q, C> &dc,
-                                                             int i)
-{
-  discrete_codes<T, 1, C> one;
-  if constexpr (C > 0) {
-#pragma unroll
-    for (int k = 0; k < C; k++) {
-      one.code[0][k] = dc.code[i][k];
-      one.mismatch[k] = dc.mismatch[k];
-      one.per_level[k] = dc.per_level[k];
-    }
-  }
-  return one;
-}
-
 /* A group's values: value[i][p] for query i and the group's point p, log2
  * of the term (LSE kernels) or the term (compact kernels); before_column(p),
  * if given, runs before column p's values (small_tile: the last group's
@@ -138,6 +121,14 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
   }
 }
 
+/* UNIFORM values' base: the warp share's one aux less each running max. */
+template <typename T, int Q>
+__device__ __forceinline__ void relative_base(T aux_u, const T (&m)[Q], T (&base)[Q])
+{
+#pragma unroll
+  for (int i = 0; i < Q; i++) base[i] = aux_u - m[i];
+}
+
 /* Whether small_tile interleaves a group's exps with the next group's
  * values (small_step): the single-precision difference form at d <= 2 (4
  * FMAs a pair or fewer), where the exp unit is the limit and exps issued in
@@ -168,6 +159,7 @@ __device__ __forceinline__ void small_step(const T *__restrict__ tile, int j0, i
                                            T (&base)[Q], T (&m)[Q], compensated_sum<T> (&s)[Q],
                                            T (&ts)[Q], const T (&last)[Q][U], T (&next)[Q][U])
 {
+  static_assert(!CHECK && C == 0, "interleaved_exps: no own point, no discrete columns");
   column_sums<T, Q, U> sums;
   T gsum[Q];
   const auto exps = [&](int p) {
@@ -189,16 +181,15 @@ __device__ __forceinline__ void small_step(const T *__restrict__ tile, int j0, i
       /* this query's values again, absolute (one query: few registers) */
       T qi[1][D];
       T again[1][U], none[1] = {};
-      const int owni[1] = {own[i]};
+      const int no_own[1] = {-1};
 #pragma unroll
       for (int k = 0; k < D; k++) qi[0][k] = q[i][k];
-      small_group_values<K, T, D, A, CHECK, false>(tile, j0 + g - U, qi, owni,
-                                                   one_query(dc, i), none, again);
+      small_group_values<K, T, D, A, false, false>(tile, j0 + g - U, qi, no_own,
+                                                   discrete_codes<T, 1, 0>{}, none, again);
       group_fix_one(again[0], m[i], s[i], ts[i], gsum[i]);
     }
     if (UNIFORM) { /* group g's values were relative to the old max */
-#pragma unroll
-      for (int i = 0; i < Q; i++) base[i] = aux_u - m[i];
+      relative_base(aux_u, m, base);
       if (g < kSmallPointsPerWarp)
         small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base,
                                                        next);
@@ -244,10 +235,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
   }
   if constexpr (interleaved_exps<K, T, D, A, CHECK, C>()) {
     T other[Q][U];
-    if (UNIFORM) {
-#pragma unroll
-      for (int i = 0; i < Q; i++) base[i] = aux_u - m[i];
-    }
+    if (UNIFORM) relative_base(aux_u, m, base);
     small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0, q, own, dc, base, value);
 #pragma unroll 1
     for (int g = U; g <= kSmallPointsPerWarp; g += 2 * U) {
@@ -258,11 +246,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
     }
     return;
   }
-  const auto set_base = [&]() {
-#pragma unroll
-    for (int i = 0; i < Q; i++) base[i] = aux_u - m[i];
-  };
-  if (UNIFORM) set_base();
+  if (UNIFORM) relative_base(aux_u, m, base);
   T gsum[Q];
   small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0, q, own, dc, base, value);
   bool far = group_exps<POLY, UNIFORM>(value, m, gsum);
@@ -278,7 +262,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
         if (!(gsum[i] <= (T) kLazyLimit))
           group_fix_one(again[i], m[i], s[i], ts[i], gsum[i]);
       if (UNIFORM) { /* group g's values were relative to the old max */
-        set_base();
+        relative_base(aux_u, m, base);
         if (g < kSmallPointsPerWarp)
           small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base, value);
       }
