@@ -27,7 +27,7 @@ shapes <- list(
   s3 = list(d = 3, n = 1e7, precision = "single", slice = 1e6, reps = 3L),
   d3 = list(d = 3, n = 1e7, precision = "double", slice = 1e5, reps = 1L),
   s3e8 = list(d = 3, n = 1e8, precision = "single", slice = 1e5, reps = 1L),
-  s3x5e8 = list(d = 3, n = 5e8, precision = "single", slice = 1e5, reps = 1L, devices = 0:1,
+  s3x5e8 = list(d = 3, n = 5e8, precision = "single", slice = 2e4, reps = 1L, devices = 0:1,
                 queries = "points", brute = FALSE))
 wanted <- strsplit(Sys.getenv("KDEGPU_LARGE", paste(names(shapes), collapse = ",")), ",")[[1L]]
 rows <- list()
