@@ -43,7 +43,7 @@
  *   evaluate.cu         an evaluation: the multi-GPU loop, the host merge
  *   evaluate_step.cu    one device's share (evaluate_job.cuh): kernel
  *                       choice, launch shape, batches and shards, its steps
- *   order.cu, plan.cu,  a pruned evaluation's queries in a spatial (Morton)
+ *   order.cu, plan.cu,  a pruned evaluation's queries in a spatial (Hilbert)
  *   plan.cuh            order and each batch's plan (prune.c's decision,
  *                       made on the device): the visit lists below
  *   sample.cu           draws from the estimate (its own kernel)

@@ -4,12 +4,12 @@
  * compact and its plan (plan.cu) skips much.
  *
  * The host did this with a k-d order (kde_kd_sort, about 0.1 s for 1e6
- * queries on 16 cores); here a Morton (Z-order) code of the whitened
- * coordinates, quantised in the queries' bounding box, sorted with CUB's
- * radix sort: a few milliseconds for 1e7 queries. A Z-order block is less
- * compact than a k-d cell where the curve jumps, which costs some pruning in
- * those blocks, never correctness: every block's plan is made from its own
- * box.
+ * queries on 16 cores); here the place along a Hilbert curve
+ * (hilbert.cuh) of the whitened coordinates, quantised in the queries'
+ * bounding box, sorted with CUB's radix sort: a few milliseconds for 1e7
+ * queries. A block of the curve is connected but less compact than a k-d
+ * cell, which costs some pruning, never correctness: every block's plan
+ * is made from its own box.
  */
 #include <cuda_runtime.h>
 
@@ -23,6 +23,7 @@
 #include <chrono>
 
 #include "kde_cuda_common.h"
+#include "hilbert.cuh"
 #include "layout.cuh"
 #include "model.cuh"
 #include "plan.cuh"
@@ -35,9 +36,9 @@ namespace kdegpu {
 
 constexpr int kOrderThreads = 256;
 
-/* Bits per coordinate of the Morton code: 63 bits in all (a 64-bit key),
+/* Bits per coordinate of the key: 63 bits in all (a 64-bit key),
  * and no finer than double's 52 fractional bits (d = 1). */
-static int morton_bits(int dim)
+static int key_bits(int dim)
 {
   const int bits = 63 / dim;
   return bits < 52 ? bits : 52;
@@ -66,8 +67,8 @@ __global__ void kde_order_whiten_kernel(const double *raw, int64_t m, int dim,
   }
 }
 
-/* Each query's Morton code over the box [box[k], box[dim + k]]: its cell
- * numbers, bits interleaved from the most significant down. */
+/* Each query's place along the Hilbert curve over the box [box[k],
+ * box[dim + k]] (hilbert.cuh). */
 __global__ void kde_order_key_kernel(const double *z, int64_t m, int dim, int bits,
                                      const double *box, uint64_t *key, int64_t *index)
 {
@@ -81,10 +82,7 @@ __global__ void kde_order_key_kernel(const double *z, int64_t m, int dim, int bi
     x = x < 0 ? 0 : x > top ? top : x;
     cell[k] = (uint64_t) x;
   }
-  uint64_t code = 0;
-  for (int bit = bits - 1; bit >= 0; bit--)
-    for (int k = 0; k < dim; k++) code = code << 1 | (cell[k] >> bit & 1u);
-  key[i] = code;
+  key[i] = hilbert_index(cell, dim, bits);
   index[i] = i;
 }
 
@@ -108,7 +106,7 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   /* the lo parts, where the model reads them, in the columns after z's */
   const int lo = query_lo_rows(model) > 0 && (whiten || query->query_lo != NULL);
   const int cols = dim * (lo ? 2 : 1);
-  const int bits = morton_bits(dim);
+  const int bits = key_bits(dim);
   const size_t coords = (size_t) m * dim * sizeof(double);
   const unsigned grid = (unsigned) ceil_div(m, kOrderThreads);
   double *raw = NULL, *z = NULL, *out = NULL, *box = NULL;
@@ -174,7 +172,7 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   }
   kde_order_key_kernel<<<grid, kOrderThreads, 0, rep->stream>>>(z, m, dim, bits, box, keys,
                                                                 index);
-  KDE_CUDA_LAUNCHED("Morton key kernel");
+  KDE_CUDA_LAUNCHED("Hilbert key kernel");
   {
     size_t bytes = temp_bytes;
     /* only the key's bits in use: fewer radix passes */

@@ -171,7 +171,7 @@ int plan_batch_host(const kde_prune_plan *plan, const double *queries, int64_t n
 
 /* The queries in a spatial order, made on rep's device: the raw queries
  * uploaded, whitened there (with rep->whitening when the query set has a
- * transform), Morton-ordered over their bounding box (CUB radix sort) unless
+ * transform), Hilbert-ordered over their bounding box (CUB radix sort) unless
  * they leave one out (the training set's k-d order already is one). On
  * success *sorted is a device array (m x dim, column-major, the caller
  * cudaFrees it; where the model reads the queries' lo parts, query_lo_rows,

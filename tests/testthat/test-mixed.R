@@ -123,7 +123,7 @@ test_that("fused and embedded sums agree with the plain sum: skipped tiles, many
                                label = be_label(be, "clusters", paste(lambda, collapse = ",")))
       # the other clusters' tiles were skipped (with a lambda of 0 the lower
       # bound's worst factor is 0: nothing is); the GPU's query blocks of
-      # 128 in Morton order span two clusters more often than the CPU's of 16
+      # 128 along a Hilbert curve span two clusters more often than the CPU's of 16
       if (lambda[["g"]] > 0) {
         expect_lt(kdegpu:::pairs_share(fit$inner), if (be$backend == "cpu") 0.75 else 0.95)
       }

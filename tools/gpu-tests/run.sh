@@ -40,6 +40,7 @@ case "$mode" in
     run "whether a plan can pay" bash tools/gpu-tests/emulate/run.sh plan_pays
     run "the plan refined per query" bash tools/gpu-tests/emulate/run.sh plan_refine
     run "the plan from the units' groups" bash tools/gpu-tests/emulate/run.sh plan_grouped
+    run "the queries' Hilbert order" bash tools/gpu-tests/emulate/run.sh hilbert
     run "the units' layout" bash tools/gpu-tests/emulate/run.sh unit_spread
     run "the density kernel's tight tiles" bash tools/gpu-tests/emulate/run.sh density
     checks=$(grep -cE ' (float|visited|refined|grouped|layout|tight) ' "$log")

@@ -20,6 +20,8 @@
 #                     tolerance of its full sum, what each block skipped
 #   plan_pays         prune.c's test of whether a few queries' plan can pay:
 #                     never "no" where the exact plan skips more than 10%
+#   hilbert           the queries' order (src/cuda/hilbert.cuh) on whole grids,
+#                     dim = 1..8: a permutation whose steps are to neighbours
 #   unit_spread       the CUDA model's layout of units (src/unit_spread.c): every
 #                     point placed once, a unit per part of one run, split
 #                     runs' units within the layout's width
@@ -36,7 +38,7 @@
 #                       R_LIBS=<CPU build> Rscript tools/gpu-tests/emulate/test_blocks.R
 # Slow (minutes): it is for the logic, not the speed. `--build-only` after
 # the name compiles without running.
-#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|plan_grouped|unit_spread|density|mean_shift|sums] [args]
+#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|plan_grouped|hilbert|unit_spread|density|mean_shift|sums] [args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)

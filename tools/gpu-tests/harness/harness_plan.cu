@@ -361,7 +361,7 @@ void bench_case(int kernel, int precision, int64_t d, bool clustered, int64_t n,
     host_plan h;
     make_host_plan(t, kernel, tolerance, 0, h);
     host_plan_ms = plan_on_host(h, host_sorted, m, host_off, host_visit);
-    printf("     host k-d order visits %lld units per block (device Morton order: %.1f)\n",
+    printf("     host k-d order visits %lld units per block (device Hilbert order: %.1f)\n",
            (long long) (host_off[blocks] / blocks), (double) dev_off[blocks] / blocks);
   }
   printf("plan %s: order host %.0f ms device %.1f ms; plan host %.0f ms device %.1f ms;"
