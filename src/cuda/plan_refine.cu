@@ -42,11 +42,16 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
                                rep->stream));
   if (blocks >= kPlanFillBlocks) { /* enough query blocks to fill the device */
     const auto kernel = refine_blocks_kernel_for(plan->dim);
-    kernel<<<(unsigned) blocks, kRefineBlockThreads, 0, rep->stream>>>(
+    kernel<<<dim3((unsigned) blocks, kRefineQueryGroups), kRefineBlockThreads, 0, rep->stream>>>(
         *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
         (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr, words,
-        (uint32_t *) rep->plan_mask.ptr, (int64_t *) rep->plan_count.ptr);
+        (uint32_t *) rep->plan_mask.ptr);
     KDE_CUDA_LAUNCHED("plan refinement kernel");
+    kde_refine_count_kernel<<<(unsigned) ceil_div(blocks, kRefineCountThreads / 32),
+                              kRefineCountThreads, 0, rep->stream>>>(
+        (const int32_t *) rep->visit.ptr, (const int64_t *) rep->visit_offset.ptr, blocks, words,
+        (const uint32_t *) rep->plan_mask.ptr, (int64_t *) rep->plan_count.ptr);
+    KDE_CUDA_LAUNCHED("plan refinement count kernel");
     return plan_scan_counts(blocks, rep, counts, status);
   }
   if (buffer_reserve(&rep->plan_query, (size_t) ldq * (sizeof(double) + sizeof(int32_t)),

@@ -383,44 +383,53 @@ __device__ __forceinline__ double staged_upper(const kde_prune_plan &sp, const d
  * a query share its units, lane j of a query's kRefineSplit taking units
  * j, j + kRefineSplit, ... of each chunk. */
 constexpr int kRefineSplit = 4;
-constexpr int kRefineBlockThreads = kBlockQueries * kRefineSplit;
+/* A query block's rows are refined by this many CUDA blocks, a group of
+ * rows each: the blocks at the data's centre have lists of thousands of
+ * units, and one CUDA block for all 128 of their rows ran so long that
+ * the SMs were busy a quarter of the kernel's time (ncu, n = m = 1e7, d =
+ * 3, H200). */
+constexpr int kRefineQueryGroups = 4;
+constexpr int kRefineGroupRows = kBlockQueries / kRefineQueryGroups;
+constexpr int kRefineBlockThreads = kRefineGroupRows * kRefineSplit;
 static_assert(32 % kRefineSplit == 0, "a query's threads within one warp");
+static_assert(kBlockQueries % kRefineQueryGroups == 0, "whole groups of rows");
 
 /*
  * The refinement of a batch of many query blocks (at least kPlanFillBlocks,
- * so that they fill the device), in one kernel: CUDA block b is query
- * block b, threads kRefineSplit r .. kRefineSplit r + kRefineSplit - 1 its
- * query r. The block's list is read in chunks of refine_chunk() units into
- * shared memory (every query then reads the same unit: broadcasts) three
- * times: each query's L_q, then its bounds' bucket sums (a column of
- * shared memory per query, its lanes adding in the units' order) and first
- * skipped bucket, then the decisions: a unit is kept where some query needs
- * it (a warp's needs ORed into a word, the words into the chunk's bits).
- * Writes block b's mask row (0 before) and count[b]. The same arithmetic as
- * the bounds and decide kernels, per query in a fixed order: the same plan
- * on every run and device. Where the two kernels' warps each read the
- * block's list from L2 and a unit that no query needs holds its warp
- * through all 128 queries, here the list is read once per block and no
- * thread waits on another's search.
+ * so that they fill the device), in one kernel: CUDA block (b, g) takes
+ * rows kRefineGroupRows g .. of query block b, threads kRefineSplit r ..
+ * kRefineSplit r + kRefineSplit - 1 its row r of them. The block's list is
+ * read in chunks of refine_chunk() units into shared memory (every query
+ * then reads the same unit: broadcasts) three times: each query's L_q,
+ * then its bounds' bucket sums (a column of shared memory per query, its
+ * lanes adding in the units' order) and first skipped bucket, then the
+ * decisions: a unit is kept where some query needs it (a warp's needs ORed
+ * into a word, the words into the chunk's bits, the groups' bits into
+ * block b's mask row, 0 before). kde_refine_count_kernel then counts the
+ * row. The same arithmetic as the bounds and decide kernels, per query in
+ * a fixed order, and the kept units an OR: the same plan on every run and
+ * device. Where the two kernels' warps each read the block's list from L2
+ * and a unit that no query needs holds its warp through all 128 queries,
+ * here the list is read once per group and no thread waits on another's
+ * search.
  */
 template <int D>
-__global__ void __launch_bounds__(kRefineBlockThreads)
+__global__ void __launch_bounds__(kRefineBlockThreads, 8)
     kde_refine_blocks_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
-                             const double *block_skipped, int64_t words, uint32_t *mask,
-                             int64_t *count)
+                             const double *block_skipped, int64_t words, uint32_t *mask)
 {
   __shared__ staged_units<D> s_units;
   constexpr int kChunk = staged_units<D>::kChunk;
   constexpr int S = kRefineSplit;
   /* each query's bucket sums: query r adds to column r only */
-  __shared__ double s_part[kRefineBuckets][kBlockQueries];
+  __shared__ double s_part[kRefineBuckets][kRefineGroupRows];
   __shared__ uint32_t s_kept[kChunk / 32];
   __shared__ int s_keep_all;
-  __shared__ unsigned long long s_visits[kRefineBlockThreads / 32];
+  static_assert(kChunk <= kRefineBlockThreads, "a unit per staging thread");
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int r = tid / S, j = tid % S;
-  const int64_t b = blockIdx.x, row = b * kBlockQueries + r;
+  const int64_t b = blockIdx.x, row = b * kBlockQueries + blockIdx.y * kRefineGroupRows + r;
   const bool active = row < rows;
   const int how = plan_decision(p);
   const kde_prune_plan sp = staged_plan(p, s_units);
@@ -500,7 +509,6 @@ __global__ void __launch_bounds__(kRefineBlockThreads)
   __syncthreads();
   const bool keep_all = s_keep_all != 0;
 
-  unsigned long long visits = 0;
   for (int64_t c = lo; c < hi; c += kChunk) {
     const int n = (int) (hi - c < kChunk ? hi - c : kChunk);
     stage_units(p, visit, c, n, dim, s_units);
@@ -527,18 +535,30 @@ __global__ void __launch_bounds__(kRefineBlockThreads)
       const bool kept = tid < n && (keep_all || (s_kept[warp] >> lane & 1u) != 0u);
       const int32_t t = tid < n ? s_units.t[tid] : 0;
       mask_set_runs(mask + b * words, tid < n ? t / 32 : INT64_MAX, kept ? 1u << (t % 32) : 0u);
-      visits += kept ? 1 : 0;
     }
     __syncthreads(); /* before the next chunk is staged */
   }
-  for (int o = 16; o > 0; o >>= 1) visits += __shfl_xor_sync(0xffffffffu, visits, o);
-  if (lane == 0) s_visits[warp] = visits;
-  __syncthreads();
-  if (tid == 0) {
-    unsigned long long total = 0;
-    for (int w = 0; w < kRefineBlockThreads / 32; w++) total += s_visits[w];
-    count[b] = (int64_t) total;
+}
+
+/* count[b]: the units of query block b's list that its mask row keeps
+ * (kde_refine_blocks_kernel's groups OR into one row, so none of them can
+ * count it). A warp per query block. */
+constexpr int kRefineCountThreads = 256;
+__global__ void __launch_bounds__(kRefineCountThreads)
+    kde_refine_count_kernel(const int32_t *visit, const int64_t *offset, int64_t blocks,
+                            int64_t words, const uint32_t *mask, int64_t *count)
+{
+  const int lane = threadIdx.x % 32;
+  const int64_t b = (int64_t) blockIdx.x * (kRefineCountThreads / 32) + threadIdx.x / 32;
+  if (b >= blocks) return; /* the whole warp */
+  const uint32_t *row = mask + b * words;
+  unsigned long long kept = 0;
+  for (int64_t i = offset[b] + lane; i < offset[b + 1]; i += 32) {
+    const int32_t t = visit[i];
+    kept += row[t / 32] >> (t % 32) & 1u;
   }
+  for (int o = 16; o > 0; o >>= 1) kept += __shfl_xor_sync(0xffffffffu, kept, o);
+  if (lane == 0) count[b] = (int64_t) kept;
 }
 
 } // namespace kdegpu

@@ -177,10 +177,15 @@ int main()
                                                       : d == 3 ? kde_refine_blocks_kernel<3>
                                                                : kde_refine_blocks_kernel<4>
                                                     : kde_refine_blocks_kernel<0>;
-                launch_warps(dim3((unsigned) blocks), kRefineBlockThreads, [&] {
+                launch_warps(dim3((unsigned) blocks, kRefineQueryGroups), kRefineBlockThreads, [&] {
                   one(f.plan, q.data(), m, m, visit.data(), offset.data(), skipped.data(), words,
-                      mask.data(), count.data());
+                      mask.data());
                 });
+                launch_warps(dim3((unsigned) ((blocks + kRefineCountThreads / 32 - 1) / (kRefineCountThreads / 32))),
+                             kRefineCountThreads, [&] {
+                               kde_refine_count_kernel(visit.data(), offset.data(), blocks, words,
+                                                       mask.data(), count.data());
+                             });
               } else {
                 if (!kde_kernel_is_compact(kernel))
                   launch_warps(dim3((unsigned) blocks, kRefineGroups), kRefineThreads, [&] {
