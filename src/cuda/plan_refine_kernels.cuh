@@ -20,9 +20,10 @@
  *            the block's count;
  *
  * then the counts are scanned and plan_fill writes the narrowed lists.
- * A batch of many query blocks takes one kernel instead, a CUDA block per
- * query block (kde_refine_blocks_kernel, below): the same steps, a few
- * threads per query, the list read in chunks through shared memory.
+ * A batch of many query blocks takes one kernel instead, kRefineQueryGroups
+ * CUDA blocks per query block (kde_refine_blocks_kernel, below): the same
+ * steps, a few threads per query, the list read in chunks through shared
+ * memory, then kde_refine_count_kernel counts each block's kept units.
  * Sums run in fixed orders and the kept units are an OR of decisions:
  * the same plan on every run and device. plan_refine.cu launches them;
  * tools/gpu-tests/emulate/plan_refine.cpp runs them on the host (in CI),
@@ -272,14 +273,13 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-/* ---- many query blocks: one CUDA block each --------------------------- */
+/* ---- many query blocks: a few CUDA blocks each ------------------------ */
 
-/* Units of a block's list staged in shared memory at a time: one per
- * thread where their boxes and centroids fit (d <= 3), half as many
- * otherwise. */
-template <int D> constexpr int refine_chunk() { return D >= 1 && D <= 3 ? kBlockQueries : 64; }
-static_assert(refine_chunk<0>() % 32 == 0 && refine_chunk<1>() <= kBlockQueries,
-              "whole mask words per chunk, a unit per staging thread");
+/* Units of a block's list staged in shared memory at a time: 128 where
+ * their boxes and centroids fit (d <= 3), half as many otherwise. */
+template <int D> constexpr int refine_chunk() { return D >= 1 && D <= 3 ? 128 : 64; }
+static_assert(refine_chunk<0>() % 32 == 0 && refine_chunk<1>() % 32 == 0,
+              "whole mask words per chunk");
 
 /* A chunk of a block's list in shared memory, and a plan whose unit
  * arrays point at it: p's bounds (prune.h) of staged unit u are those of
@@ -387,7 +387,9 @@ constexpr int kRefineSplit = 4;
  * rows each: the blocks at the data's centre have lists of thousands of
  * units, and one CUDA block for all 128 of their rows ran so long that
  * the SMs were busy a quarter of the kernel's time (ncu, n = m = 1e7, d =
- * 3, H200). */
+ * 3, H200). Each group stages the list itself: 23 KB of shared memory per
+ * 128 threads at d = 3, 8 blocks per SM on an H100 or H200 as before, but
+ * half the threads of before on GPUs with 100 KB per SM (sm_86, sm_89). */
 constexpr int kRefineQueryGroups = 4;
 constexpr int kRefineGroupRows = kBlockQueries / kRefineQueryGroups;
 constexpr int kRefineBlockThreads = kRefineGroupRows * kRefineSplit;

@@ -43,7 +43,7 @@ case "$mode" in
     run "the queries' Hilbert order" bash tools/gpu-tests/emulate/run.sh hilbert
     run "the units' layout" bash tools/gpu-tests/emulate/run.sh unit_spread
     run "the density kernel's tight tiles" bash tools/gpu-tests/emulate/run.sh density
-    checks=$(grep -cE ' (float|visited|refined|grouped|layout|tight) ' "$log")
+    checks=$(grep -cE ' (float|visited|refined|grouped|layout|tight|grids) ' "$log")
     ;;
   device)
     run "harness (correctness)" env SANITIZE=0 PROFILE=0 MODE=test bash tools/gpu-tests/harness/run.sh
