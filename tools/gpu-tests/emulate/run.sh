@@ -21,7 +21,8 @@
 #   plan_pays         prune.c's test of whether a few queries' plan can pay:
 #                     never "no" where the exact plan skips more than 10%
 #   hilbert           the queries' order (src/cuda/hilbert.cuh) on whole grids,
-#                     dim = 1..8: a permutation whose steps are to neighbours
+#                     dim = 1..8: a permutation whose steps are to neighbours;
+#                     at order.cu's widths, sampled cells the same way
 #   unit_spread       the CUDA model's layout of units (src/unit_spread.c): every
 #                     point placed once, a unit per part of one run, split
 #                     runs' units within the layout's width
