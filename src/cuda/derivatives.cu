@@ -429,7 +429,8 @@ int deriv_enqueue(deriv_run<T> *r, deriv_device<T> *dv, int64_t first, int64_t r
             0 ||
         plan_block_boxes(qz, ldz, rows, (int) d, (double *) rep->plan_box.ptr, rep->stream,
                          status) != 0 ||
-        plan_batch_device(r->model, rep, &r->plan, qz, ldz, rows, r->n_units, &bp, status) != 0)
+        plan_batch_device(r->model, rep, &r->plan, qz, ldz, rows, r->n_units, 0, &bp, status) !=
+            0)
       return -1;
     visiting = bp.visiting;
   }

@@ -75,6 +75,7 @@ typedef struct {
   int visiting;             /* the current batch has a plan on the device */
   double batch_pairs;       /* pairs its plan evaluates (when visiting) */
   double batch_list_units;  /* its lists' mean length in the job's units */
+  int batch_groups;         /* its lists' groups (rep->visit_groups) apply */
   double *pairs;            /* pairs evaluated, all devices together */
   kde_cuda_eval_stats *stats; /* counters, or NULL (then no kernel timing) */
 } kde_device_job;

@@ -203,18 +203,23 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
         goto cleanup;
     if (pack_batch<T>(model, query, job, status) != 0) goto cleanup;
     job->visiting = 0;
+    job->batch_groups = 0;
     if (job->prune != NULL) {
       const prune_context *pc = job->prune;
       const int64_t units = job->u_hi - job->u_lo;
       batch_plan bp;
+      /* the small-d kernel evaluates a unit per group of 32 queries */
+      const int query_groups = model->layout != KDE_LAYOUT_TC_SMALL;
       if ((pc->device ? plan_batch_device(model, rep, &pc->plan, (const double *) rep->raw.ptr,
-                                          job->ldq_max, job->n_batch, units, &bp, status)
+                                          job->ldq_max, job->n_batch, units, query_groups, &bp,
+                                          status)
                       : plan_batch_host(&pc->plan, pc->queries, pc->n_query, pc->threads,
                                         job->q_next, job->n_batch, units, rep, &bp, status)) != 0)
         goto cleanup;
       job->visiting = bp.visiting;
       job->batch_pairs = bp.pairs;
       job->batch_list_units = bp.units_per_block;
+      job->batch_groups = bp.groups;
     }
     /* the next batch may overwrite the raw rows now */
     KDE_CUDA_TRY(cudaEventRecord(rep->raw_free, rep->stream));
@@ -269,6 +274,8 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
   args.k16 = model->k16;
   args.visit = job->visiting ? (const int32_t *) rep->visit.ptr : NULL;
   args.visit_offset = job->visiting ? (const int64_t *) rep->visit_offset.ptr : NULL;
+  args.visit_groups =
+      job->visiting && job->batch_groups ? (const uint8_t *) rep->visit_groups.ptr : NULL;
   args.anchor = (const T *) rep->anchor;
   args.tight_radius2 = model->tight_radius2;
   args.n_discrete = model->n_discrete;

@@ -273,6 +273,56 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
   }
 }
 
+/* A tile that only some of the block's groups of 32 queries need (`need`,
+ * bit i: the thread's query i, the plan's visit_groups): each group's
+ * points in turn for those queries only, one query's values, exps and
+ * lazy-max check at a time (no pipelining), so that few registers come on
+ * top of the four queries' states (a pass of small_tile per query, or the
+ * whole tile's code with a branch per query, spilled). */
+template <int K, typename T, int D, int A, bool CHECK, int Q, int C>
+__device__ __forceinline__ void masked_tile(const T *__restrict__ tile, const T (&q)[Q][D],
+                                            T (&m)[Q], compensated_sum<T> (&s)[Q], T (&ts)[Q],
+                                            const int (&own)[Q],
+                                            const discrete_codes<T, Q, C> &dc, unsigned need)
+{
+  constexpr int U = real_traits<T>::group;
+  constexpr bool LSE = kernel_sums_logs(K);
+  const int j0 = (threadIdx.x / 32) * kSmallPointsPerWarp;
+#pragma unroll 1
+  for (int g = 0; g < kSmallPointsPerWarp; g += U) {
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+      if (need >> i & 1u) {
+        T qi[1][D], value[1][U], none[1] = {};
+        const int own_i[1] = {own[i]};
+        discrete_codes<T, 1, C> dc_i;
+#pragma unroll
+        for (int k = 0; k < D; k++) qi[0][k] = q[i][k];
+        if constexpr (C > 0) {
+#pragma unroll
+          for (int k = 0; k < C; k++) {
+            dc_i.code[0][k] = dc.code[i][k];
+            dc_i.mismatch[k] = dc.mismatch[k];
+            dc_i.per_level[k] = dc.per_level[k];
+          }
+        }
+        small_group_values<K, T, D, A, CHECK, false>(tile, j0 + g, qi, own_i, dc_i, none, value);
+        if constexpr (LSE) {
+          T e[U];
+#pragma unroll
+          for (int p = 0; p < U; p++) e[p] = fast_exp2(value[0][p] - m[i]);
+          T sum = tree_sum(e);
+          if (__builtin_expect(!(sum <= (T) kLazyLimit), 0))
+            group_fix_one(value[0], m[i], s[i], ts[i], sum);
+          ts[i] += sum;
+        } else {
+          ts[i] += tree_sum(value[0]);
+        }
+      }
+    }
+  }
+}
+
 /* The aux shared by every point of this warp's quarter of the tile, if one
  * is (an unweighted fit's full units): then the values take one add per
  * pair fewer (UNIFORM). */
@@ -498,34 +548,50 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     /* the uniform path for the fixed-bandwidth fits without discrete
      * columns only: each path is as many kernels again to compile */
     constexpr bool UNIFORM_PATH = LSE && !EXPANDED && A != kFitAdaptive && C == 0;
-    T aux_u = 0;
-    bool uniform = false, tight = false;
-    if constexpr (TIGHT_PATH) {
-      if (a.anchor != nullptr) {
-        T wref, h[Q];
-        tight = a.tight_radius2 > 0 && warp_queries_near(q, h) &&
-                warp_tight_quarter<T, D>(tile, a.tight_radius2, wref);
-        if (tight) {
-          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, dc, wref);
-          else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, dc, wref);
-        } else {
+    /* the groups of queries that need the tile (block-uniform); decided
+     * first, so that the other paths keep no register for it */
+    const unsigned need = a.visit_groups != nullptr ? a.visit_groups[visits.first + t] : kAllGroups;
+    if (need != kAllGroups) {
+      if constexpr (TIGHT_PATH) {
+        if (a.anchor != nullptr) {
 #pragma unroll
           for (int i = 0; i < Q; i++)
 #pragma unroll
             for (int k = 0; k < D; k++) q[i][k] *= q_scale;
         }
       }
-    }
-    if constexpr (UNIFORM_PATH) {
-      uniform = !tight && warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
-      if (uniform) {
-        if (check) small_tile<K, T, D, A, true, true>(tile, q, m, s, ts, own, dc, aux_u);
-        else small_tile<K, T, D, A, false, true>(tile, q, m, s, ts, own, dc, aux_u);
+      if (check) masked_tile<K, T, D, A, true>(tile, q, m, s, ts, own, dc, need);
+      else masked_tile<K, T, D, A, false>(tile, q, m, s, ts, own, dc, need);
+    } else {
+      T aux_u = 0;
+      bool uniform = false, tight = false;
+      if constexpr (TIGHT_PATH) {
+        if (a.anchor != nullptr) {
+          T wref, h[Q];
+          tight = a.tight_radius2 > 0 && warp_queries_near(q, h) &&
+                  warp_tight_quarter<T, D>(tile, a.tight_radius2, wref);
+          if (tight) {
+            if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, dc, wref);
+            else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, dc, wref);
+          } else {
+#pragma unroll
+            for (int i = 0; i < Q; i++)
+#pragma unroll
+              for (int k = 0; k < D; k++) q[i][k] *= q_scale;
+          }
+        }
       }
-    }
-    if (!uniform && !tight) {
-      if (check) small_tile<K, T, D, A, true, false>(tile, q, m, s, ts, own, dc, aux_u);
-      else small_tile<K, T, D, A, false, false>(tile, q, m, s, ts, own, dc, aux_u);
+      if constexpr (UNIFORM_PATH) {
+        uniform = !tight && warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
+        if (uniform) {
+          if (check) small_tile<K, T, D, A, true, true>(tile, q, m, s, ts, own, dc, aux_u);
+          else small_tile<K, T, D, A, false, true>(tile, q, m, s, ts, own, dc, aux_u);
+        }
+      }
+      if (!uniform && !tight) {
+        if (check) small_tile<K, T, D, A, true, false>(tile, q, m, s, ts, own, dc, aux_u);
+        else small_tile<K, T, D, A, false, false>(tile, q, m, s, ts, own, dc, aux_u);
+      }
     }
 #pragma unroll
     for (int i = 0; i < Q; i++) s[i] += ts[i];

@@ -158,6 +158,9 @@ struct kde_args {
    * visit[visit_offset[bx] .. visit_offset[bx + 1]); NULL: every unit. */
   const int32_t *visit;
   const int64_t *visit_offset;
+  /* The groups of 32 of the block's queries (bit g: rows 32 g ..) that the
+   * small-d kernel evaluates each listed unit for; NULL: all of them. */
+  const uint8_t *visit_groups;
   /* An anchored model (model.cuh): every unit's anchor (hi, lo), by global
    * unit; the queries' lo parts are rows dim .. 2 dim - 1 of `query`.
    * NULL: coordinates as they are. */

@@ -194,7 +194,7 @@ cleanup:
 size_t scratch_bytes(const kde_replica *rep)
 {
   return rep->raw.bytes + rep->query.bytes + rep->part.bytes + rep->acc.bytes +
-         rep->shard.bytes + rep->visit.bytes + rep->visit_offset.bytes +
+         rep->shard.bytes + rep->visit.bytes + rep->visit_offset.bytes + rep->visit_groups.bytes +
          rep->plan_box.bytes + rep->plan_mask.bytes + rep->plan_count.bytes +
          rep->plan_temp.bytes + rep->plan_part.bytes + rep->plan_skipped.bytes +
          rep->plan_query.bytes;
@@ -208,6 +208,7 @@ void scratch_release(kde_replica *rep)
   buffer_release(&rep->shard);
   buffer_release(&rep->visit);
   buffer_release(&rep->visit_offset);
+  buffer_release(&rep->visit_groups);
   buffer_release(&rep->plan_box);
   buffer_release(&rep->plan_mask);
   buffer_release(&rep->plan_count);

@@ -67,8 +67,9 @@ typedef struct {
    * per unit and block), the counts, CUB's scan scratch and, for a plan
    * made in chunks, the chunks' partial sums; for its per-query
    * refinement (plan_refine.cu), what each block's plan skipped and each
-   * query's remaining budget and first skipped bucket. */
-  kde_buffer raw, query, part, acc, shard, visit, visit_offset;
+   * query's remaining budget and first skipped bucket; the refined lists'
+   * groups (a bit per group of 32 queries that needs the unit). */
+  kde_buffer raw, query, part, acc, shard, visit, visit_offset, visit_groups;
   kde_buffer plan_box, plan_mask, plan_count, plan_temp, plan_part;
   kde_buffer plan_skipped, plan_query;
 } kde_replica;

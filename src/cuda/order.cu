@@ -261,7 +261,9 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
     if (!query->leave_one_out) {
       KDE_HOST_ALLOC(oq->host_sorted, m * cols, "the ordered queries");
       memcpy(oq->host_sorted, z, (size_t) (m * d) * sizeof(double));
-      kde_kd_sort(oq->host_sorted, m, d, kBlockQueries, 0, query->host_threads, oq->order);
+      /* blocks, and within them the plan's groups of queries, compact */
+      kde_kd_sort(oq->host_sorted, m, d, kBlockQueries, kBlockQueries / kQueryGroups,
+                  query->host_threads, oq->order);
       z = oq->host_sorted;
       if (lo) { /* the lo parts follow */
         double *sorted_lo = oq->host_sorted + m * d;
@@ -342,7 +344,7 @@ extern "C" int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *
   plan = device_prune_plan(model, rep, query->tolerance, query->leave_one_out);
   if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, blocks, rep, &counts,
                  status) != 0 ||
-      plan_fill(&plan, &counts, rep, status) != 0)
+      plan_fill(&plan, &counts, 1, 0, rep, status) != 0)
     goto cleanup;
   KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
   ms[1] = kde_ms_between(t0, std::chrono::steady_clock::now());

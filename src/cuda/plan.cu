@@ -433,23 +433,30 @@ static plan_groups replica_groups(const kde_cuda_model *model, const kde_replica
 
 /* ---- the lists ------------------------------------------------------------ */
 
+/* Block b's list from the OR of its mask_rows rows (1, or the groups'
+ * kQueryGroups); with groups, each unit's evaluated_groups beside it. */
 __global__ void __launch_bounds__(kPlanThreads)
-    kde_plan_fill_kernel(const uint32_t *mask, int64_t words, const int64_t *offset,
-                         int32_t *visit)
+    kde_plan_fill_kernel(const uint32_t *mask, int64_t words, int mask_rows,
+                         const int64_t *offset, int32_t *visit, uint8_t *groups)
 {
   typedef cub::BlockScan<int, kPlanThreads> scan;
   __shared__ typename scan::TempStorage temp;
   const int64_t b = blockIdx.x;
-  const uint32_t *row = mask + b * words;
+  const uint32_t *rows = mask + b * mask_rows * words;
   int64_t at = offset[b];
   for (int64_t c = 0; c < words; c += kPlanThreads) {
     const int64_t word = c + threadIdx.x;
-    uint32_t bits = word < words ? row[word] : 0u;
+    uint32_t bits = 0u;
+    if (word < words)
+      for (int r = 0; r < mask_rows; r++) bits |= rows[r * words + word];
     int before = 0, chunk = 0;
     scan(temp).ExclusiveSum(__popc(bits), before, chunk);
-    int32_t *dst = visit + at + before;
+    int64_t to = at + before;
     while (bits != 0u) { /* ascending: lowest set bit first */
-      *dst++ = (int32_t) (word * 32 + __ffs((int) bits) - 1);
+      const int64_t t = word * 32 + __ffs((int) bits) - 1;
+      visit[to] = (int32_t) t;
+      if (groups != nullptr) groups[to] = (uint8_t) evaluated_groups(unit_groups(rows, words, t));
+      to++;
       bits &= bits - 1u;
     }
     at += chunk;
@@ -466,7 +473,7 @@ int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const do
   int64_t *count, *offset;
   plan_chunks chunked;
   counts->blocks = blocks;
-  counts->total = counts->last_count = 0;
+  counts->total = counts->last_count = counts->group_rows = 0;
   if (blocks < 1) return 0;
   if (plan->dim > kPlanMaxDim) {
     kde_status_set(status, KDE_ERR_ARGUMENT, "internal: the device plan serves d <= %d",
@@ -475,7 +482,8 @@ int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const do
   }
   if (buffer_reserve(&rep->plan_mask, (size_t) (blocks * words) * sizeof(uint32_t),
                      status) != 0 ||
-      buffer_reserve(&rep->plan_count, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0 ||
+      /* the counts, a 0 after them (the scan's total) and plan_refine's group rows */
+      buffer_reserve(&rep->plan_count, (size_t) (blocks + 2) * sizeof(int64_t), status) != 0 ||
       buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0 ||
       buffer_reserve(&rep->plan_skipped, (size_t) blocks * sizeof(double), status) != 0)
     return -1;
@@ -545,17 +553,19 @@ cleanup:
   return -1;
 }
 
-int plan_fill(const kde_prune_plan *plan, const plan_counts *counts, kde_replica *rep,
-              kde_status *status)
+int plan_fill(const kde_prune_plan *plan, const plan_counts *counts, int mask_rows, int groups,
+              kde_replica *rep, kde_status *status)
 {
   const int64_t words = ceil_div(plan->n_tiles, 32);
+  const size_t entries = (size_t) (counts->total > 0 ? counts->total : 1);
   if (counts->blocks < 1) return 0;
-  if (buffer_reserve(&rep->visit, (size_t) (counts->total > 0 ? counts->total : 1) *
-                                      sizeof(int32_t), status) != 0)
+  if (buffer_reserve(&rep->visit, entries * sizeof(int32_t), status) != 0 ||
+      (groups && buffer_reserve(&rep->visit_groups, entries, status) != 0))
     return -1;
   kde_plan_fill_kernel<<<(unsigned) counts->blocks, kPlanThreads, 0, rep->stream>>>(
-      (const uint32_t *) rep->plan_mask.ptr, words, (const int64_t *) rep->visit_offset.ptr,
-      (int32_t *) rep->visit.ptr);
+      (const uint32_t *) rep->plan_mask.ptr, words, mask_rows,
+      (const int64_t *) rep->visit_offset.ptr, (int32_t *) rep->visit.ptr,
+      groups ? (uint8_t *) rep->visit_groups.ptr : nullptr);
   KDE_CUDA_LAUNCHED("plan fill kernel");
   return 0;
 cleanup:
@@ -595,18 +605,28 @@ static int refine_enabled(void)
   return enabled;
 }
 
+/* KDEGPU_PLAN_GROUPS=0: the kernels evaluate a block's whole list for all
+ * of its queries (no per-group skipping); for A/B measurements. Read once. */
+static int groups_enabled(void)
+{
+  static const int enabled = kde_env_switch("KDEGPU_PLAN_GROUPS");
+  return enabled;
+}
+
 int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
                       const kde_prune_plan *host_plan, const double *z, int64_t ldz,
-                      int64_t n_batch, int64_t job_units, batch_plan *out,
+                      int64_t n_batch, int64_t job_units, int query_groups, batch_plan *out,
                       kde_status *status)
 {
   kde_prune_plan plan = device_prune_plan(model, rep, host_plan->tolerance,
                                           host_plan->leave_one_out);
   plan_counts counts;
+  int refined = 0;
   plan.derivative = host_plan->derivative;
   out->visiting = 0;
   out->pairs = 0;
   out->units_per_block = 0;
+  out->groups = 0;
   if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, ceil_div(n_batch, kBlockQueries),
                  rep, &counts, status) != 0)
     return -1;
@@ -615,14 +635,24 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
    * lower bound (a discrete column's factor can be 0) nothing is skipped */
   if (refine_enabled() && n_batch > 1 && counts.total > 0 &&
       plan_decision(plan) != kDecideAll && plan.log_lower_factor > -INFINITY &&
-      (counts.blocks >= kRefineMinBlocks || !nearly_all(counts.total, counts.blocks, plan.n_tiles)) &&
-      (plan_fill(&plan, &counts, rep, status) != 0 ||
-       plan_refine(&plan, z, ldz, n_batch, rep, &counts, status) != 0))
+      (counts.blocks >= kRefineMinBlocks || !nearly_all(counts.total, counts.blocks, plan.n_tiles))) {
+    if (plan_fill(&plan, &counts, 1, 0, rep, status) != 0 ||
+        plan_refine(&plan, z, ldz, n_batch, rep, &counts, status) != 0)
+      return -1;
+    refined = 1;
+  }
+  out->groups = refined && query_groups && groups_enabled();
+  /* nearly every pair: the plain sweep costs less */
+  if (out->groups ? (double) counts.group_rows >= kPlanDropShare * (double) n_batch *
+                                                      (double) plan.n_tiles
+                  : nearly_all(counts.total, counts.blocks, plan.n_tiles))
+    return 0;
+  if (plan_fill(&plan, &counts, refined ? kQueryGroups : 1, out->groups, rep, status) != 0)
     return -1;
-  if (nearly_all(counts.total, counts.blocks, plan.n_tiles)) return 0;
-  if (plan_fill(&plan, &counts, rep, status) != 0) return -1;
-  out->pairs = planned_pairs(n_batch, counts.blocks, counts.total, counts.last_count,
-                             job_units, plan.n_tiles);
+  out->pairs = out->groups ? (double) counts.group_rows * (double) kUnit * (double) job_units /
+                                 (double) plan.n_tiles
+                           : planned_pairs(n_batch, counts.blocks, counts.total,
+                                           counts.last_count, job_units, plan.n_tiles);
   out->units_per_block = (double) counts.total * (double) job_units /
                          ((double) plan.n_tiles * (double) counts.blocks);
   out->visiting = 1;
@@ -640,6 +670,7 @@ int plan_batch_host(const kde_prune_plan *plan, const double *queries, int64_t n
   out->visiting = 0;
   out->pairs = 0;
   out->units_per_block = 0;
+  out->groups = 0;
   KDE_HOST_ALLOC(offsets, blocks + 1, "the pruning plan");
   if (kde_plan_query_blocks(plan, queries, n_query, first, n_batch, kBlockQueries, threads,
                             offsets, NULL) != 0) {

@@ -56,19 +56,37 @@ constexpr double kPlanDropShare = 0.9;
  * unit sweeps them unrefined. */
 constexpr int64_t kRefineMinBlocks = 8;
 
+/* The groups (bit g: rows 32 g ..) of a query block that need unit t, from
+ * the block's kQueryGroups mask rows (plan_refine: a row per group). */
+__host__ __device__ inline unsigned unit_groups(const uint32_t *rows, int64_t words, int64_t t)
+{
+  unsigned need = 0u;
+  for (int g = 0; g < kQueryGroups; g++) need |= (rows[g * words + t / 32] >> (t % 32) & 1u) << g;
+  return need;
+}
+
+/* Query rows in group g of a block with block_rows rows (the last block of
+ * a batch may be short). */
+__host__ __device__ inline int64_t group_rows_in(int64_t block_rows, int g)
+{
+  const int64_t r = block_rows - 32 * g;
+  return r < 0 ? 0 : r > 32 ? 32 : r;
+}
+
 /* How a query block decides: compact support, every unit, or the bounds;
  * the same on the host and in every kernel. */
 enum { kDecideSupport = 0, kDecideAll = 1, kDecideBounds = 2 };
 
 /* Device bytes per query that a plan made on the device takes at most (a
  * batch's budget reserves them): per query block its lists with every
- * unit listed (the box plan's, before the refinement narrows them) and
- * their offset, the decisions' bits and the block's box; per query the
- * refinement's state. */
+ * unit listed (the box plan's, before the refinement narrows them), their
+ * groups and offset, the decisions' bits (a row per group) and the block's
+ * box; per query the refinement's state. */
 inline double device_plan_bytes_per_query(int64_t n_units, int64_t dim)
 {
   const double units = (double) n_units;
-  return (units * sizeof(int32_t) + sizeof(int64_t) + units / 8 +
+  return (units * (sizeof(int32_t) + sizeof(uint8_t)) + sizeof(int64_t) +
+          units * kQueryGroups / 8 +
           (double) (2 * dim + 2) * sizeof(double)) / kBlockQueries +
          sizeof(double) + sizeof(int32_t);
 }
@@ -110,6 +128,9 @@ typedef struct {
   int64_t blocks;     /* query blocks */
   int64_t total;      /* units visited, all blocks together */
   int64_t last_count; /* units visited by the last block */
+  int64_t group_rows; /* refined: the query rows the small-d kernel
+                         evaluates the lists' units for (evaluated_groups),
+                         all units together */
 } plan_counts;
 
 /* The plan of `blocks` query blocks with boxes `box` (device) on rep's
@@ -130,18 +151,20 @@ int plan_scan_counts(int64_t blocks, kde_replica *rep, plan_counts *counts, kde_
 /* Each block's list narrowed to the units its queries need, each query
  * from its own distances (plan_refine.cu; prune.c's per-query
  * refinement): from the lists plan_fill left in rep->visit and what each
- * block skipped (rep->plan_skipped), the new decisions into rep->plan_mask,
- * their counts scanned into rep->visit_offset and `counts`; plan_fill then
- * writes the narrowed lists. The queries: rows [0, rows) of z (whitened,
- * double, column k at z + k * ldz, on rep's device). */
+ * block skipped (rep->plan_skipped), the new decisions into rep->plan_mask
+ * (kQueryGroups rows per block, one per group of 32 queries), their counts
+ * scanned into rep->visit_offset and `counts` (with counts->group_rows);
+ * plan_fill then writes the narrowed lists. The queries: rows [0, rows) of
+ * z (whitened, double, column k at z + k * ldz, on rep's device). */
 int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_t rows,
                 kde_replica *rep, plan_counts *counts, kde_status *status);
 
 /* The lists themselves, rep->visit[visit_offset[b] ..) for each block b,
- * ascending, from the mask plan_count left (rep->visit holds counts->total
- * units). */
-int plan_fill(const kde_prune_plan *plan, const plan_counts *counts, kde_replica *rep,
-              kde_status *status);
+ * ascending, from the mask plan_count (mask_rows 1) or plan_refine
+ * (kQueryGroups: their OR) left (rep->visit holds counts->total units);
+ * with `groups`, each unit's evaluated_groups in rep->visit_groups. */
+int plan_fill(const kde_prune_plan *plan, const plan_counts *counts, int mask_rows, int groups,
+              kde_replica *rep, kde_status *status);
 
 /* A batch's plan, for its device's kernels. */
 typedef struct {
@@ -150,16 +173,19 @@ typedef struct {
                    nearly all of them is not used) */
   double pairs; /* the pairs its lists evaluate, when visiting */
   double units_per_block; /* the lists' mean length within the job's units */
+  int groups;   /* the lists' groups are in rep->visit_groups */
 } batch_plan;
 
 /* The plan of the n_batch queries whose boxes plan_block_boxes left in
  * rep->plan_box, made on rep's device for the decision's inputs of
  * host_plan (tolerance, leave one out) against that device's units, and
  * refined per query (plan_refine) from the queries themselves (z, ldz as
- * there). The job covers job_units of the model's units. */
+ * there). The job covers job_units of the model's units. query_groups: the
+ * kernel evaluates a unit only for the groups of 32 queries that need it
+ * (kde_small_kernel; the pairs are counted so). */
 int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
                       const kde_prune_plan *host_plan, const double *z, int64_t ldz,
-                      int64_t n_batch, int64_t job_units, batch_plan *out,
+                      int64_t n_batch, int64_t job_units, int query_groups, batch_plan *out,
                       kde_status *status);
 
 /* The same made on the host (prune.c, kde_plan_query_blocks) for rows

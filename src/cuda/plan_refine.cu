@@ -26,19 +26,42 @@ static auto refine_blocks_kernel_for(int64_t dim) -> decltype(&kde_refine_blocks
   }
 }
 
+/* count[b] and the group rows in count[blocks + 1] from the groups' mask
+ * rows, scanned, and read back */
+static int count_refined(int64_t rows, int64_t words, kde_replica *rep, plan_counts *counts,
+                         kde_status *status)
+{
+  const int64_t blocks = counts->blocks;
+  int64_t *count = (int64_t *) rep->plan_count.ptr;
+  kde_refine_count_kernel<<<(unsigned) ceil_div(blocks, kRefineCountThreads / 32),
+                            kRefineCountThreads, 0, rep->stream>>>(
+      (const int32_t *) rep->visit.ptr, (const int64_t *) rep->visit_offset.ptr, blocks, rows,
+      words, (const uint32_t *) rep->plan_mask.ptr, count,
+      (unsigned long long *) (count + blocks + 1));
+  KDE_CUDA_LAUNCHED("plan refinement count kernel");
+  /* pageable: returns once copied, after the kernel */
+  KDE_CUDA_TRY(cudaMemcpyAsync(&counts->group_rows, count + blocks + 1, sizeof(int64_t),
+                               cudaMemcpyDeviceToHost, rep->stream));
+  return plan_scan_counts(blocks, rep, counts, status);
+cleanup:
+  return -1;
+}
+
 int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_t rows,
                 kde_replica *rep, plan_counts *counts, kde_status *status)
 {
   const int64_t blocks = counts->blocks, words = ceil_div(plan->n_tiles, 32);
   const int64_t ldq = blocks * kBlockQueries;
+  const size_t mask_bytes = (size_t) (blocks * kQueryGroups * words) * sizeof(uint32_t);
   double *remaining = NULL;
   int32_t *first_skipped = NULL;
   int64_t chunks;
   if (blocks < 1) return 0;
-  /* the kernels OR bits into the mask rows and add to the counts */
-  KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0, (size_t) (blocks * words) * sizeof(uint32_t),
-                               rep->stream));
-  KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_count.ptr, 0, (size_t) (blocks + 1) * sizeof(int64_t),
+  /* the kernels OR bits into the groups' mask rows; the count kernel
+   * writes the counts and adds to the group rows after them */
+  if (buffer_reserve(&rep->plan_mask, mask_bytes, status) != 0) return -1;
+  KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0, mask_bytes, rep->stream));
+  KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_count.ptr, 0, (size_t) (blocks + 2) * sizeof(int64_t),
                                rep->stream));
   if (blocks >= kPlanFillBlocks) { /* enough query blocks to fill the device */
     const auto kernel = refine_blocks_kernel_for(plan->dim);
@@ -47,12 +70,7 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
         (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr, words,
         (uint32_t *) rep->plan_mask.ptr);
     KDE_CUDA_LAUNCHED("plan refinement kernel");
-    kde_refine_count_kernel<<<(unsigned) ceil_div(blocks, kRefineCountThreads / 32),
-                              kRefineCountThreads, 0, rep->stream>>>(
-        (const int32_t *) rep->visit.ptr, (const int64_t *) rep->visit_offset.ptr, blocks, words,
-        (const uint32_t *) rep->plan_mask.ptr, (int64_t *) rep->plan_count.ptr);
-    KDE_CUDA_LAUNCHED("plan refinement count kernel");
-    return plan_scan_counts(blocks, rep, counts, status);
+    return count_refined(rows, words, rep, counts, status);
   }
   if (buffer_reserve(&rep->plan_query, (size_t) ldq * (sizeof(double) + sizeof(int32_t)),
                      status) != 0)
@@ -79,9 +97,9 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
                              rep->stream>>>(
       *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
       (const int64_t *) rep->visit_offset.ptr, remaining, first_skipped, words,
-      (uint32_t *) rep->plan_mask.ptr, (int64_t *) rep->plan_count.ptr);
+      (uint32_t *) rep->plan_mask.ptr);
   KDE_CUDA_LAUNCHED("plan refinement decision kernel");
-  return plan_scan_counts(blocks, rep, counts, status);
+  return count_refined(rows, words, rep, counts, status);
 cleanup:
   return -1;
 }

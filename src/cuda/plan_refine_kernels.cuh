@@ -210,20 +210,18 @@ __device__ __forceinline__ void mask_set_runs(uint32_t *mask_row, int64_t word, 
 }
 
 /* Grid (query blocks, chunks): CUDA block (b, c) decides the c-th share of
- * block b's list. The block's mask row must be 0 and count[b] 0 before
- * (the shares OR their bits and add their counts: integers, in any
- * order). */
+ * block b's list, a thread per unit, for each group of 32 of the block's
+ * queries (kQueryGroups) into the group's mask row, which must be 0 before
+ * (the shares OR their bits: integers, in any order). */
 __global__ void __launch_bounds__(kPlanThreads)
     kde_refine_decide_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
                              const double *remaining, const int32_t *first_skipped,
-                             int64_t words, uint32_t *mask, int64_t *count)
+                             int64_t words, uint32_t *mask)
 {
   __shared__ double s_q[kBlockQueries][kPlanMaxDim];
   __shared__ double s_rem[kBlockQueries];
   __shared__ int32_t s_fs[kBlockQueries];
-  __shared__ unsigned long long s_visits[kPlanThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t b = blockIdx.x, first_row = b * kBlockQueries;
   const int n_q = (int) (rows - first_row < kBlockQueries ? rows - first_row : kBlockQueries);
   const int how = plan_decision(p);
@@ -237,16 +235,14 @@ __global__ void __launch_bounds__(kPlanThreads)
   const int64_t share = (hi - lo + gridDim.y - 1) / gridDim.y;
   const int64_t c0 = lo + share * blockIdx.y;
   const int64_t c1 = c0 + share < hi ? c0 + share : hi;
-  unsigned long long visits = 0;
   for (int64_t base = c0; base < c1; base += kPlanThreads) { /* uniform trips */
     const int64_t i = base + threadIdx.x;
-    bool kept = false;
-    int64_t word = INT64_MAX; /* past the list: after every real word */
-    uint32_t bits = 0u;
-    if (i < c1) {
-      const int64_t t = visit[i];
-      word = t / 32;
-      for (int r = 0; r < n_q && !kept; r++) {
+    const int64_t t = i < c1 ? visit[i] : 0;
+    const int64_t word = i < c1 ? t / 32 : INT64_MAX; /* past the list: after every real word */
+    for (int g = 0; g < kQueryGroups; g++) {
+      bool kept = false;
+      const int r1 = n_q < 32 * (g + 1) ? n_q : 32 * (g + 1);
+      for (int r = 32 * g; i < c1 && r < r1 && !kept; r++) {
         if (how == kDecideBounds && s_fs[r] >= KDE_PRUNE_BUCKETS) {
           kept = true;
           break;
@@ -258,18 +254,8 @@ __global__ void __launch_bounds__(kPlanThreads)
                    : kde_prune_bucket(kde_prune_log_upper(&p, t, min2, max2) - s_rem[r] +
                                       kKeySlack) < s_fs[r];
       }
-      if (kept) bits = 1u << (t % 32);
+      mask_set_runs(mask + (b * kQueryGroups + g) * words, word, kept ? 1u << (t % 32) : 0u);
     }
-    mask_set_runs(mask + b * words, word, bits);
-    visits += kept ? 1 : 0;
-  }
-  for (int o = 16; o > 0; o >>= 1) visits += __shfl_xor_sync(0xffffffffu, visits, o);
-  if (lane == 0) s_visits[warp] = visits;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long total = 0;
-    for (int w = 0; w < kPlanThreads / 32; w++) total += s_visits[w];
-    if (total > 0) atomicAdd((unsigned long long *) &count[b], total);
   }
 }
 
@@ -390,8 +376,9 @@ constexpr int kRefineSplit = 4;
  * 3, H200). Each group stages the list itself: 23 KB of shared memory per
  * 128 threads at d = 3, 8 blocks per SM on an H100 or H200 as before, but
  * half the threads of before on GPUs with 100 KB per SM (sm_86, sm_89). */
-constexpr int kRefineQueryGroups = 4;
+constexpr int kRefineQueryGroups = kQueryGroups;
 constexpr int kRefineGroupRows = kBlockQueries / kRefineQueryGroups;
+static_assert(kRefineGroupRows == 32, "a CUDA block per group of the density kernel's rows");
 constexpr int kRefineBlockThreads = kRefineGroupRows * kRefineSplit;
 static_assert(32 % kRefineSplit == 0, "a query's threads within one warp");
 static_assert(kBlockQueries % kRefineQueryGroups == 0, "whole groups of rows");
@@ -536,31 +523,46 @@ __global__ void __launch_bounds__(kRefineBlockThreads, 8)
     if (warp < kChunk / 32) { /* a lane per staged unit */
       const bool kept = tid < n && (keep_all || (s_kept[warp] >> lane & 1u) != 0u);
       const int32_t t = tid < n ? s_units.t[tid] : 0;
-      mask_set_runs(mask + b * words, tid < n ? t / 32 : INT64_MAX, kept ? 1u << (t % 32) : 0u);
+      mask_set_runs(mask + (b * kQueryGroups + blockIdx.y) * words, tid < n ? t / 32 : INT64_MAX,
+                    kept ? 1u << (t % 32) : 0u);
     }
     __syncthreads(); /* before the next chunk is staged */
   }
 }
 
-/* count[b]: the units of query block b's list that its mask row keeps
- * (kde_refine_blocks_kernel's groups OR into one row, so none of them can
- * count it). A warp per query block. */
+/* count[b]: the units of query block b's list that some group's mask row
+ * keeps (the groups' rows are ORed, so none of the deciding kernels can
+ * count it), and, added into *group_rows, the query rows that the small-d
+ * kernel evaluates them for (evaluated_groups: where most groups need a
+ * unit, all of them). A warp per query block; rows: the batch's. */
 constexpr int kRefineCountThreads = 256;
 __global__ void __launch_bounds__(kRefineCountThreads)
     kde_refine_count_kernel(const int32_t *visit, const int64_t *offset, int64_t blocks,
-                            int64_t words, const uint32_t *mask, int64_t *count)
+                            int64_t rows, int64_t words, const uint32_t *mask, int64_t *count,
+                            unsigned long long *group_rows)
 {
   const int lane = threadIdx.x % 32;
   const int64_t b = (int64_t) blockIdx.x * (kRefineCountThreads / 32) + threadIdx.x / 32;
   if (b >= blocks) return; /* the whole warp */
-  const uint32_t *row = mask + b * words;
-  unsigned long long kept = 0;
+  const uint32_t *row = mask + b * kQueryGroups * words;
+  const int64_t block_rows = rows - b * kBlockQueries;
+  unsigned long long kept = 0, evaluated = 0;
   for (int64_t i = offset[b] + lane; i < offset[b + 1]; i += 32) {
     const int32_t t = visit[i];
-    kept += row[t / 32] >> (t % 32) & 1u;
+    const unsigned need = unit_groups(row, words, t);
+    const unsigned groups = evaluated_groups(need);
+    kept += need != 0u;
+    for (int g = 0; g < kQueryGroups; g++)
+      if (groups >> g & 1u) evaluated += (unsigned long long) group_rows_in(block_rows, g);
   }
-  for (int o = 16; o > 0; o >>= 1) kept += __shfl_xor_sync(0xffffffffu, kept, o);
-  if (lane == 0) count[b] = (int64_t) kept;
+  for (int o = 16; o > 0; o >>= 1) {
+    kept += __shfl_xor_sync(0xffffffffu, kept, o);
+    evaluated += __shfl_xor_sync(0xffffffffu, evaluated, o);
+  }
+  if (lane == 0) {
+    count[b] = (int64_t) kept;
+    if (evaluated > 0) atomicAdd(group_rows, evaluated);
+  }
 }
 
 } // namespace kdegpu

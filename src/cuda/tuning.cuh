@@ -6,6 +6,8 @@
 #ifndef KDEGPU_CUDA_TUNING_CUH
 #define KDEGPU_CUDA_TUNING_CUH
 
+#include <cuda_runtime.h>
+
 #include <float.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +25,28 @@ constexpr int kWarps = kThreads / 32;
  * block serves as few as 128 queries at full width (the few-queries shape). */
 constexpr int kQueriesPerThread = 4;
 constexpr int kBlockQueries = 32 * kQueriesPerThread;
+/* A query block's groups of 32 rows: group g is rows 32 g .. 32 g + 31, slot
+ * g of every thread of the small-d kernel (row lane + 32 g). The plan's
+ * refinement decides per group (plan_refine_kernels.cuh), so that the
+ * kernel evaluates a unit only for the groups that need it: a block of
+ * sparse or far queries (between clusters, each needing the units near it)
+ * lists the union of its groups' needs, half of which a group needs alone
+ * (20 clusters, d = 3, tools/gpu-tests/emulate: 0.136 of the pairs per
+ * block, 0.070 per group). */
+constexpr int kQueryGroups = kQueriesPerThread;
+constexpr unsigned kAllGroups = (1u << kQueryGroups) - 1u;
+/* A unit that this many groups of its block need is evaluated for all of
+ * them: one group's pass holds one query per thread, costing more per pair
+ * than the four at once. */
+constexpr int kGroupsWhole = 3;
+/* The groups the small-d kernel evaluates a unit for, given those that
+ * need it (the plan's fill writes these). */
+__host__ __device__ inline unsigned evaluated_groups(unsigned need)
+{
+  int n = 0;
+  for (int g = 0; g < kQueryGroups; g++) n += (int) (need >> g & 1u);
+  return n >= kGroupsWhole ? kAllGroups : need;
+}
 /* Storage tile: 32 points stored dimension-major, (d + 1) rows of 32 values,
  * the last row being the per-point constant ("aux"). Four consecutive points
  * of one row are one 16-byte load. */

@@ -121,6 +121,43 @@ test_that("CUDA: batches of many query blocks (refined in one kernel) keep the g
   }
 })
 
+test_that("CUDA: a block's groups of 32 queries evaluate only the units they need: sparse and between-cluster queries, three kernels, d = 1..4", {
+  skip_without_gpu()
+  # 20 clusters: queries near points and scattered between the clusters,
+  # 3,000 in all (24 query blocks: refined by the few blocks' kernels),
+  # whose blocks' groups of 32 need different units (kernel_small.cuh's
+  # masked_tile)
+  for (d in 1:4) {
+    set.seed(970 + d)
+    centres <- matrix(runif(20 * d, 0, 400), 20)
+    x <- centres[sample.int(20, 4e4, replace = TRUE), , drop = FALSE] +
+      matrix(rnorm(4e4 * d), ncol = d)
+    q <- rbind(x[sample.int(4e4, 1500), , drop = FALSE] + rnorm(1500 * d, sd = 0.5),
+               centres[sample.int(20, 1500, replace = TRUE), , drop = FALSE] +
+                 matrix(rnorm(1500 * d, sd = 30), ncol = d))
+    for (k in c("gaussian", "exponential", "epanechnikov")) {
+      for (prec in c("double", "single")) {
+        lab <- sprintf("d = %d, %s, %s", d, k, prec)
+        fit <- kde_gpu(x, bw = 0.3, kernel = k, backend = "cuda", precision = prec)
+        full <- predict(fit, q, log = TRUE, tolerance = 0)
+        got <- predict(fit, q, log = TRUE)
+        expect_lt(summary(fit)$pairs_share, 0.5, label = lab)
+        expect_identical(got == -Inf, full == -Inf, label = paste(lab, "zeros"))
+        ok <- is.finite(full)
+        eps <- if (prec == "double") 2^-53 else 2^-24
+        # the same pairs' values summed over fewer of them (compact
+        # kernels: the same pairs), each relative to a running max that
+        # depends on which tiles came first
+        rounding <- (if (prec == "double") 1e-11 else 2e-5) + 8 * eps * abs(full[ok])
+        allowed <- if (k == "epanechnikov") 0 else default_tolerance[[prec]]
+        expect_true(all(got[ok] <= full[ok] + rounding), label = paste(lab, "above"))
+        expect_true(all(-expm1(got[ok] - full[ok]) <= allowed + rounding),
+                    label = paste(lab, "below"))
+      }
+    }
+  }
+})
+
 test_that("data offset by 1e6 bandwidths evaluate as at the origin", {
   for (be in eval_backends()) {
     for (d in c(1, 3)) {

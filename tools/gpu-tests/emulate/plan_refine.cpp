@@ -5,10 +5,12 @@
 // plans, each block's box plan (prune.c) is refined by both of plan_refine()'s
 // paths (a few query blocks' two kernels, many blocks' one; on lists of up
 // to 320 units too, which the one kernel reads in several chunks), and then
-//   - the one kernel's mask rows and counts are the two kernels', bit for bit;
-//   - every refined list lies in its box list, and each block's count is
-//     its mask row's;
-//   - every query's sum over its block's refined list is within relative
+//   - the one kernel's mask rows (one per group of 32 queries) and counts
+//     are the two kernels', bit for bit;
+//   - every refined list (the OR of a block's groups) lies in its box
+//     list, each block's count is its mask rows', and the group rows are
+//     those of evaluated_groups;
+//   - every query's sum over the units evaluated for its group is within relative
 //     tolerance of its full sum and never above it (compact kernels: equal),
 //     against exact sums in double written here; for the derivative plans,
 //     each of the sums behind a gradient and a Hessian (derivatives.h) within
@@ -84,7 +86,9 @@ int main()
   const char *shapes[] = {"normal", "clustered", "spread"};
   const char *kernels[] = {"gaussian", "epanechnikov", "rectangular", "triangular",
                            "biweight", "cosine", "optcosine", "exponential"};
-  double kept_box[3] = {0, 0, 0}, kept_refined[3] = {0, 0, 0}; /* per path */
+  /* per path: the box plans' pairs, the refined ones per block (the union
+   * of its groups' needs) and as the kernel evaluates them per group */
+  double kept_box[3] = {0, 0, 0}, kept_refined[3] = {0, 0, 0}, kept_groups[3] = {0, 0, 0};
   struct variant { bool adaptive; int loo; int derivative; };
   for (int kernel : {KDE_GAUSSIAN, KDE_EXPONENTIAL, KDE_EPANECHNIKOV})
     for (int64_t d = 1; d <= 4; d++)
@@ -168,8 +172,9 @@ int main()
             for (int path = 0; path < (long_lists ? 3 : 2); path++) {
               std::vector<double> remaining(blocks * 128);
               std::vector<int32_t> first_skipped(blocks * 128);
-              std::vector<uint32_t> mask(blocks * words, 0u);
-              std::vector<int64_t> count(blocks + 1, 0);
+              // a mask row per group of 32 queries; the counts, a 0, the group rows
+              std::vector<uint32_t> mask(blocks * kQueryGroups * words, 0u);
+              std::vector<int64_t> count(blocks + 2, 0);
               if (path >= 1) {
                 // the dimension as a constant (d <= 4 on the device) or not
                 auto *one = tol < 1e-5 && path == 1 ? d == 1   ? kde_refine_blocks_kernel<1>
@@ -181,11 +186,6 @@ int main()
                   one(f.plan, q.data(), m, m, visit.data(), offset.data(), skipped.data(), words,
                       mask.data());
                 });
-                launch_warps(dim3((unsigned) ((blocks + kRefineCountThreads / 32 - 1) / (kRefineCountThreads / 32))),
-                             kRefineCountThreads, [&] {
-                               kde_refine_count_kernel(visit.data(), offset.data(), blocks, words,
-                                                       mask.data(), count.data());
-                             });
               } else {
                 if (!kde_kernel_is_compact(kernel))
                   launch_warps(dim3((unsigned) blocks, kRefineGroups), kRefineThreads, [&] {
@@ -196,32 +196,50 @@ int main()
                 launch_warps(dim3((unsigned) blocks, 2), kPlanThreads, [&] {
                   kde_refine_decide_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
                                            remaining.data(), first_skipped.data(), words,
-                                           mask.data(), count.data());
+                                           mask.data());
                 });
               }
-              // the refined lists: within the box lists, counted right
-              int64_t bad_lists = 0;
-              std::vector<std::vector<int32_t>> refined(blocks);
+              launch_warps(dim3((unsigned) ((blocks + kRefineCountThreads / 32 - 1) /
+                                            (kRefineCountThreads / 32))),
+                           kRefineCountThreads, [&] {
+                             kde_refine_count_kernel(
+                                 visit.data(), offset.data(), blocks, m, words, mask.data(),
+                                 count.data(), (unsigned long long *) (count.data() + blocks + 1));
+                           });
+              // the refined lists: within the box lists, counted right; and
+              // each group's list, the units the kernel evaluates for it
+              int64_t bad_lists = 0, group_rows = 0;
+              std::vector<std::vector<int32_t>> refined(blocks), of_group(blocks * kQueryGroups);
               for (int64_t b = 0; b < blocks; b++) {
                 std::vector<char> listed(f.n_units, 0);
                 for (int64_t k = offset[b]; k < offset[b + 1]; k++) listed[visit[k]] = 1;
-                for (int64_t t = 0; t < f.n_units; t++)
-                  if (mask[b * words + t / 32] >> (t % 32) & 1u) {
-                    refined[b].push_back((int32_t) t);
-                    bad_lists += !listed[t];
-                  }
-                bad_lists += count[b] != (int64_t) refined[b].size();
                 const int64_t rows = std::min<int64_t>(128, m - b * 128);
+                for (int64_t t = 0; t < f.n_units; t++) {
+                  const unsigned need = unit_groups(mask.data() + b * kQueryGroups * words, words, t);
+                  if (need == 0u) continue;
+                  refined[b].push_back((int32_t) t);
+                  bad_lists += !listed[t];
+                  const unsigned groups = evaluated_groups(need);
+                  for (int g = 0; g < kQueryGroups; g++)
+                    if (groups >> g & 1u) {
+                      of_group[b * kQueryGroups + g].push_back((int32_t) t);
+                      group_rows += group_rows_in(rows, g);
+                    }
+                }
+                bad_lists += count[b] != (int64_t) refined[b].size();
                 kept_box[path] += (double) rows * (double) (offset[b + 1] - offset[b]);
                 kept_refined[path] += (double) rows * (double) refined[b].size();
               }
-              // every query's sum over its block's refined list
+              bad_lists += count[blocks + 1] != group_rows;
+              kept_groups[path] += (double) group_rows;
+              // every query's sum over its group's list
               double worst_low = 0, worst_high = 0;
               for (int64_t i = 0; i < m; i++) {
-                const int64_t b = i / 128, self = v.loo ? i : -1;
+                const int64_t self = v.loo ? i : -1;
+                const auto &list = of_group[i / 32];
                 const double full = exact_log_sum(f, q, m, i, NULL, 0, self);
-                const double kept = exact_log_sum(f, q, m, i, refined[b].data(),
-                                                  (int64_t) refined[b].size(), self);
+                const double kept = exact_log_sum(f, q, m, i, list.data(), (int64_t) list.size(),
+                                                  self);
                 if (!std::isfinite(full) && !std::isfinite(kept)) continue;
                 // log full - log kept in [0, -log(1 - tol)] (compact: 0), to rounding
                 const double allowed = kde_kernel_is_compact(kernel) ? 0.0 : -log1p(-tol);
@@ -234,8 +252,9 @@ int main()
                 std::vector<double> full, kept;
                 for (int64_t i = 0; i < m; i++) {
                   const double mf = exact_derivative_sums(f, q, m, i, NULL, 0, full);
-                  const double mk = exact_derivative_sums(f, q, m, i, refined[i / 128].data(),
-                                                          (int64_t) refined[i / 128].size(), kept);
+                  const auto &list = of_group[i / 32];
+                  const double mk = exact_derivative_sums(f, q, m, i, list.data(),
+                                                          (int64_t) list.size(), kept);
                   if (!(full[0] > 0)) continue;
                   const double r = std::isfinite(mk) ? exp(mk - mf) : 0.0;
                   size_t fields = v.derivative == KDE_PRUNE_HESSIAN ? full.size() : 2 + d;
@@ -277,8 +296,9 @@ int main()
             }
           }
   printf("pairs kept: the refined plans %.3f (two kernels) and %.3f (one kernel) of the box "
-         "plans'\n",
-         kept_refined[0] / kept_box[0], kept_refined[1] / kept_box[1]);
+         "plans' per block, %.3f and %.3f per group\n",
+         kept_refined[0] / kept_box[0], kept_refined[1] / kept_box[1],
+         kept_groups[0] / kept_box[0], kept_groups[1] / kept_box[1]);
   printf("plan_refine: %d failures\n", failures);
   return failures > 0 ? 1 : 0;
 }

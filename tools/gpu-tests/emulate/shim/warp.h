@@ -55,6 +55,7 @@ inline unsigned __ballot_sync(unsigned, int predicate)
 inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0u; }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
 inline unsigned atomicOr(unsigned *p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_or(v); }
 inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
 {
