@@ -382,8 +382,8 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
   return true;
 }
 
-/* Whether every query of the warp lies within sqrt(2 kTightQueryHalf2) of
- * the tile's anchor (q relative to it, unscaled); h[i] = |q_i|^2 / 2. Then
+/* Whether every query of the warp (of the groups in `need`) lies within
+ * sqrt(2 kTightQueryHalf2) of the tile's anchor (q relative to it, unscaled); h[i] = |q_i|^2 / 2. Then
  * the expanded form's terms (h, q.x, and the running max relative to wref,
  * which a fix keeps within 2^60 of the tile's terms) stay within about
  * what a pair's own exponent is, and so does their rounding. A query far
@@ -391,7 +391,7 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
  * amount that depends on the running max (on which tiles came first), so
  * farther queries take the difference form. */
 template <typename T, int D, int Q>
-__device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q])
+__device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q], unsigned need)
 {
   T most = 0;
 #pragma unroll
@@ -400,7 +400,7 @@ __device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q])
 #pragma unroll
     for (int k = 0; k < D; k++) norm2 = fma(q[i][k], q[i][k], norm2);
     h[i] = (T) 0.5 * norm2;
-    most = fmax(most, h[i]);
+    if (need >> i & 1u) most = fmax(most, h[i]);
   }
   return __all_sync(0xffffffffu, most <= (T) kTightQueryHalf2);
 }
@@ -414,20 +414,25 @@ __device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q])
  * found by TwoSum, scales ts by 2^err (err below half an ulp of m, so
  * 1 + err ln 2); what is left is the rounding of mu - h and of mu itself,
  * half an ulp of numbers that the query test keeps below about 100, as the
- * difference form's value - m rounds. The caller adds ts to s. */
+ * difference form's value - m rounds. The caller adds ts to s. Only the
+ * queries of the groups in `need` (masked_tile where not all). */
 template <typename T, int D, bool CHECK, int Q, int C>
 __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (&q)[Q][D],
                                            const T (&h)[Q], T (&m)[Q],
                                            compensated_sum<T> (&s)[Q], T (&ts)[Q],
                                            const int (&own)[Q],
-                                           const discrete_codes<T, Q, C> &dc, T wref)
+                                           const discrete_codes<T, Q, C> &dc, T wref,
+                                           unsigned need)
 {
   T mu[Q], mu0[Q];
   compensated_sum<T> none[Q]; /* the fixes rescale s below, once */
 #pragma unroll
   for (int i = 0; i < Q; i++) mu[i] = mu0[i] = (m[i] - wref) + h[i];
-  small_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(tile, q, mu, none, ts, own, dc,
-                                                          (T) 0);
+  if (need == kAllGroups)
+    small_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(tile, q, mu, none, ts, own, dc,
+                                                            (T) 0);
+  else /* the other queries' mu stay as they were: no fix below */
+    masked_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK>(tile, q, mu, none, ts, own, dc, need);
 #pragma unroll
   for (int i = 0; i < Q; i++) {
     if (__builtin_expect(mu[i] == mu0[i], 1)) continue;
@@ -548,47 +553,39 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     /* the uniform path for the fixed-bandwidth fits without discrete
      * columns only: each path is as many kernels again to compile */
     constexpr bool UNIFORM_PATH = LSE && !EXPANDED && A != kFitAdaptive && C == 0;
-    /* the groups of queries that need the tile (block-uniform); decided
-     * first, so that the other paths keep no register for it */
+    /* the groups of queries that need the tile (block-uniform) */
     const unsigned need = a.visit_groups != nullptr ? a.visit_groups[visits.first + t] : kAllGroups;
-    if (need != kAllGroups) {
-      if constexpr (TIGHT_PATH) {
-        if (a.anchor != nullptr) {
+    bool tight = false;
+    if constexpr (TIGHT_PATH) {
+      if (a.anchor != nullptr) {
+        T wref, h[Q];
+        tight = a.tight_radius2 > 0 && warp_queries_near(q, h, need) &&
+                warp_tight_quarter<T, D>(tile, a.tight_radius2, wref);
+        if (tight) {
+          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, dc, wref, need);
+          else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, dc, wref, need);
+        } else {
 #pragma unroll
           for (int i = 0; i < Q; i++)
 #pragma unroll
             for (int k = 0; k < D; k++) q[i][k] *= q_scale;
         }
       }
+    }
+    if (!tight && need != kAllGroups) {
       if (check) masked_tile<K, T, D, A, true>(tile, q, m, s, ts, own, dc, need);
       else masked_tile<K, T, D, A, false>(tile, q, m, s, ts, own, dc, need);
-    } else {
+    } else if (!tight) {
       T aux_u = 0;
-      bool uniform = false, tight = false;
-      if constexpr (TIGHT_PATH) {
-        if (a.anchor != nullptr) {
-          T wref, h[Q];
-          tight = a.tight_radius2 > 0 && warp_queries_near(q, h) &&
-                  warp_tight_quarter<T, D>(tile, a.tight_radius2, wref);
-          if (tight) {
-            if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, dc, wref);
-            else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, dc, wref);
-          } else {
-#pragma unroll
-            for (int i = 0; i < Q; i++)
-#pragma unroll
-              for (int k = 0; k < D; k++) q[i][k] *= q_scale;
-          }
-        }
-      }
+      bool uniform = false;
       if constexpr (UNIFORM_PATH) {
-        uniform = !tight && warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
+        uniform = warp_uniform_aux<T, D + 1 + scale_rows(A) + C, D>(tile, aux_u);
         if (uniform) {
           if (check) small_tile<K, T, D, A, true, true>(tile, q, m, s, ts, own, dc, aux_u);
           else small_tile<K, T, D, A, false, true>(tile, q, m, s, ts, own, dc, aux_u);
         }
       }
-      if (!uniform && !tight) {
+      if (!uniform) {
         if (check) small_tile<K, T, D, A, true, false>(tile, q, m, s, ts, own, dc, aux_u);
         else small_tile<K, T, D, A, false, false>(tile, q, m, s, ts, own, dc, aux_u);
       }
