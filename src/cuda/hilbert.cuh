@@ -22,6 +22,14 @@
 
 namespace kdegpu {
 
+/* Bits per coordinate of order.cu's key: 63 bits in all (a 64-bit key),
+ * and no finer than double's 52 fractional bits (d = 1). */
+__host__ __device__ inline int hilbert_key_bits(int dim)
+{
+  const int bits = 63 / dim;
+  return bits < 52 ? bits : 52;
+}
+
 /* cell[0 .. dim) in [0, 2^bits), bits >= 1, dim * bits <= 64: the
  * distance along the curve. Destroys cell. */
 __host__ __device__ inline uint64_t hilbert_index(uint64_t *cell, int dim, int bits)

@@ -36,14 +36,6 @@ namespace kdegpu {
 
 constexpr int kOrderThreads = 256;
 
-/* Bits per coordinate of the key: 63 bits in all (a 64-bit key),
- * and no finer than double's 52 fractional bits (d = 1). */
-static int key_bits(int dim)
-{
-  const int bits = 63 / dim;
-  return bits < 52 ? bits : 52;
-}
-
 /* z = (raw - center) transform in double, rounded as the CPU's kde_whiten
  * rounds a diagonal transform, and (lo not NULL) what its rounding lost
  * (whitening_residual: as the host's kde_whiten_residual), in the columns
@@ -106,7 +98,7 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   /* the lo parts, where the model reads them, in the columns after z's */
   const int lo = query_lo_rows(model) > 0 && (whiten || query->query_lo != NULL);
   const int cols = dim * (lo ? 2 : 1);
-  const int bits = key_bits(dim);
+  const int bits = hilbert_key_bits(dim);
   const size_t coords = (size_t) m * dim * sizeof(double);
   const unsigned grid = (unsigned) ceil_div(m, kOrderThreads);
   double *raw = NULL, *z = NULL, *out = NULL, *box = NULL;

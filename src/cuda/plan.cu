@@ -434,7 +434,7 @@ static plan_groups replica_groups(const kde_cuda_model *model, const kde_replica
 /* ---- the lists ------------------------------------------------------------ */
 
 /* Block b's list from the OR of its mask_rows rows (1, or the groups'
- * kQueryGroups); with groups, each unit's evaluated_groups beside it. */
+ * kQueryGroups); with groups, the groups that need each unit beside it. */
 __global__ void __launch_bounds__(kPlanThreads)
     kde_plan_fill_kernel(const uint32_t *mask, int64_t words, int mask_rows,
                          const int64_t *offset, int32_t *visit, uint8_t *groups)
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     while (bits != 0u) { /* ascending: lowest set bit first */
       const int64_t t = word * 32 + __ffs((int) bits) - 1;
       visit[to] = (int32_t) t;
-      if (groups != nullptr) groups[to] = (uint8_t) evaluated_groups(unit_groups(rows, words, t));
+      if (groups != nullptr) groups[to] = (uint8_t) unit_groups(rows, words, t);
       to++;
       bits &= bits - 1u;
     }

@@ -129,8 +129,8 @@ typedef struct {
   int64_t total;      /* units visited, all blocks together */
   int64_t last_count; /* units visited by the last block */
   int64_t group_rows; /* refined: the query rows the small-d kernel
-                         evaluates the lists' units for (evaluated_groups),
-                         all units together */
+                         evaluates the lists' units for (those of the
+                         groups that need them), all units together */
 } plan_counts;
 
 /* The plan of `blocks` query blocks with boxes `box` (device) on rep's
@@ -162,7 +162,7 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
 /* The lists themselves, rep->visit[visit_offset[b] ..) for each block b,
  * ascending, from the mask plan_count (mask_rows 1) or plan_refine
  * (kQueryGroups: their OR) left (rep->visit holds counts->total units);
- * with `groups`, each unit's evaluated_groups in rep->visit_groups. */
+ * with `groups`, the groups that need each unit in rep->visit_groups. */
 int plan_fill(const kde_prune_plan *plan, const plan_counts *counts, int mask_rows, int groups,
               kde_replica *rep, kde_status *status);
 

@@ -380,6 +380,9 @@ constexpr int kRefineQueryGroups = kQueryGroups;
 constexpr int kRefineGroupRows = kBlockQueries / kRefineQueryGroups;
 static_assert(kRefineGroupRows == 32, "a CUDA block per group of the density kernel's rows");
 constexpr int kRefineBlockThreads = kRefineGroupRows * kRefineSplit;
+/* CUDA blocks per SM its launch bounds ask for: 64 registers a thread,
+ * and 8 blocks' staged lists fit an H100's or H200's shared memory. */
+constexpr int kRefineBlocksPerSM = 8;
 static_assert(32 % kRefineSplit == 0, "a query's threads within one warp");
 static_assert(kBlockQueries % kRefineQueryGroups == 0, "whole groups of rows");
 
@@ -403,7 +406,7 @@ static_assert(kBlockQueries % kRefineQueryGroups == 0, "whole groups of rows");
  * search.
  */
 template <int D>
-__global__ void __launch_bounds__(kRefineBlockThreads, 8)
+__global__ void __launch_bounds__(kRefineBlockThreads, kRefineBlocksPerSM)
     kde_refine_blocks_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
                              const double *block_skipped, int64_t words, uint32_t *mask)
@@ -533,8 +536,8 @@ __global__ void __launch_bounds__(kRefineBlockThreads, 8)
 /* count[b]: the units of query block b's list that some group's mask row
  * keeps (the groups' rows are ORed, so none of the deciding kernels can
  * count it), and, added into *group_rows, the query rows that the small-d
- * kernel evaluates them for (evaluated_groups: where most groups need a
- * unit, all of them). A warp per query block; rows: the batch's. */
+ * kernel evaluates them for (those of the groups that need them). A warp
+ * per query block; rows: the batch's. */
 constexpr int kRefineCountThreads = 256;
 __global__ void __launch_bounds__(kRefineCountThreads)
     kde_refine_count_kernel(const int32_t *visit, const int64_t *offset, int64_t blocks,
@@ -550,10 +553,9 @@ __global__ void __launch_bounds__(kRefineCountThreads)
   for (int64_t i = offset[b] + lane; i < offset[b + 1]; i += 32) {
     const int32_t t = visit[i];
     const unsigned need = unit_groups(row, words, t);
-    const unsigned groups = evaluated_groups(need);
     kept += need != 0u;
     for (int g = 0; g < kQueryGroups; g++)
-      if (groups >> g & 1u) evaluated += (unsigned long long) group_rows_in(block_rows, g);
+      if (need >> g & 1u) evaluated += (unsigned long long) group_rows_in(block_rows, g);
   }
   for (int o = 16; o > 0; o >>= 1) {
     kept += __shfl_xor_sync(0xffffffffu, kept, o);

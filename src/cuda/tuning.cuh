@@ -6,8 +6,6 @@
 #ifndef KDEGPU_CUDA_TUNING_CUH
 #define KDEGPU_CUDA_TUNING_CUH
 
-#include <cuda_runtime.h>
-
 #include <float.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,18 +33,6 @@ constexpr int kBlockQueries = 32 * kQueriesPerThread;
  * block, 0.070 per group). */
 constexpr int kQueryGroups = kQueriesPerThread;
 constexpr unsigned kAllGroups = (1u << kQueryGroups) - 1u;
-/* A unit that this many groups of its block need is evaluated for all of
- * them: one group's pass holds one query per thread, costing more per pair
- * than the four at once. */
-constexpr int kGroupsWhole = 3;
-/* The groups the small-d kernel evaluates a unit for, given those that
- * need it (the plan's fill writes these). */
-__host__ __device__ inline unsigned evaluated_groups(unsigned need)
-{
-  int n = 0;
-  for (int g = 0; g < kQueryGroups; g++) n += (int) (need >> g & 1u);
-  return n >= kGroupsWhole ? kAllGroups : need;
-}
 /* Storage tile: 32 points stored dimension-major, (d + 1) rows of 32 values,
  * the last row being the per-point constant ("aux"). Four consecutive points
  * of one row are one 16-byte load. */

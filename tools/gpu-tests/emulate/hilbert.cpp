@@ -3,9 +3,10 @@
 // permutation of 0 .. 2^(dim bits) - 1 (every cell has its own place), and
 // the cells at consecutive places share a face (differ by one in one
 // coordinate), which is what makes a run of the order one connected region.
-// At the widths order.cu uses (63 / dim bits, at most 52), sampled cells:
-// the index below 2^(dim bits), Skilling's inverse (written here) gives the
-// cell back, and the cell at the next index is a neighbour.
+// At the widths order.cu uses (hilbert_key_bits: 63 / dim bits, at most
+// 52), sampled cells: the index below 2^(dim bits), Skilling's inverse
+// (written here) gives the cell back, and the cell at the next index is a
+// neighbour.
 #include "hilbert.cuh"
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +44,7 @@ static int sampled_widths()
   int failures = 0;
   std::mt19937_64 rng(7);
   for (int dim = 1; dim <= 8; dim++) {
-    const int bits = 63 / dim < 52 ? 63 / dim : 52;
+    const int bits = kdegpu::hilbert_key_bits(dim);
     const uint64_t side = UINT64_C(1) << bits, places = UINT64_C(1) << (dim * bits);
     int bad = 0;
     for (int sample = 0; sample < 100000 && bad == 0; sample++) {

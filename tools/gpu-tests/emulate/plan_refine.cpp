@@ -9,8 +9,8 @@
 //     are the two kernels', bit for bit;
 //   - every refined list (the OR of a block's groups) lies in its box
 //     list, each block's count is its mask rows', and the group rows are
-//     those of evaluated_groups;
-//   - every query's sum over the units evaluated for its group is within relative
+//     those of the groups that keep each unit;
+//   - every query's sum over the units its group keeps is within relative
 //     tolerance of its full sum and never above it (compact kernels: equal),
 //     against exact sums in double written here; for the derivative plans,
 //     each of the sums behind a gradient and a Hessian (derivatives.h) within
@@ -219,9 +219,8 @@ int main()
                   if (need == 0u) continue;
                   refined[b].push_back((int32_t) t);
                   bad_lists += !listed[t];
-                  const unsigned groups = evaluated_groups(need);
                   for (int g = 0; g < kQueryGroups; g++)
-                    if (groups >> g & 1u) {
+                    if (need >> g & 1u) {
                       of_group[b * kQueryGroups + g].push_back((int32_t) t);
                       group_rows += group_rows_in(rows, g);
                     }
