@@ -383,10 +383,11 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
 }
 
 /* Whether every query of the warp (of the groups in `need`) lies within
- * sqrt(2 kTightQueryHalf2) of the tile's anchor (q relative to it, unscaled); h[i] = |q_i|^2 / 2. Then
- * the expanded form's terms (h, q.x, and the running max relative to wref,
- * which a fix keeps within 2^60 of the tile's terms) stay within about
- * what a pair's own exponent is, and so does their rounding. A query far
+ * sqrt(2 kTightQueryHalf2) of the tile's anchor (q relative to it,
+ * unscaled); h[i] = |q_i|^2 / 2. Then the expanded form's terms (h, q.x,
+ * and the running max relative to wref, which a fix keeps within 2^60 of
+ * the tile's terms) stay within about what a pair's own exponent is, and
+ * so does their rounding. A query far
  * from the tile would make mu a sum of two large terms, rounded by an
  * amount that depends on the running max (on which tiles came first), so
  * farther queries take the difference form. */

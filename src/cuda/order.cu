@@ -254,7 +254,7 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
       KDE_HOST_ALLOC(oq->host_sorted, m * cols, "the ordered queries");
       memcpy(oq->host_sorted, z, (size_t) (m * d) * sizeof(double));
       /* blocks, and within them the plan's groups of queries, compact */
-      kde_kd_sort(oq->host_sorted, m, d, kBlockQueries, kBlockQueries / kQueryGroups,
+      kde_kd_sort(oq->host_sorted, m, d, kBlockQueries, kGroupRows,
                   query->host_threads, oq->order);
       z = oq->host_sorted;
       if (lo) { /* the lo parts follow */

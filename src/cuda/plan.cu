@@ -434,7 +434,8 @@ static plan_groups replica_groups(const kde_cuda_model *model, const kde_replica
 /* ---- the lists ------------------------------------------------------------ */
 
 /* Block b's list from the OR of its mask_rows rows (1, or the groups'
- * kQueryGroups); with groups, the groups that need each unit beside it. */
+ * kQueryGroups); with groups (mask_rows = kQueryGroups), the groups that
+ * need each unit beside it. */
 __global__ void __launch_bounds__(kPlanThreads)
     kde_plan_fill_kernel(const uint32_t *mask, int64_t words, int mask_rows,
                          const int64_t *offset, int32_t *visit, uint8_t *groups)
@@ -446,16 +447,23 @@ __global__ void __launch_bounds__(kPlanThreads)
   int64_t at = offset[b];
   for (int64_t c = 0; c < words; c += kPlanThreads) {
     const int64_t word = c + threadIdx.x;
-    uint32_t bits = 0u;
+    uint32_t row_bits[kQueryGroups] = {}, bits = 0u;
     if (word < words)
-      for (int r = 0; r < mask_rows; r++) bits |= rows[r * words + word];
+#pragma unroll
+      for (int r = 0; r < kQueryGroups; r++)
+        if (r < mask_rows) bits |= row_bits[r] = rows[r * words + word];
     int before = 0, chunk = 0;
     scan(temp).ExclusiveSum(__popc(bits), before, chunk);
     int64_t to = at + before;
     while (bits != 0u) { /* ascending: lowest set bit first */
-      const int64_t t = word * 32 + __ffs((int) bits) - 1;
-      visit[to] = (int32_t) t;
-      if (groups != nullptr) groups[to] = (uint8_t) unit_groups(rows, words, t);
+      const int bit = __ffs((int) bits) - 1;
+      visit[to] = (int32_t) (word * 32 + bit);
+      if (groups != nullptr) {
+        unsigned need = 0u;
+#pragma unroll
+        for (int g = 0; g < kQueryGroups; g++) need |= (row_bits[g] >> bit & 1u) << g;
+        groups[to] = (uint8_t) need;
+      }
       to++;
       bits &= bits - 1u;
     }
@@ -627,15 +635,17 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   out->pairs = 0;
   out->units_per_block = 0;
   out->groups = 0;
-  if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, ceil_div(n_batch, kBlockQueries),
-                 rep, &counts, status) != 0)
+  const int64_t blocks = ceil_div(n_batch, kBlockQueries);
+  if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, blocks, rep, &counts,
+                 status) != 0)
     return -1;
   if (counts.blocks < 1) return 0;
   /* one query's box is the query: refining cannot narrow it; without a
    * lower bound (a discrete column's factor can be 0) nothing is skipped */
   if (refine_enabled() && n_batch > 1 && counts.total > 0 &&
       plan_decision(plan) != kDecideAll && plan.log_lower_factor > -INFINITY &&
-      (counts.blocks >= kRefineMinBlocks || !nearly_all(counts.total, counts.blocks, plan.n_tiles))) {
+      (counts.blocks >= kRefineMinBlocks ||
+       !nearly_all(counts.total, counts.blocks, plan.n_tiles))) {
     if (plan_fill(&plan, &counts, 1, 0, rep, status) != 0 ||
         plan_refine(&plan, z, ldz, n_batch, rep, &counts, status) != 0)
       return -1;

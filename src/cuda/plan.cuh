@@ -69,8 +69,8 @@ __host__ __device__ inline unsigned unit_groups(const uint32_t *rows, int64_t wo
  * a batch may be short). */
 __host__ __device__ inline int64_t group_rows_in(int64_t block_rows, int g)
 {
-  const int64_t r = block_rows - 32 * g;
-  return r < 0 ? 0 : r > 32 ? 32 : r;
+  const int64_t r = block_rows - kGroupRows * g;
+  return r < 0 ? 0 : r > kGroupRows ? kGroupRows : r;
 }
 
 /* How a query block decides: compact support, every unit, or the bounds;

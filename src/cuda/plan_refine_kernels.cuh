@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(kPlanThreads)
     const int64_t word = i < c1 ? t / 32 : INT64_MAX; /* past the list: after every real word */
     for (int g = 0; g < kQueryGroups; g++) {
       bool kept = false;
-      const int r1 = n_q < 32 * (g + 1) ? n_q : 32 * (g + 1);
-      for (int r = 32 * g; i < c1 && r < r1 && !kept; r++) {
+      const int r1 = n_q < kGroupRows * (g + 1) ? n_q : kGroupRows * (g + 1);
+      for (int r = kGroupRows * g; i < c1 && r < r1 && !kept; r++) {
         if (how == kDecideBounds && s_fs[r] >= KDE_PRUNE_BUCKETS) {
           kept = true;
           break;
@@ -377,8 +377,7 @@ constexpr int kRefineSplit = 4;
  * 128 threads at d = 3, 8 blocks per SM on an H100 or H200 as before, but
  * half the threads of before on GPUs with 100 KB per SM (sm_86, sm_89). */
 constexpr int kRefineQueryGroups = kQueryGroups;
-constexpr int kRefineGroupRows = kBlockQueries / kRefineQueryGroups;
-static_assert(kRefineGroupRows == 32, "a CUDA block per group of the density kernel's rows");
+constexpr int kRefineGroupRows = kGroupRows;
 constexpr int kRefineBlockThreads = kRefineGroupRows * kRefineSplit;
 /* CUDA blocks per SM its launch bounds ask for: 64 registers a thread,
  * and 8 blocks' staged lists fit an H100's or H200's shared memory. */

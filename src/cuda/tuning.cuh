@@ -32,6 +32,8 @@ constexpr int kBlockQueries = 32 * kQueriesPerThread;
  * (20 clusters, d = 3, tools/gpu-tests/emulate: 0.136 of the pairs per
  * block, 0.070 per group). */
 constexpr int kQueryGroups = kQueriesPerThread;
+constexpr int kGroupRows = kBlockQueries / kQueryGroups;
+static_assert(kGroupRows == 32, "group g is slot g of every lane of a warp");
 constexpr unsigned kAllGroups = (1u << kQueryGroups) - 1u;
 /* Storage tile: 32 points stored dimension-major, (d + 1) rows of 32 values,
  * the last row being the per-point constant ("aux"). Four consecutive points
