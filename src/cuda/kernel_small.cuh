@@ -137,7 +137,8 @@ __device__ __forceinline__ void relative_base(T aux_u, const T (&m)[Q], T (&base
  * ceiling, one H200: d = 1 3.14 -> 3.41e12 pairs/s, d = 2 2.50 -> 2.71e12.
  * At d = 3 (6 FMAs a pair) the instruction issue is the limit and the
  * second group's registers spilled: 7.7% slower; the tight tiles' expanded
- * form (3 FMAs a pair) spilled too and lost 2.7% at n = 1e8; so did tiles
+ * form (3 FMAs a pair) spilled too and lost 2.7% at n = 1e8 (in groups of
+ * 4 points, 36 bytes of spill: 3-7% slower at n = m = 1e7); so did tiles
  * that hold a query's own point, adaptive fits (their per-point scales)
  * and mixed data (their codes). */
 template <int K, typename T, int D, int A, bool CHECK, int C>

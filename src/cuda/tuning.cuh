@@ -119,7 +119,8 @@ constexpr int kPackThreads = 128;
  * with the FMAs (d <= 2, kernel_small.cuh): 0: 3.36 / 2.63e12, 1: 3.32 /
  * 2.68e12, 2: 3.41 / 2.71e12, 4: 3.02 / 2.47e12, 6: 2.96 / 2.48e12 at d =
  * 1 / 2 (d = 3: 2.10, 2.10, 2.12, 2.07, 2.02e12; weighted at d = 2, 0 led:
- * 2.61 against 2.50e12). */
+ * 2.61 against 2.50e12). The tight tiles (the expanded form at d = 3)
+ * with 4 or 6: 1-3% slower at n = m = 1e7 through predict(). */
 constexpr int kPolyExps = 2;
 /* A warp's quarter of an anchored difference-form tile whose points all lie
  * within sqrt(kTightRadius2) of the tile's anchor (storage units, where a
