@@ -364,6 +364,23 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
   kde_cuda_log_density_stats(model, query, interrupted, out, NULL, status);
 }
 
+/* Whether a plan can pay for m queries against the model: one query
+ * block's always; more from kPlanMinPairsSingle / Double pairs (tuning.cuh)
+ * or KDEGPU_PLAN_MIN_PAIRS's number. */
+static int plan_worth_making(const kde_cuda_model *model, int64_t m)
+{
+  if (m <= kBlockQueries) return 1;
+  double least =
+      model->precision == KDE_PRECISION_SINGLE ? kPlanMinPairsSingle : kPlanMinPairsDouble;
+  const char *v = getenv("KDEGPU_PLAN_MIN_PAIRS");
+  if (v != NULL && v[0] != '\0') {
+    char *end = NULL;
+    const double given = strtod(v, &end);
+    if (*end == '\0' && given >= 0) least = given;
+  }
+  return (double) m * (double) model->n_train >= least;
+}
+
 /* The evaluation of a checked query set (kde_cuda_log_density_stats). */
 static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
                             kde_interrupt_probe interrupted, double *out,
@@ -381,7 +398,8 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
   const int prunes = model->unit_lo != NULL &&
                      (kde_kernel_is_compact(model->kernel) ||
                       (query->tolerance > 0 &&
-                       (model->precision == KDE_PRECISION_DOUBLE || device_plan)));
+                       (model->precision == KDE_PRECISION_DOUBLE || device_plan))) &&
+                     plan_worth_making(model, query->n_query);
   if (!prunes) {
     if (model->precision == KDE_PRECISION_SINGLE)
       log_density_impl<float>(model, query, NULL, interrupted, out, stats, status);

@@ -79,6 +79,18 @@ static_assert(kMergeThreads == 1 << kMergeBlockLanesLog2, "a block per query");
  * the device, whose order costs about 0.3 ms in syncs and copies whatever
  * the count (1000 queries against 1e7 points: 6% of the full sum, H200). */
 constexpr int64_t kHostOrderMaxQueries = 1024;
+/* A pruned evaluation of more than one query block orders its queries and
+ * refines its plan, about 0.5-1 ms of syncs, copies and kernels on an H200
+ * whatever the size, so below this many pairs (m x n) the full sum costs
+ * less. Single, d = 3, N(0, I) points and queries (bench/plan_threshold.R),
+ * with a plan against without: n = 2e5, m = 1000 / 3000 / 10000 / 30000: 1.74 / 2.03 / 1.11 /
+ * 0.88 times the time; n = 2e6, m = 1000 / 3000: 1.17 / 0.73. Double sums
+ * about a third as many pairs a second. One block's plan is cheap (m = 1
+ * against 2e6 points: 0.36 ms with it, 0.55 ms without) and always made.
+ * KDEGPU_PLAN_MIN_PAIRS (a number, read per evaluation) overrides both, so
+ * that tests can plan small evaluations. */
+constexpr double kPlanMinPairsSingle = 1e9;
+constexpr double kPlanMinPairsDouble = 3e8;
 /* Below this many queries per device, split the training set, not the
  * queries, across devices. */
 constexpr int64_t kMinQueriesPerDevice = 16384;

@@ -46,6 +46,42 @@ test_that("CPU: a few queries share a fit's tiles among threads, the same bits a
   expect_lt(summary(fit)$pairs_share, 0.5)
 })
 
+test_that("CUDA: an evaluation of fewer pairs than a plan pays for takes the full sum", {
+  skip_without_gpu()
+  x <- ref_data(2e4, 3, seed = 940)
+  # 1000 queries in the data's tail, which a plan narrows to the units near
+  # them; 2e7 pairs: no plan by default
+  set.seed(941)
+  spread <- apply(x, 2, sd)
+  q <- sweep(matrix(rnorm(3000, sd = 0.2), 1000, 3) * rep(spread, each = 1000), 2,
+             colMeans(x) + 2 * spread, "+")
+  old <- Sys.getenv("KDEGPU_PLAN_MIN_PAIRS")
+  on.exit(Sys.setenv(KDEGPU_PLAN_MIN_PAIRS = old))
+  for (precision in c("single", "double")) {
+    fit <- kde_gpu(x, precision = precision)
+    lab <- paste(precision, "precision")
+    Sys.unsetenv("KDEGPU_PLAN_MIN_PAIRS")
+    by_default <- predict(fit, q, log = TRUE)
+    expect_equal(summary(fit)$pairs_share, 1, label = lab)
+    Sys.setenv(KDEGPU_PLAN_MIN_PAIRS = "0")
+    planned <- predict(fit, q, log = TRUE)
+    expect_lt(summary(fit)$pairs_share, 0.9, label = lab)
+    tol <- if (precision == "single") 1e-5 else 1e-12
+    reference <- ref_log_density(x, q, fit$H, "gaussian")
+    expect_log_density_equal(by_default, reference, tol = tol, label = paste(lab, "full sum"))
+    expect_log_density_equal(planned, reference, tol = tol, label = paste(lab, "planned"))
+    # one query block is planned whatever its pairs: a query in the tail
+    # skips the units across the data
+    Sys.unsetenv("KDEGPU_PLAN_MIN_PAIRS")
+    tail_query <- rbind(colMeans(x) + 2 * apply(x, 2, sd))
+    one <- predict(fit, tail_query, log = TRUE)
+    expect_lt(summary(fit)$pairs_share, 0.5, label = paste(lab, "one query"))
+    expect_log_density_equal(one, ref_log_density(x, tail_query, fit$H, "gaussian"),
+                             tol = tol, label = paste(lab, "one query"))
+    Sys.setenv(KDEGPU_PLAN_MIN_PAIRS = "0")
+  }
+})
+
 test_that("CUDA: a few queries against 3e5 points (a plan in chunks) match the reference within the tolerance", {
   skip_without_gpu()
   x <- ref_data(3e5, 3, seed = 920)
