@@ -77,7 +77,10 @@ static_assert(kMergeThreads == 1 << kMergeBlockLanesLog2, "a block per query");
 /* A pruned evaluation of at most this many queries is put in spatial order
  * on the host (a k-d order in about 60 us for 1000 queries); larger ones on
  * the device, whose order costs about 0.3 ms in syncs and copies whatever
- * the count (1000 queries against 1e7 points: 6% of the full sum, H200). */
+ * the count (1000 queries against 1e7 points: 6% of the full sum, H200).
+ * With 8192 the host's order was slower from m = 1500 on (clustered 2e5
+ * points: 0.9-1.2 ms against 0.7-1.0 ms; m = 8000 2.7-3.0 against 1.1-1.2
+ * ms; one H200's 16-core host). */
 constexpr int64_t kHostOrderMaxQueries = 1024;
 /* A pruned evaluation of more than one query block orders its queries and
  * refines its plan, about 0.5-1 ms of syncs, copies and kernels on an H200
