@@ -74,8 +74,8 @@
 #'   pairs are far apart in bandwidth units, which is where the speed comes
 #'   from; in many dimensions little can be skipped and nothing is lost.
 #'   The GPU sums small evaluations (more than 128 queries and fewer than
-#'   about 1e9 query-point pairs, 3e8 in double) whole, where planning what
-#'   to skip would cost more than it saves.
+#'   1e9 query-point pairs) whole, where planning what to skip would cost
+#'   more than it saves.
 #'   On the GPU the same tolerance chooses the Gaussian's form: the faster
 #'   expanded form (tensor cores) only where its predicted rounding is
 #'   within it (see Backends and precision in [kde_gpu()]), so `tolerance =

@@ -1,5 +1,5 @@
 # The GPU's pair threshold for a plan (src/cuda/tuning.cuh,
-# kPlanMinPairsSingle): few and sparse queries against smaller fits than
+# kPlanMinPairs): few and sparse queries against smaller fits than
 # bench/shapes.R's 1e7, the default tolerance against tolerance = 0 (the
 # full sum), median ms per call; single, d = 3, N(0, I) points and queries,
 # Scott's H. Prints one line per (n, m).

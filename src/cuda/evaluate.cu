@@ -365,13 +365,12 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
 }
 
 /* Whether a plan can pay for m queries against the model: one query
- * block's always; more from kPlanMinPairsSingle / Double pairs (tuning.cuh)
- * or KDEGPU_PLAN_MIN_PAIRS's number. */
+ * block's always; more from kPlanMinPairs pairs (tuning.cuh) or
+ * KDEGPU_PLAN_MIN_PAIRS's number. */
 static int plan_worth_making(const kde_cuda_model *model, int64_t m)
 {
   if (m <= kBlockQueries) return 1;
-  double least =
-      model->precision == KDE_PRECISION_SINGLE ? kPlanMinPairsSingle : kPlanMinPairsDouble;
+  double least = kPlanMinPairs;
   const char *v = getenv("KDEGPU_PLAN_MIN_PAIRS");
   if (v != NULL && v[0] != '\0') {
     char *end = NULL;

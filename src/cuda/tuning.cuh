@@ -85,15 +85,15 @@ constexpr int64_t kHostOrderMaxQueries = 1024;
 /* A pruned evaluation of more than one query block orders its queries and
  * refines its plan, about 0.5-1 ms of syncs, copies and kernels on an H200
  * whatever the size, so below this many pairs (m x n) the full sum costs
- * less. Single, d = 3, N(0, I) points and queries (bench/plan_threshold.R),
- * with a plan against without: n = 2e5, m = 1000 / 3000 / 10000 / 30000: 1.74 / 2.03 / 1.11 /
- * 0.88 times the time; n = 2e6, m = 1000 / 3000: 1.17 / 0.73. Double sums
- * about a third as many pairs a second. One block's plan is cheap (m = 1
- * against 2e6 points: 0.36 ms with it, 0.55 ms without) and always made.
- * KDEGPU_PLAN_MIN_PAIRS (a number, read per evaluation) overrides both, so
- * that tests can plan small evaluations. */
-constexpr double kPlanMinPairsSingle = 1e9;
-constexpr double kPlanMinPairsDouble = 3e8;
+ * less. d = 3, N(0, I) points and queries (bench/plan_threshold.R), the
+ * time with a plan over the time without: single, n = 2e5, m = 1000 /
+ * 3000 / 10000 / 30000: 1.74 / 2.03 / 1.11 / 0.88; n = 2e6, m = 1000 /
+ * 3000: 1.17 / 0.73. Double, n = 2e5, m = 1000 / 3000 / 10000: 1.35 /
+ * 1.08 / 0.82; n = 2e6, m = 300 / 1000: 1.03 / 0.80. One block's plan is
+ * cheap (m = 1 against 2e6 points: 0.36 ms with it, 0.55 ms without) and
+ * always made. KDEGPU_PLAN_MIN_PAIRS (a number, read per evaluation)
+ * overrides it, so that tests can plan small evaluations. */
+constexpr double kPlanMinPairs = 1e9;
 /* Below this many queries per device, split the training set, not the
  * queries, across devices. */
 constexpr int64_t kMinQueriesPerDevice = 16384;
