@@ -388,10 +388,10 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
  * unscaled); h[i] = |q_i|^2 / 2. Then the expanded form's terms (h, q.x,
  * and the running max relative to wref, which a fix keeps within 2^60 of
  * the tile's terms) stay within about what a pair's own exponent is, and
- * so does their rounding. A query far
- * from the tile would make mu a sum of two large terms, rounded by an
- * amount that depends on the running max (on which tiles came first), so
- * farther queries take the difference form. */
+ * so does their rounding. A query far from the tile would make mu a sum of
+ * two large terms, rounded by an amount that depends on the running max
+ * (on which tiles came first), so farther queries take the difference
+ * form. */
 template <typename T, int D, int Q>
 __device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q], unsigned need)
 {

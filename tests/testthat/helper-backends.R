@@ -49,8 +49,7 @@ local({
 })
 
 # The GPU sums an evaluation of fewer than 1e9 pairs without a plan, which
-# then costs more than it saves (src/cuda/tuning.cuh, kPlanMinPairs); the
-# suite's fits are small, and its pruning tests
-# are about the plan, so it plans every evaluation (test-shapes.R checks
-# the default).
+# then costs more than it saves (src/cuda/tuning.cuh, kPlanMinPairs). The
+# suite's fits are small and its pruning tests are about the plan, so it
+# plans every evaluation (test-shapes.R checks the default).
 Sys.setenv(KDEGPU_PLAN_MIN_PAIRS = "0")

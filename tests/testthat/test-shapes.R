@@ -73,7 +73,7 @@ test_that("CUDA: an evaluation of fewer pairs than a plan pays for takes the ful
     # one query block is planned whatever its pairs: a query in the tail
     # skips the units across the data
     Sys.unsetenv("KDEGPU_PLAN_MIN_PAIRS")
-    tail_query <- rbind(colMeans(x) + 2 * apply(x, 2, sd))
+    tail_query <- rbind(colMeans(x) + 2 * spread)
     one <- predict(fit, tail_query, log = TRUE)
     expect_lt(summary(fit)$pairs_share, 0.5, label = paste(lab, "one query"))
     expect_log_density_equal(one, ref_log_density(x, tail_query, fit$H, "gaussian"),
