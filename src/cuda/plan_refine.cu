@@ -26,18 +26,28 @@ static auto refine_blocks_kernel_for(int64_t dim) -> decltype(&kde_refine_blocks
   }
 }
 
+/* CUDA blocks per query block's list: about kPlanFillBlocks in all where
+ * few query blocks must fill the device, none with less than a
+ * block-stride of kPlanThreads units (total: the units of all the lists). */
+static int64_t list_chunks(int64_t blocks, int64_t total)
+{
+  int64_t chunks = ceil_div(kPlanFillBlocks, blocks);
+  const int64_t most = ceil_div(ceil_div(total, blocks), (int64_t) kPlanThreads);
+  if (chunks > most) chunks = most;
+  return chunks < 1 ? 1 : chunks;
+}
+
 /* count[b] and the group rows in count[blocks + 1] from the groups' mask
- * rows, scanned, and read back */
+ * rows (count[] 0 before), scanned, and read back */
 static int count_refined(int64_t rows, int64_t words, kde_replica *rep, plan_counts *counts,
                          kde_status *status)
 {
   const int64_t blocks = counts->blocks;
   int64_t *count = (int64_t *) rep->plan_count.ptr;
-  kde_refine_count_kernel<<<(unsigned) ceil_div(blocks, kRefineCountThreads / 32),
-                            kRefineCountThreads, 0, rep->stream>>>(
-      (const int32_t *) rep->visit.ptr, (const int64_t *) rep->visit_offset.ptr, blocks, rows,
-      words, (const uint32_t *) rep->plan_mask.ptr, count,
-      (unsigned long long *) (count + blocks + 1));
+  const dim3 grid((unsigned) blocks, (unsigned) list_chunks(blocks, counts->total));
+  kde_refine_count_kernel<<<grid, kRefineCountThreads, 0, rep->stream>>>(
+      (const int32_t *) rep->visit.ptr, (const int64_t *) rep->visit_offset.ptr, rows, words,
+      (const uint32_t *) rep->plan_mask.ptr, count, (unsigned long long *) (count + blocks + 1));
   KDE_CUDA_LAUNCHED("plan refinement count kernel");
   /* pageable: returns once copied, after the kernel */
   KDE_CUDA_TRY(cudaMemcpyAsync(&counts->group_rows, count + blocks + 1, sizeof(int64_t),
@@ -78,23 +88,18 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
   remaining = (double *) rep->plan_query.ptr;
   first_skipped = (int32_t *) (remaining + ldq);
   if (plan_decision(*plan) == kDecideBounds) {
-    kde_refine_bounds_kernel<<<dim3((unsigned) blocks, kRefineGroups), kRefineThreads, 0,
+    kde_refine_bounds_kernel<<<dim3((unsigned) blocks, kBlockQueries), kRefineThreads, 0,
                                rep->stream>>>(
         *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
         (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr,
         remaining, first_skipped);
     KDE_CUDA_LAUNCHED("plan refinement bounds kernel");
   }
-  /* few blocks: their lists shared among about kPlanFillBlocks CUDA blocks,
-   * none with less than a block-stride of units */
-  chunks = ceil_div(kPlanFillBlocks, blocks);
-  {
-    const int64_t most = ceil_div(ceil_div(counts->total, blocks), (int64_t) kPlanThreads);
-    if (chunks > most) chunks = most;
-    if (chunks < 1) chunks = 1;
-  }
-  kde_refine_decide_kernel<<<dim3((unsigned) blocks, (unsigned) chunks), kPlanThreads, 0,
-                             rep->stream>>>(
+  /* few blocks: their lists shared among about kPlanFillBlocks CUDA blocks
+   * per group of queries */
+  chunks = list_chunks(blocks, counts->total);
+  kde_refine_decide_kernel<<<dim3((unsigned) blocks, (unsigned) (chunks * kQueryGroups)),
+                             kPlanThreads, 0, rep->stream>>>(
       *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
       (const int64_t *) rep->visit_offset.ptr, remaining, first_skipped, words,
       (uint32_t *) rep->plan_mask.ptr);

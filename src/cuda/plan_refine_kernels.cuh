@@ -11,13 +11,15 @@
  * has left each block's list in rep->visit and what it skipped in
  * rep->plan_skipped:
  *
- *   bounds:  a warp per query: L_q over its block's list (a log-sum-exp
- *            reduction in a fixed order), what the block's plan leaves of
- *            its budget, its bounds' bucket sums and first skipped bucket;
- *   decide:  a thread per listed unit: kept where some query of the block
- *            needs it (the block's queries in shared memory, the first that
- *            needs it ends the search), as bits of the block's mask row, and
- *            the block's count;
+ *   bounds:  a CUDA block per query: L_q over its block's list (a
+ *            log-sum-exp reduction in a fixed order), what the block's plan
+ *            leaves of its budget, its bounds' bucket sums and first skipped
+ *            bucket;
+ *   decide:  a thread per listed unit and group of 32 queries: kept where
+ *            some query of the group needs it (the group's queries in
+ *            shared memory, the first that needs it ends the search), as
+ *            bits of the group's mask row;
+ *   count:   each block's kept units and the query rows that evaluate them;
  *
  * then the counts are scanned and plan_fill writes the narrowed lists.
  * A batch of many query blocks takes one kernel instead, kRefineQueryGroups
@@ -45,12 +47,9 @@
 
 namespace kdegpu {
 
-/* The bounds kernel: a warp per query, 4 warps per CUDA block. */
+/* The bounds kernel: a CUDA block of 4 warps per query. */
 constexpr int kRefineThreads = 128;
 constexpr int kRefineWarps = kRefineThreads / 32;
-/* query rows of a block handled by one CUDA block of the bounds kernel */
-constexpr int kRefineGroups = kBlockQueries / kRefineWarps;
-static_assert(kBlockQueries % kRefineWarps == 0, "whole warps per query block");
 /* Its buckets: prune.h's first kRefineBuckets - 1, and one for all deeper
  * ones, whose bounds add up to at most (listed units) e^-31 of the
  * budget: they are skipped together, as kde_prune_first_skipped would skip
@@ -100,38 +99,43 @@ __device__ __forceinline__ void lane_lse_add(kde_lse &s, double x)
   }
 }
 
-/* Grid (query blocks, kRefineGroups): warp w of CUDA block (b, g) takes
- * query row kBlockQueries b + kRefineWarps g + w of the batch and writes
- * its remaining budget (log, less kFloatExpMargin) and first skipped
- * bucket. */
+/* Grid (query blocks, kBlockQueries): CUDA block (b, r) takes query row
+ * kBlockQueries b + r of the batch, its kRefineWarps warps sharing the
+ * row's list, and writes the row's remaining budget (log, less
+ * kFloatExpMargin) and first skipped bucket. A few query blocks leave few
+ * rows: with a warp per row, 1000 queries against 2e6 points kept an
+ * H200's SMs an eighth occupied and the kernel took twice the time of the
+ * evaluation it planned (ncu, d = 3, single). */
 __global__ void __launch_bounds__(kRefineThreads)
     kde_refine_bounds_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
                              const double *block_skipped, double *remaining,
                              int32_t *first_skipped)
 {
-  /* each lane's bucket sums, bucket-major: lane l adds to column l only */
+  /* each lane's bucket sums, bucket-major: lane l of warp w adds to
+   * column l of s_part[w] only */
   __shared__ double s_part[kRefineWarps][kRefineBuckets][32];
-  __shared__ double s_bucket[kRefineWarps][KDE_PRUNE_BUCKETS];
+  __shared__ double s_bucket[KDE_PRUNE_BUCKETS];
+  __shared__ kde_lse s_lower[kRefineWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t b = blockIdx.x;
-  const int64_t row = b * kBlockQueries + (int64_t) blockIdx.y * kRefineWarps + warp;
-  if (row >= rows) return; /* the whole warp: no block-wide barrier follows */
+  const int64_t row = b * kBlockQueries + blockIdx.y;
+  if (row >= rows) return; /* the whole block */
   double q[kPlanMaxDim];
   load_query(z, ldz, row, p.dim, q);
   const int64_t lo = offset[b], hi = offset[b + 1];
+  constexpr int64_t kStride = kRefineThreads;
 
-  /* L_q: lane l takes entries l, l + 32, ..., kRefineUnroll at a time
-   * (their loads in flight together: few queries leave few warps to hide
-   * the latency), each into its own state; then the states and the lanes
-   * merge in a fixed order */
+  /* L_q: thread j takes entries j, j + kStride, ..., kRefineUnroll at a
+   * time (their loads in flight together), each into its own state; then
+   * the states, the lanes and the warps merge in a fixed order */
   kde_lse lower[kRefineUnroll];
 #pragma unroll
   for (int h = 0; h < kRefineUnroll; h++) lower[h] = kde_lse_empty();
-  for (int64_t i = lo + lane; i < hi; i += 32 * kRefineUnroll) {
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kStride * kRefineUnroll) {
     int64_t t[kRefineUnroll];
 #pragma unroll
-    for (int h = 0; h < kRefineUnroll; h++) t[h] = i + 32 * h < hi ? visit[i + 32 * h] : -1;
+    for (int h = 0; h < kRefineUnroll; h++) t[h] = i + kStride * h < hi ? visit[i + kStride * h] : -1;
 #pragma unroll
     for (int h = 0; h < kRefineUnroll; h++) {
       if (t[h] < 0) continue;
@@ -144,6 +148,11 @@ __global__ void __launch_bounds__(kRefineThreads)
 #pragma unroll
   for (int h = 1; h < kRefineUnroll; h++) total = kde_lse_merge(total, lower[h]);
   total = warp_lse(total);
+  if (lane == 0) s_lower[warp] = total;
+  __syncthreads();
+  total = s_lower[0];
+  for (int w = 1; w < kRefineWarps; w++) total = kde_lse_merge(total, s_lower[w]);
+  /* the same in every thread: the branch below is the block's */
   const double rem =
       kde_prune_log_remaining(log(p.tolerance) + kde_lse_log(total) - kFloatExpMargin,
                               block_skipped[b]) -
@@ -152,12 +161,12 @@ __global__ void __launch_bounds__(kRefineThreads)
   if (rem > -INFINITY) {
     double *part = &s_part[warp][0][0];
     for (int k = 0; k < kRefineBuckets; k++) part[k * 32 + lane] = 0.0;
-    for (int64_t i = lo + lane; i < hi; i += 32 * kRefineUnroll) {
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kStride * kRefineUnroll) {
       int64_t t[kRefineUnroll];
       int bucket[kRefineUnroll];
       double value[kRefineUnroll];
 #pragma unroll
-      for (int h = 0; h < kRefineUnroll; h++) t[h] = i + 32 * h < hi ? visit[i + 32 * h] : -1;
+      for (int h = 0; h < kRefineUnroll; h++) t[h] = i + kStride * h < hi ? visit[i + kStride * h] : -1;
       /* every load before the shared adds below */
 #pragma unroll
       for (int h = 0; h < kRefineUnroll; h++) {
@@ -175,19 +184,22 @@ __global__ void __launch_bounds__(kRefineThreads)
       for (int h = 0; h < kRefineUnroll; h++)
         if (bucket[h] >= 0) part[bucket[h] * 32 + lane] += value[h];
     }
-    __syncwarp();
-    /* lane k sums bucket k over the lanes, each lane starting at its own
-     * column (no two lanes in one bank): a fixed order per bucket */
-    double sum = 0.0;
-    for (int j = 0; j < 32; j++) sum += part[lane * 32 + (j + lane) % 32];
-    s_bucket[warp][lane] = sum;
-    s_bucket[warp][lane + 32] = 0.0;
-    __syncwarp();
-    fs = kde_prune_first_skipped(s_bucket[warp]);
-    /* the deep buckets together passed the budget: none is skipped */
-    if (fs >= kRefineBuckets) fs = KDE_PRUNE_BUCKETS;
+    __syncthreads();
+    if (warp == 0) {
+      /* lane k sums bucket k over the warps and lanes, each lane starting
+       * at its own column (no two lanes in one bank): a fixed order */
+      double sum = 0.0;
+      for (int w = 0; w < kRefineWarps; w++)
+        for (int j = 0; j < 32; j++) sum += s_part[w][lane][(j + lane) % 32];
+      s_bucket[lane] = sum;
+      s_bucket[lane + 32] = 0.0;
+      __syncwarp();
+      fs = kde_prune_first_skipped(s_bucket);
+      /* the deep buckets together passed the budget: none is skipped */
+      if (fs >= kRefineBuckets) fs = KDE_PRUNE_BUCKETS;
+    }
   }
-  if (lane == 0) {
+  if (threadIdx.x == 0) {
     remaining[row] = rem;
     first_skipped[row] = fs;
   }
@@ -209,21 +221,26 @@ __device__ __forceinline__ void mask_set_runs(uint32_t *mask_row, int64_t word, 
   if (bits != 0u && (lane == 0 || previous != word)) atomicOr(mask_row + word, bits);
 }
 
-/* Grid (query blocks, chunks): CUDA block (b, c) decides the c-th share of
- * block b's list, a thread per unit, for each group of 32 of the block's
- * queries (kQueryGroups) into the group's mask row, which must be 0 before
- * (the shares OR their bits: integers, in any order). */
+/* Grid (query blocks, chunks x kQueryGroups): CUDA block (b, kQueryGroups
+ * c + g) decides the c-th share of block b's list, a thread per unit, for
+ * group g of the block's queries (rows 32 g ..) into the group's mask row,
+ * which must be 0 before (the shares OR their bits: integers, in any
+ * order). A group per CUDA block: four times the threads of a block per
+ * CUDA block, for the few blocks of a short batch. */
 __global__ void __launch_bounds__(kPlanThreads)
     kde_refine_decide_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
                              const double *remaining, const int32_t *first_skipped,
                              int64_t words, uint32_t *mask)
 {
-  __shared__ double s_q[kBlockQueries][kPlanMaxDim];
-  __shared__ double s_rem[kBlockQueries];
-  __shared__ int32_t s_fs[kBlockQueries];
-  const int64_t b = blockIdx.x, first_row = b * kBlockQueries;
-  const int n_q = (int) (rows - first_row < kBlockQueries ? rows - first_row : kBlockQueries);
+  __shared__ double s_q[kGroupRows][kPlanMaxDim];
+  __shared__ double s_rem[kGroupRows];
+  __shared__ int32_t s_fs[kGroupRows];
+  const int64_t b = blockIdx.x;
+  const int g = (int) (blockIdx.y % kQueryGroups);
+  const int64_t first_row = b * kBlockQueries + (int64_t) kGroupRows * g;
+  if (first_row >= rows) return; /* the whole block: a short block's empty group */
+  const int n_q = (int) (rows - first_row < kGroupRows ? rows - first_row : kGroupRows);
   const int how = plan_decision(p);
   for (int r = threadIdx.x; r < n_q; r += kPlanThreads) {
     load_query(z, ldz, first_row + r, p.dim, s_q[r]);
@@ -231,31 +248,30 @@ __global__ void __launch_bounds__(kPlanThreads)
     s_fs[r] = how == kDecideBounds ? first_skipped[first_row + r] : 0;
   }
   __syncthreads();
+  const int64_t chunks = gridDim.y / kQueryGroups, chunk = blockIdx.y / kQueryGroups;
   const int64_t lo = offset[b], hi = offset[b + 1];
-  const int64_t share = (hi - lo + gridDim.y - 1) / gridDim.y;
-  const int64_t c0 = lo + share * blockIdx.y;
+  const int64_t share = (hi - lo + chunks - 1) / chunks;
+  const int64_t c0 = lo + share * chunk;
   const int64_t c1 = c0 + share < hi ? c0 + share : hi;
+  uint32_t *mask_row = mask + (b * kQueryGroups + g) * words;
   for (int64_t base = c0; base < c1; base += kPlanThreads) { /* uniform trips */
     const int64_t i = base + threadIdx.x;
     const int64_t t = i < c1 ? visit[i] : 0;
     const int64_t word = i < c1 ? t / 32 : INT64_MAX; /* past the list: after every real word */
-    for (int g = 0; g < kQueryGroups; g++) {
-      bool kept = false;
-      const int r1 = n_q < kGroupRows * (g + 1) ? n_q : kGroupRows * (g + 1);
-      for (int r = kGroupRows * g; i < c1 && r < r1 && !kept; r++) {
-        if (how == kDecideBounds && s_fs[r] >= KDE_PRUNE_BUCKETS) {
-          kept = true;
-          break;
-        }
-        double min2, max2;
-        point_distances(p, s_q[r], t, &min2, &max2, p.dim);
-        kept = how == kDecideSupport
-                   ? min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
-                   : kde_prune_bucket(kde_prune_log_upper(&p, t, min2, max2) - s_rem[r] +
-                                      kKeySlack) < s_fs[r];
+    bool kept = false;
+    for (int r = 0; i < c1 && r < n_q && !kept; r++) {
+      if (how == kDecideBounds && s_fs[r] >= KDE_PRUNE_BUCKETS) {
+        kept = true;
+        break;
       }
-      mask_set_runs(mask + (b * kQueryGroups + g) * words, word, kept ? 1u << (t % 32) : 0u);
+      double min2, max2;
+      point_distances(p, s_q[r], t, &min2, &max2, p.dim);
+      kept = how == kDecideSupport
+                 ? min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
+                 : kde_prune_bucket(kde_prune_log_upper(&p, t, min2, max2) - s_rem[r] +
+                                    kKeySlack) < s_fs[r];
     }
+    mask_set_runs(mask_row, word, kept ? 1u << (t % 32) : 0u);
   }
 }
 
@@ -535,21 +551,26 @@ __global__ void __launch_bounds__(kRefineBlockThreads, kRefineBlocksPerSM)
 /* count[b]: the units of query block b's list that some group's mask row
  * keeps (the groups' rows are ORed, so none of the deciding kernels can
  * count it), and, added into *group_rows, the query rows that the small-d
- * kernel evaluates them for (those of the groups that need them). A warp
- * per query block; rows: the batch's. */
+ * kernel evaluates them for (those of the groups that need them). Grid
+ * (query blocks, chunks): CUDA block (b, c) counts the c-th share of block
+ * b's list and adds to count[b], which must be 0 before (integers: the
+ * same sums in any order). rows: the batch's. */
 constexpr int kRefineCountThreads = 256;
 __global__ void __launch_bounds__(kRefineCountThreads)
-    kde_refine_count_kernel(const int32_t *visit, const int64_t *offset, int64_t blocks,
-                            int64_t rows, int64_t words, const uint32_t *mask, int64_t *count,
+    kde_refine_count_kernel(const int32_t *visit, const int64_t *offset, int64_t rows,
+                            int64_t words, const uint32_t *mask, int64_t *count,
                             unsigned long long *group_rows)
 {
   const int lane = threadIdx.x % 32;
-  const int64_t b = (int64_t) blockIdx.x * (kRefineCountThreads / 32) + threadIdx.x / 32;
-  if (b >= blocks) return; /* the whole warp */
+  const int64_t b = blockIdx.x;
   const uint32_t *row = mask + b * kQueryGroups * words;
   const int64_t block_rows = rows - b * kBlockQueries;
+  const int64_t lo = offset[b], hi = offset[b + 1];
+  const int64_t share = (hi - lo + gridDim.y - 1) / gridDim.y;
+  const int64_t c0 = lo + share * blockIdx.y;
+  const int64_t c1 = c0 + share < hi ? c0 + share : hi;
   unsigned long long kept = 0, evaluated = 0;
-  for (int64_t i = offset[b] + lane; i < offset[b + 1]; i += 32) {
+  for (int64_t i = c0 + threadIdx.x; i < c1; i += kRefineCountThreads) {
     const int32_t t = visit[i];
     const unsigned need = unit_groups(row, words, t);
     kept += need != 0u;
@@ -560,10 +581,8 @@ __global__ void __launch_bounds__(kRefineCountThreads)
     kept += __shfl_xor_sync(0xffffffffu, kept, o);
     evaluated += __shfl_xor_sync(0xffffffffu, evaluated, o);
   }
-  if (lane == 0) {
-    count[b] = (int64_t) kept;
-    if (evaluated > 0) atomicAdd(group_rows, evaluated);
-  }
+  if (lane == 0 && kept > 0) atomicAdd((unsigned long long *) (count + b), kept);
+  if (lane == 0 && evaluated > 0) atomicAdd(group_rows, evaluated);
 }
 
 } // namespace kdegpu

@@ -164,7 +164,7 @@ int main()
               skipped[b] = kde_lse_log(s);
             }
             // the refinement, as plan_refine() launches it: a few blocks' two
-            // kernels (two chunks per block), and many blocks' one kernel
+            // kernels (two chunks per block and group), and many blocks' one kernel
             // (path 2: its instance for any dimension, on long lists), whose
             // masks and counts must be the two kernels' to the bit
             std::vector<uint32_t> mask_two;
@@ -188,24 +188,22 @@ int main()
                 });
               } else {
                 if (!kde_kernel_is_compact(kernel))
-                  launch_warps(dim3((unsigned) blocks, kRefineGroups), kRefineThreads, [&] {
+                  launch_warps(dim3((unsigned) blocks, kBlockQueries), kRefineThreads, [&] {
                     kde_refine_bounds_kernel(f.plan, q.data(), m, m, visit.data(),
                                              offset.data(), skipped.data(), remaining.data(),
                                              first_skipped.data());
                   });
-                launch_warps(dim3((unsigned) blocks, 2), kPlanThreads, [&] {
+                launch_warps(dim3((unsigned) blocks, 2 * kQueryGroups), kPlanThreads, [&] {
                   kde_refine_decide_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
                                            remaining.data(), first_skipped.data(), words,
                                            mask.data());
                 });
               }
-              launch_warps(dim3((unsigned) ((blocks + kRefineCountThreads / 32 - 1) /
-                                            (kRefineCountThreads / 32))),
-                           kRefineCountThreads, [&] {
-                             kde_refine_count_kernel(
-                                 visit.data(), offset.data(), blocks, m, words, mask.data(),
-                                 count.data(), (unsigned long long *) (count.data() + blocks + 1));
-                           });
+              launch_warps(dim3((unsigned) blocks, 2), kRefineCountThreads, [&] {
+                kde_refine_count_kernel(visit.data(), offset.data(), m, words, mask.data(),
+                                        count.data(),
+                                        (unsigned long long *) (count.data() + blocks + 1));
+              });
               // the refined lists: within the box lists, counted right; and
               // each group's list, the units the kernel evaluates for it
               int64_t bad_lists = 0, group_rows = 0;
