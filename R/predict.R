@@ -73,9 +73,10 @@
 #'   data; `tolerance = 0` computes the full sum. In 1 to 5 dimensions most
 #'   pairs are far apart in bandwidth units, which is where the speed comes
 #'   from; in many dimensions little can be skipped and nothing is lost.
-#'   The GPU sums small evaluations (more than 128 queries and fewer than
-#'   1e9 query-point pairs) whole, where planning what to skip would cost
-#'   more than it saves.
+#'   The GPU sums small evaluations whole, where planning what to skip
+#'   would cost more than it saves: up to 128 queries against fewer than
+#'   3e6 training points in single precision (1e6 in double), and more
+#'   queries below 2e9 query-point pairs (1e9 in double).
 #'   On the GPU the same tolerance chooses the Gaussian's form: the faster
 #'   expanded form (tensor cores) only where its predicted rounding is
 #'   within it (see Backends and precision in [kde_gpu()]), so `tolerance =

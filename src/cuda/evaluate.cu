@@ -364,20 +364,24 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
   kde_cuda_log_density_stats(model, query, interrupted, out, NULL, status);
 }
 
-/* Whether a plan can pay for m queries against the model: one query
- * block's always; more from kPlanMinPairs pairs (tuning.cuh) or
- * KDEGPU_PLAN_MIN_PAIRS's number. */
+/* Whether a plan can pay for m queries against the model: from
+ * kPlanMinPairsOneBlock pairs for one query block, kPlanMinPairs for more
+ * (tuning.cuh, by precision; m rounded up to whole blocks), or from
+ * KDEGPU_PLAN_MIN_PAIRS's number. plan_can_pay then asks whether the
+ * ordered queries' blocks can skip enough. */
 static int plan_worth_making(const kde_cuda_model *model, int64_t m)
 {
-  if (m <= kBlockQueries) return 1;
-  double least = kPlanMinPairs;
+  const int one_block = m <= kBlockQueries;
+  const int single = model->precision == KDE_PRECISION_SINGLE;
+  double least = one_block ? kPlanMinPairsOneBlock[single ? 0 : 1] : kPlanMinPairs[single ? 0 : 1];
   const char *v = getenv("KDEGPU_PLAN_MIN_PAIRS");
   if (v != NULL && v[0] != '\0') {
     char *end = NULL;
     const double given = strtod(v, &end);
     if (*end == '\0' && given >= 0) least = given;
   }
-  return (double) m * (double) model->n_train >= least;
+  const double rows = (double) (ceil_div(m, kBlockQueries) * kBlockQueries);
+  return rows * (double) model->n_train >= least;
 }
 
 /* The evaluation of a checked query set (kde_cuda_log_density_stats). */

@@ -26,28 +26,32 @@ static auto refine_blocks_kernel_for(int64_t dim) -> decltype(&kde_refine_blocks
   }
 }
 
-/* CUDA blocks per query block's list: about kPlanFillBlocks in all where
- * few query blocks must fill the device, none with less than a
- * block-stride of kPlanThreads units (total: the units of all the lists). */
-static int64_t list_chunks(int64_t blocks, int64_t total)
+/* Shares of each query block's list: about `fill` in all where few query
+ * blocks must fill the device, none shorter than `least` units (total: the
+ * units of all the lists). */
+static int64_t list_chunks(int64_t blocks, int64_t total, int64_t fill, int64_t least)
 {
-  int64_t chunks = ceil_div(kPlanFillBlocks, blocks);
-  const int64_t most = ceil_div(ceil_div(total, blocks), (int64_t) kPlanThreads);
+  int64_t chunks = ceil_div(fill, blocks);
+  const int64_t most = ceil_div(ceil_div(total, blocks), least);
   if (chunks > most) chunks = most;
   return chunks < 1 ? 1 : chunks;
 }
 
 /* count[b] and the group rows in count[blocks + 1] from the groups' mask
- * rows (count[] 0 before), scanned, and read back */
+ * rows (count[] 0 before), scanned, and read back. A warp per list, or per
+ * share of one where few blocks leave the device idle. */
 static int count_refined(int64_t rows, int64_t words, kde_replica *rep, plan_counts *counts,
                          kde_status *status)
 {
+  constexpr int64_t kWarps = kRefineCountThreads / 32;
   const int64_t blocks = counts->blocks;
   int64_t *count = (int64_t *) rep->plan_count.ptr;
-  const dim3 grid((unsigned) blocks, (unsigned) list_chunks(blocks, counts->total));
-  kde_refine_count_kernel<<<grid, kRefineCountThreads, 0, rep->stream>>>(
-      (const int32_t *) rep->visit.ptr, (const int64_t *) rep->visit_offset.ptr, rows, words,
-      (const uint32_t *) rep->plan_mask.ptr, count, (unsigned long long *) (count + blocks + 1));
+  const int64_t chunks = list_chunks(blocks, counts->total, kPlanFillBlocks * kWarps, 32);
+  kde_refine_count_kernel<<<(unsigned) ceil_div(blocks * chunks, kWarps), kRefineCountThreads,
+                            0, rep->stream>>>(
+      (const int32_t *) rep->visit.ptr, (const int64_t *) rep->visit_offset.ptr, blocks, chunks,
+      rows, words, (const uint32_t *) rep->plan_mask.ptr, count,
+      (unsigned long long *) (count + blocks + 1));
   KDE_CUDA_LAUNCHED("plan refinement count kernel");
   /* pageable: returns once copied, after the kernel */
   KDE_CUDA_TRY(cudaMemcpyAsync(&counts->group_rows, count + blocks + 1, sizeof(int64_t),
@@ -88,8 +92,13 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
   remaining = (double *) rep->plan_query.ptr;
   first_skipped = (int32_t *) (remaining + ldq);
   if (plan_decision(*plan) == kDecideBounds) {
-    kde_refine_bounds_kernel<<<dim3((unsigned) blocks, kBlockQueries), kRefineThreads, 0,
-                               rep->stream>>>(
+    /* warps per query row: the fewest that make about kRefineFillWarps */
+    const int w = rows >= kRefineFillWarps ? 1 : 2 * rows >= kRefineFillWarps ? 2 : 4;
+    const auto kernel = w == 1   ? kde_refine_bounds_kernel<1>
+                        : w == 2 ? kde_refine_bounds_kernel<2>
+                                 : kde_refine_bounds_kernel<4>;
+    kernel<<<dim3((unsigned) blocks, (unsigned) (kBlockQueries * w / kRefineWarps)),
+             kRefineThreads, 0, rep->stream>>>(
         *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
         (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr,
         remaining, first_skipped);
@@ -97,7 +106,7 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
   }
   /* few blocks: their lists shared among about kPlanFillBlocks CUDA blocks
    * per group of queries */
-  chunks = list_chunks(blocks, counts->total);
+  chunks = list_chunks(blocks, counts->total, kPlanFillBlocks, kPlanThreads);
   kde_refine_decide_kernel<<<dim3((unsigned) blocks, (unsigned) (chunks * kQueryGroups)),
                              kPlanThreads, 0, rep->stream>>>(
       *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,

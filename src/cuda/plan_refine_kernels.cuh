@@ -11,7 +11,7 @@
  * has left each block's list in rep->visit and what it skipped in
  * rep->plan_skipped:
  *
- *   bounds:  a CUDA block per query: L_q over its block's list (a
+ *   bounds:  1 to 4 warps per query: L_q over its block's list (a
  *            log-sum-exp reduction in a fixed order), what the block's plan
  *            leaves of its budget, its bounds' bucket sums and first skipped
  *            bucket;
@@ -47,9 +47,11 @@
 
 namespace kdegpu {
 
-/* The bounds kernel: a CUDA block of 4 warps per query. */
+/* The bounds kernel: CUDA blocks of 4 warps, 1, 2 or 4 per query, the
+ * fewest that make this many warps in all (an H200 holds 8448). */
 constexpr int kRefineThreads = 128;
 constexpr int kRefineWarps = kRefineThreads / 32;
+constexpr int64_t kRefineFillWarps = 8192;
 /* Its buckets: prune.h's first kRefineBuckets - 1, and one for all deeper
  * ones, whose bounds add up to at most (listed units) e^-31 of the
  * budget: they are skipped together, as kde_prune_first_skipped would skip
@@ -99,40 +101,53 @@ __device__ __forceinline__ void lane_lse_add(kde_lse &s, double x)
   }
 }
 
-/* Grid (query blocks, kBlockQueries): CUDA block (b, r) takes query row
- * kBlockQueries b + r of the batch, its kRefineWarps warps sharing the
- * row's list, and writes the row's remaining budget (log, less
- * kFloatExpMargin) and first skipped bucket. A few query blocks leave few
- * rows: with a warp per row, 1000 queries against 2e6 points kept an
- * H200's SMs an eighth occupied and the kernel took twice the time of the
- * evaluation it planned (ncu, d = 3, single). */
+/* Grid (query blocks, kBlockQueries W / kRefineWarps): W warps per query
+ * row, kRefineWarps / W rows per CUDA block; row r of query block b is
+ * taken by warps W (r % (kRefineWarps / W)) .. of CUDA block (b, r /
+ * (kRefineWarps / W)), which write its remaining budget (log, less
+ * kFloatExpMargin) and first skipped bucket. W = 1 where the rows fill the
+ * device; a few query blocks leave few rows, and with a warp per row 1000
+ * queries against 2e6 points kept an H200's SMs an eighth occupied (the
+ * kernel took twice the time of the evaluation it planned), while 1e5
+ * queries' short lists left the lanes of 4 warps per row idle (a third
+ * longer than 1 warp: ncu, d = 3, single). */
+template <int W>
 __global__ void __launch_bounds__(kRefineThreads)
     kde_refine_bounds_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
                              const double *block_skipped, double *remaining,
                              int32_t *first_skipped)
 {
+  static_assert(W >= 1 && kRefineWarps % W == 0, "whole rows per CUDA block");
+  constexpr int kRows = kRefineWarps / W;
+  constexpr int64_t kStride = 32 * W; /* a row's threads */
   /* each lane's bucket sums, bucket-major: lane l of warp w adds to
    * column l of s_part[w] only */
   __shared__ double s_part[kRefineWarps][kRefineBuckets][32];
-  __shared__ double s_bucket[KDE_PRUNE_BUCKETS];
+  __shared__ double s_bucket[kRows][KDE_PRUNE_BUCKETS];
   __shared__ kde_lse s_lower[kRefineWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int sub = warp / W, part = warp % W; /* the row in this CUDA block, its share */
+  const int64_t at = (int64_t) part * 32 + lane;
   const int64_t b = blockIdx.x;
-  const int64_t row = b * kBlockQueries + blockIdx.y;
-  if (row >= rows) return; /* the whole block */
-  double q[kPlanMaxDim];
-  load_query(z, ldz, row, p.dim, q);
-  const int64_t lo = offset[b], hi = offset[b + 1];
-  constexpr int64_t kStride = kRefineThreads;
+  const int64_t row = b * kBlockQueries + (int64_t) blockIdx.y * kRows + sub;
+  const bool active = row < rows; /* the row's warps alike; all reach the barriers */
+  double q[kPlanMaxDim] = {};
+  int64_t lo = 0, hi = 0;
+  if (active) {
+    load_query(z, ldz, row, p.dim, q);
+    lo = offset[b];
+    hi = offset[b + 1];
+  }
 
-  /* L_q: thread j takes entries j, j + kStride, ..., kRefineUnroll at a
-   * time (their loads in flight together), each into its own state; then
-   * the states, the lanes and the warps merge in a fixed order */
+  /* L_q: the row's thread j takes entries j, j + kStride, ...,
+   * kRefineUnroll at a time (their loads in flight together), each into
+   * its own state; then the states, the lanes and the row's warps merge
+   * in a fixed order */
   kde_lse lower[kRefineUnroll];
 #pragma unroll
   for (int h = 0; h < kRefineUnroll; h++) lower[h] = kde_lse_empty();
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kStride * kRefineUnroll) {
+  for (int64_t i = lo + at; i < hi; i += kStride * kRefineUnroll) {
     int64_t t[kRefineUnroll];
 #pragma unroll
     for (int h = 0; h < kRefineUnroll; h++) t[h] = i + kStride * h < hi ? visit[i + kStride * h] : -1;
@@ -148,20 +163,24 @@ __global__ void __launch_bounds__(kRefineThreads)
 #pragma unroll
   for (int h = 1; h < kRefineUnroll; h++) total = kde_lse_merge(total, lower[h]);
   total = warp_lse(total);
-  if (lane == 0) s_lower[warp] = total;
-  __syncthreads();
-  total = s_lower[0];
-  for (int w = 1; w < kRefineWarps; w++) total = kde_lse_merge(total, s_lower[w]);
-  /* the same in every thread: the branch below is the block's */
+  if (W > 1) {
+    if (lane == 0) s_lower[warp] = total;
+    __syncthreads();
+    total = s_lower[sub * W];
+    for (int w = 1; w < W; w++) total = kde_lse_merge(total, s_lower[sub * W + w]);
+  }
+  /* the same in each of the row's threads */
   const double rem =
-      kde_prune_log_remaining(log(p.tolerance) + kde_lse_log(total) - kFloatExpMargin,
-                              block_skipped[b]) -
-      kFloatExpMargin;
+      active ? kde_prune_log_remaining(log(p.tolerance) + kde_lse_log(total) - kFloatExpMargin,
+                                       block_skipped[b]) -
+                   kFloatExpMargin
+             : -INFINITY;
   int fs = KDE_PRUNE_BUCKETS; /* keeps every listed unit */
-  if (rem > -INFINITY) {
-    double *part = &s_part[warp][0][0];
-    for (int k = 0; k < kRefineBuckets; k++) part[k * 32 + lane] = 0.0;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += kStride * kRefineUnroll) {
+  const bool bucketing = rem > -INFINITY;
+  if (bucketing) {
+    double *own = &s_part[warp][0][0];
+    for (int k = 0; k < kRefineBuckets; k++) own[k * 32 + lane] = 0.0;
+    for (int64_t i = lo + at; i < hi; i += kStride * kRefineUnroll) {
       int64_t t[kRefineUnroll];
       int bucket[kRefineUnroll];
       double value[kRefineUnroll];
@@ -182,24 +201,25 @@ __global__ void __launch_bounds__(kRefineThreads)
       }
 #pragma unroll
       for (int h = 0; h < kRefineUnroll; h++)
-        if (bucket[h] >= 0) part[bucket[h] * 32 + lane] += value[h];
-    }
-    __syncthreads();
-    if (warp == 0) {
-      /* lane k sums bucket k over the warps and lanes, each lane starting
-       * at its own column (no two lanes in one bank): a fixed order */
-      double sum = 0.0;
-      for (int w = 0; w < kRefineWarps; w++)
-        for (int j = 0; j < 32; j++) sum += s_part[w][lane][(j + lane) % 32];
-      s_bucket[lane] = sum;
-      s_bucket[lane + 32] = 0.0;
-      __syncwarp();
-      fs = kde_prune_first_skipped(s_bucket);
-      /* the deep buckets together passed the budget: none is skipped */
-      if (fs >= kRefineBuckets) fs = KDE_PRUNE_BUCKETS;
+        if (bucket[h] >= 0) own[bucket[h] * 32 + lane] += value[h];
     }
   }
-  if (threadIdx.x == 0) {
+  if (W > 1) __syncthreads();
+  else __syncwarp();
+  if (bucketing && part == 0) {
+    /* lane k sums bucket k over the row's warps and lanes, each lane
+     * starting at its own column (no two lanes in one bank): a fixed order */
+    double sum = 0.0;
+    for (int w = 0; w < W; w++)
+      for (int j = 0; j < 32; j++) sum += s_part[sub * W + w][lane][(j + lane) % 32];
+    s_bucket[sub][lane] = sum;
+    s_bucket[sub][lane + 32] = 0.0;
+    __syncwarp();
+    fs = kde_prune_first_skipped(s_bucket[sub]);
+    /* the deep buckets together passed the budget: none is skipped */
+    if (fs >= kRefineBuckets) fs = KDE_PRUNE_BUCKETS;
+  }
+  if (active && part == 0 && lane == 0) {
     remaining[row] = rem;
     first_skipped[row] = fs;
   }
@@ -551,26 +571,28 @@ __global__ void __launch_bounds__(kRefineBlockThreads, kRefineBlocksPerSM)
 /* count[b]: the units of query block b's list that some group's mask row
  * keeps (the groups' rows are ORed, so none of the deciding kernels can
  * count it), and, added into *group_rows, the query rows that the small-d
- * kernel evaluates them for (those of the groups that need them). Grid
- * (query blocks, chunks): CUDA block (b, c) counts the c-th share of block
- * b's list and adds to count[b], which must be 0 before (integers: the
- * same sums in any order). rows: the batch's. */
+ * kernel evaluates them for (those of the groups that need them). A warp
+ * per share of a list: warp w counts the (w % chunks)-th of `chunks`
+ * shares of block w / chunks's list and adds to count[b], which must be 0
+ * before (integers: the same sums in any order). rows: the batch's. */
 constexpr int kRefineCountThreads = 256;
 __global__ void __launch_bounds__(kRefineCountThreads)
-    kde_refine_count_kernel(const int32_t *visit, const int64_t *offset, int64_t rows,
-                            int64_t words, const uint32_t *mask, int64_t *count,
-                            unsigned long long *group_rows)
+    kde_refine_count_kernel(const int32_t *visit, const int64_t *offset, int64_t blocks,
+                            int64_t chunks, int64_t rows, int64_t words, const uint32_t *mask,
+                            int64_t *count, unsigned long long *group_rows)
 {
   const int lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x;
+  const int64_t w = (int64_t) blockIdx.x * (kRefineCountThreads / 32) + threadIdx.x / 32;
+  if (w >= blocks * chunks) return; /* the whole warp */
+  const int64_t b = w / chunks, chunk = w % chunks;
   const uint32_t *row = mask + b * kQueryGroups * words;
   const int64_t block_rows = rows - b * kBlockQueries;
   const int64_t lo = offset[b], hi = offset[b + 1];
-  const int64_t share = (hi - lo + gridDim.y - 1) / gridDim.y;
-  const int64_t c0 = lo + share * blockIdx.y;
+  const int64_t share = (hi - lo + chunks - 1) / chunks;
+  const int64_t c0 = lo + share * chunk;
   const int64_t c1 = c0 + share < hi ? c0 + share : hi;
   unsigned long long kept = 0, evaluated = 0;
-  for (int64_t i = c0 + threadIdx.x; i < c1; i += kRefineCountThreads) {
+  for (int64_t i = c0 + lane; i < c1; i += 32) {
     const int32_t t = visit[i];
     const unsigned need = unit_groups(row, words, t);
     kept += need != 0u;

@@ -82,18 +82,30 @@ static_assert(kMergeThreads == 1 << kMergeBlockLanesLog2, "a block per query");
  * points: 0.9-1.2 ms against 0.7-1.0 ms; m = 8000 2.7-3.0 against 1.1-1.2
  * ms; one H200's 16-core host). */
 constexpr int64_t kHostOrderMaxQueries = 1024;
-/* A pruned evaluation of more than one query block orders its queries and
- * refines its plan, about 0.5-1 ms of syncs, copies and kernels on an H200
- * whatever the size, so below this many pairs (m x n) the full sum costs
- * less. d = 3, N(0, I) points and queries (bench/plan_threshold.R), the
- * time with a plan over the time without: single, n = 2e5, m = 1000 /
- * 3000 / 10000 / 30000: 1.74 / 2.03 / 1.11 / 0.88; n = 2e6, m = 1000 /
- * 3000: 1.17 / 0.73. Double, n = 2e5, m = 1000 / 3000 / 10000: 1.35 /
- * 1.08 / 0.82; n = 2e6, m = 300 / 1000: 1.03 / 0.80. One block's plan is
- * cheap (m = 1 against 2e6 points: 0.36 ms with it, 0.55 ms without) and
- * always made. KDEGPU_PLAN_MIN_PAIRS (a number, read per evaluation)
- * overrides it, so that tests can plan small evaluations. */
-constexpr double kPlanMinPairs = 1e9;
+/* A pruned evaluation costs a plan: for one query block (at most
+ * kBlockQueries queries) its kernels and a sync, about 0.1 ms on an H200;
+ * for more, also ordering the queries and refining the plan per query,
+ * about 0.3-0.6 ms. The full sum's time grows with the pairs, m x n with m
+ * rounded up to a whole block (one block's sum takes about as long for 1
+ * query as for 128), so below these pairs it costs less than the plan.
+ * bench/plan_threshold.R, d = 3, N(0, I) points and queries, one H200, the
+ * time with a plan over the time without (medians of sub-ms calls, which
+ * vary by 10-30% between runs; one block: the range of two runs):
+ *   one block, m = 1 / 128:  single n = 1e6: 1.03-1.09 / 1.10-1.16,
+ *                            2e6: 0.60-1.04 / 1.00-1.13, 5e6: 0.60-0.89 /
+ *                            0.94-1.06; double n = 5e5: 1.04-1.14 / 1.04,
+ *                            1e6: 0.74-0.80 / 1.00-1.03, 2e6: 0.51-0.52 /
+ *                            0.87-1.04;
+ *   more blocks, m x n =     single n = 2e5: 1.20 / 1.11 / 0.80 / 0.86,
+ *     1e9 / 2e9 / 4e9 / 8e9:        n = 5e5: 1.09 / 0.88 / 0.93 / 0.73,
+ *                                   n = 2e6: 1.09 / 0.93 / 0.73 / 0.67;
+ *                            double n = 2e5: 0.87 / 0.85 / 0.72 / 0.70,
+ *                                   n = 2e6: 0.98 / 0.76 / 0.61 / 0.56;
+ *                            double at 5e8: 0.99-1.12.
+ * KDEGPU_PLAN_MIN_PAIRS (a number, read per evaluation) overrides all four,
+ * so that tests can plan small evaluations. */
+constexpr double kPlanMinPairsOneBlock[2] = {/* single */ 3.8e8, /* double */ 1.25e8};
+constexpr double kPlanMinPairs[2] = {/* single */ 2e9, /* double */ 1e9};
 /* Below this many queries per device, split the training set, not the
  * queries, across devices. */
 constexpr int64_t kMinQueriesPerDevice = 16384;

@@ -70,16 +70,30 @@ test_that("CUDA: an evaluation of fewer pairs than a plan pays for takes the ful
     reference <- ref_log_density(x, q, fit$H, "gaussian")
     expect_log_density_equal(by_default, reference, tol = tol, label = paste(lab, "full sum"))
     expect_log_density_equal(planned, reference, tol = tol, label = paste(lab, "planned"))
-    # one query block is planned whatever its pairs: a query in the tail
-    # skips the units across the data
+    # one query block too: below its own threshold, the full sum; planned,
+    # a query in the tail skips the units across the data
     Sys.unsetenv("KDEGPU_PLAN_MIN_PAIRS")
     tail_query <- rbind(colMeans(x) + 2 * spread)
     one <- predict(fit, tail_query, log = TRUE)
-    expect_lt(summary(fit)$pairs_share, 0.5, label = paste(lab, "one query"))
-    expect_log_density_equal(one, ref_log_density(x, tail_query, fit$H, "gaussian"),
-                             tol = tol, label = paste(lab, "one query"))
+    expect_equal(summary(fit)$pairs_share, 1, label = paste(lab, "one query"))
     Sys.setenv(KDEGPU_PLAN_MIN_PAIRS = "0")
+    one_planned <- predict(fit, tail_query, log = TRUE)
+    expect_lt(summary(fit)$pairs_share, 0.5, label = paste(lab, "one query planned"))
+    reference <- ref_log_density(x, tail_query, fit$H, "gaussian")
+    expect_log_density_equal(one, reference, tol = tol, label = paste(lab, "one query"))
+    expect_log_density_equal(one_planned, reference, tol = tol,
+                             label = paste(lab, "one query planned"))
   }
+  # one query against 1.5e6 points in double (1.9e8 pairs for its block):
+  # planned by default
+  Sys.unsetenv("KDEGPU_PLAN_MIN_PAIRS")
+  big <- ref_data(1.5e6, 3, seed = 942)
+  fit <- kde_gpu(big, precision = "double")
+  tail_query <- rbind(colMeans(big) + 2 * apply(big, 2, sd))
+  one <- predict(fit, tail_query, log = TRUE)
+  expect_lt(summary(fit)$pairs_share, 0.5, label = "1.5e6 points, one query")
+  expect_log_density_equal(one, ref_log_density(big, tail_query, fit$H, "gaussian"),
+                           tol = 1e-12, label = "1.5e6 points, one query")
 })
 
 test_that("CUDA: a few queries against 3e5 points (a plan in chunks) match the reference within the tolerance", {

@@ -164,9 +164,10 @@ int main()
               skipped[b] = kde_lse_log(s);
             }
             // the refinement, as plan_refine() launches it: a few blocks' two
-            // kernels (two chunks per block and group), and many blocks' one kernel
-            // (path 2: its instance for any dimension, on long lists), whose
-            // masks and counts must be the two kernels' to the bit
+            // kernels (1, 2 or 4 warps per query; two chunks per block and
+            // group), and many blocks' one kernel (path 2: its instance for
+            // any dimension, on long lists), whose masks and counts must be
+            // the two kernels' to the bit
             std::vector<uint32_t> mask_two;
             std::vector<int64_t> count_two;
             for (int path = 0; path < (long_lists ? 3 : 2); path++) {
@@ -187,23 +188,31 @@ int main()
                       mask.data());
                 });
               } else {
+                // 1, 2 or 4 warps per query row, by the dimension
+                const int w = d == 1 || d == 4 ? 1 : d == 2 ? 2 : 4;
+                auto *bounds = w == 1   ? kde_refine_bounds_kernel<1>
+                               : w == 2 ? kde_refine_bounds_kernel<2>
+                                        : kde_refine_bounds_kernel<4>;
                 if (!kde_kernel_is_compact(kernel))
-                  launch_warps(dim3((unsigned) blocks, kBlockQueries), kRefineThreads, [&] {
-                    kde_refine_bounds_kernel(f.plan, q.data(), m, m, visit.data(),
-                                             offset.data(), skipped.data(), remaining.data(),
-                                             first_skipped.data());
-                  });
+                  launch_warps(dim3((unsigned) blocks, (unsigned) (kBlockQueries * w / kRefineWarps)),
+                               kRefineThreads, [&] {
+                                 bounds(f.plan, q.data(), m, m, visit.data(), offset.data(),
+                                        skipped.data(), remaining.data(), first_skipped.data());
+                               });
                 launch_warps(dim3((unsigned) blocks, 2 * kQueryGroups), kPlanThreads, [&] {
                   kde_refine_decide_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
                                            remaining.data(), first_skipped.data(), words,
                                            mask.data());
                 });
               }
-              launch_warps(dim3((unsigned) blocks, 2), kRefineCountThreads, [&] {
-                kde_refine_count_kernel(visit.data(), offset.data(), m, words, mask.data(),
-                                        count.data(),
-                                        (unsigned long long *) (count.data() + blocks + 1));
-              });
+              // two warps per list
+              launch_warps(dim3((unsigned) ((2 * blocks + kRefineCountThreads / 32 - 1) /
+                                            (kRefineCountThreads / 32))),
+                           kRefineCountThreads, [&] {
+                             kde_refine_count_kernel(
+                                 visit.data(), offset.data(), blocks, 2, m, words, mask.data(),
+                                 count.data(), (unsigned long long *) (count.data() + blocks + 1));
+                           });
               // the refined lists: within the box lists, counted right; and
               // each group's list, the units the kernel evaluates for it
               int64_t bad_lists = 0, group_rows = 0;
