@@ -371,15 +371,9 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
  * ordered queries' blocks can skip enough. */
 static int plan_worth_making(const kde_cuda_model *model, int64_t m)
 {
-  const int one_block = m <= kBlockQueries;
-  const int single = model->precision == KDE_PRECISION_SINGLE;
-  double least = one_block ? kPlanMinPairsOneBlock[single ? 0 : 1] : kPlanMinPairs[single ? 0 : 1];
-  const char *v = getenv("KDEGPU_PLAN_MIN_PAIRS");
-  if (v != NULL && v[0] != '\0') {
-    char *end = NULL;
-    const double given = strtod(v, &end);
-    if (*end == '\0' && given >= 0) least = given;
-  }
+  const int p = model->precision == KDE_PRECISION_SINGLE ? 0 : 1;
+  const double fallback = m <= kBlockQueries ? kPlanMinPairsOneBlock[p] : kPlanMinPairs[p];
+  const double least = kde_env_number("KDEGPU_PLAN_MIN_PAIRS", fallback, 0, INFINITY);
   const double rows = (double) (ceil_div(m, kBlockQueries) * kBlockQueries);
   return rows * (double) model->n_train >= least;
 }

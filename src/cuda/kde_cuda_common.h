@@ -34,6 +34,18 @@ static inline int kde_env_switch(const char *name)
   return !(v != NULL && strcmp(v, "0") == 0);
 }
 
+/* A number from the environment variable `name` (test and A/B overrides
+ * such as KDEGPU_PLAN_MIN_PAIRS), or `fallback` where it is unset, empty,
+ * not a whole number, or outside [lo, hi]. */
+static inline double kde_env_number(const char *name, double fallback, double lo, double hi)
+{
+  const char *v = getenv(name);
+  char *end = NULL;
+  if (v == NULL || v[0] == '\0') return fallback;
+  const double x = strtod(v, &end);
+  return *end == '\0' && x >= lo && x <= hi ? x : fallback;
+}
+
 /* Milliseconds from t0 to t1 (wall time, for traces and timings). */
 static inline double kde_ms_between(std::chrono::steady_clock::time_point t0,
                                     std::chrono::steady_clock::time_point t1)

@@ -346,12 +346,7 @@ static double expanded_rounding(const kde_training_set *train, const kde_cuda_mo
  * else is ignored (a larger radius would round beyond what was measured). */
 static float tight_radius2()
 {
-  const char *v = getenv("KDEGPU_TIGHT_RADIUS2");
-  char *end = NULL;
-  if (v == NULL) return (float) kTightRadius2;
-  const double r2 = strtod(v, &end);
-  const bool whole = end != v && *end == '\0';
-  return whole && r2 >= 0 && r2 <= kTightRadius2 ? (float) r2 : (float) kTightRadius2;
+  return (float) kde_env_number("KDEGPU_TIGHT_RADIUS2", kTightRadius2, 0, kTightRadius2);
 }
 
 extern "C" double kde_cuda_model_rounding(const kde_cuda_model *model)

@@ -458,12 +458,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     while (bits != 0u) { /* ascending: lowest set bit first */
       const int bit = __ffs((int) bits) - 1;
       visit[to] = (int32_t) (word * 32 + bit);
-      if (groups != nullptr) {
-        unsigned need = 0u;
-#pragma unroll
-        for (int g = 0; g < kQueryGroups; g++) need |= (row_bits[g] >> bit & 1u) << g;
-        groups[to] = (uint8_t) need;
-      }
+      if (groups != nullptr) groups[to] = (uint8_t) groups_of_bit(row_bits, bit);
       to++;
       bits &= bits - 1u;
     }

@@ -56,13 +56,22 @@ constexpr double kPlanDropShare = 0.9;
  * unit sweeps them unrefined. */
 constexpr int64_t kRefineMinBlocks = 8;
 
-/* The groups (bit g: rows 32 g ..) of a query block that need unit t, from
- * the block's kQueryGroups mask rows (plan_refine: a row per group). */
-__host__ __device__ inline unsigned unit_groups(const uint32_t *rows, int64_t words, int64_t t)
+/* The groups (bit g: rows 32 g ..) whose mask words, one per group, have
+ * bit `bit` set. */
+__host__ __device__ inline unsigned groups_of_bit(const uint32_t *group_words, int bit)
 {
   unsigned need = 0u;
-  for (int g = 0; g < kQueryGroups; g++) need |= (rows[g * words + t / 32] >> (t % 32) & 1u) << g;
+  for (int g = 0; g < kQueryGroups; g++) need |= (group_words[g] >> bit & 1u) << g;
   return need;
+}
+
+/* The groups of a query block that need unit t, from the block's
+ * kQueryGroups mask rows (plan_refine: a row per group). */
+__host__ __device__ inline unsigned unit_groups(const uint32_t *rows, int64_t words, int64_t t)
+{
+  uint32_t group_words[kQueryGroups];
+  for (int g = 0; g < kQueryGroups; g++) group_words[g] = rows[g * words + t / 32];
+  return groups_of_bit(group_words, (int) (t % 32));
 }
 
 /* Query rows in group g of a block with block_rows rows (the last block of

@@ -150,7 +150,8 @@ __global__ void __launch_bounds__(kRefineThreads)
   for (int64_t i = lo + at; i < hi; i += kStride * kRefineUnroll) {
     int64_t t[kRefineUnroll];
 #pragma unroll
-    for (int h = 0; h < kRefineUnroll; h++) t[h] = i + kStride * h < hi ? visit[i + kStride * h] : -1;
+    for (int h = 0; h < kRefineUnroll; h++)
+      t[h] = i + kStride * h < hi ? visit[i + kStride * h] : -1;
 #pragma unroll
     for (int h = 0; h < kRefineUnroll; h++) {
       if (t[h] < 0) continue;
@@ -185,7 +186,8 @@ __global__ void __launch_bounds__(kRefineThreads)
       int bucket[kRefineUnroll];
       double value[kRefineUnroll];
 #pragma unroll
-      for (int h = 0; h < kRefineUnroll; h++) t[h] = i + kStride * h < hi ? visit[i + kStride * h] : -1;
+      for (int h = 0; h < kRefineUnroll; h++)
+        t[h] = i + kStride * h < hi ? visit[i + kStride * h] : -1;
       /* every load before the shared adds below */
 #pragma unroll
       for (int h = 0; h < kRefineUnroll; h++) {

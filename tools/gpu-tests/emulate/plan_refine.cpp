@@ -194,7 +194,8 @@ int main()
                                : w == 2 ? kde_refine_bounds_kernel<2>
                                         : kde_refine_bounds_kernel<4>;
                 if (!kde_kernel_is_compact(kernel))
-                  launch_warps(dim3((unsigned) blocks, (unsigned) (kBlockQueries * w / kRefineWarps)),
+                  launch_warps(dim3((unsigned) blocks,
+                                    (unsigned) (kBlockQueries * w / kRefineWarps)),
                                kRefineThreads, [&] {
                                  bounds(f.plan, q.data(), m, m, visit.data(), offset.data(),
                                         skipped.data(), remaining.data(), first_skipped.data());
