@@ -76,7 +76,11 @@
 #'   The GPU sums small evaluations whole, where planning what to skip
 #'   would cost more than it saves: up to 128 queries against fewer than
 #'   3e6 training points in single precision (1e6 in double), and more
-#'   queries below 2e9 query-point pairs (1e9 in double).
+#'   queries below 2e9 query-point pairs (1e9 in double). Fits of data in
+#'   clusters far apart, or spanning many bandwidths (maps, GPS), are
+#'   planned from half those pairs (a quarter for more queries in double),
+#'   where groups of the fit's tiles estimate that a query needs at most
+#'   15% of them.
 #'   On the GPU the same tolerance chooses the Gaussian's form: the faster
 #'   expanded form (tensor cores) only where its predicted rounding is
 #'   within it (see Backends and precision in [kde_gpu()]), so `tolerance =

@@ -58,6 +58,7 @@
 
 #include "prune.h"
 #include "spatial.h"
+#include "kde_limits.h"
 #include "threads.h"
 #include <kdegpu/kernels.h>
 
@@ -464,4 +465,67 @@ int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
     if (visited + left < needed) return 1;
   }
   return 1;
+}
+
+/* The groups' estimate of the share of the tiles that a query at the data
+ * keeps: for a query at the centroid (else the box's middle) of each
+ * group's middle tile, the tiles of the groups whose bound (total weight
+ * at the box's nearest point) reaches the budget; L bounded below by the
+ * tiles around it in its group (kde_prune_log_lower_query) and every other
+ * group's total weight at its farthest corner. Averaged over the
+ * groups, each counted by its tiles. A group-level plan's share, so above
+ * what the tiles' plans keep: on N(0, I) data at Scott's rule it stays
+ * near the whole in d >= 3, while clusters far apart (or a bandwidth small
+ * against the data's extent) give a few times the share of a cluster. */
+double kde_prune_groups_local_share(const kde_prune_plan *plan, const kde_prune_groups *g)
+{
+  const int64_t d = plan->dim, n_groups = g->n_groups;
+  const int compact = kde_kernel_is_compact(plan->kernel);
+  if (n_groups < 1 || n_groups > KDE_PRUNE_TEST_GROUPS || d > KDE_CUDA_PLAN_MAX_DIM ||
+      plan->inv_scale2_lo != NULL || (!compact && !(plan->tolerance > 0)))
+    return 1.0;
+  double q[KDE_CUDA_PLAN_MAX_DIM];
+  kde_lse lower;
+  double kept = 0.0;
+  for (int64_t j = 0; j < n_groups; j++) {
+    const int64_t first = j * g->group_tiles, end = group_end(g, j, plan->n_tiles);
+    const int64_t probe = (first + end) / 2;
+    for (int64_t k = 0; k < d; k++)
+      q[k] = plan->centroid != NULL ? plan->centroid[probe * d + k]
+                                    : 0.5 * (plan->lo[probe * d + k] + plan->hi[probe * d + k]);
+    double log_budget = -INFINITY;
+    if (!compact) {
+      /* the probe's nearest KDE_PRUNE_TEST_MIN_TILES tiles in the order
+       * (the group's others left out: L stays bounded below) */
+      const int64_t from = probe - KDE_PRUNE_TEST_MIN_TILES / 2 > first
+                               ? probe - KDE_PRUNE_TEST_MIN_TILES / 2
+                               : first;
+      const int64_t to = from + KDE_PRUNE_TEST_MIN_TILES < end ? from + KDE_PRUNE_TEST_MIN_TILES
+                                                               : end;
+      lower = kde_lse_empty();
+      for (int64_t t = from; t < to; t++) {
+        double min2, max2;
+        kde_box_distances(q, q, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
+        lower = kde_lse_add(lower, kde_prune_log_lower_query(plan, t, max2, q, d));
+      }
+      for (int64_t k = 0; k < n_groups; k++)
+        if (k != j)
+          lower = kde_lse_add(lower, g->log_weight_sum[k] + plan->log_lower_factor +
+                                  kde_log_profile(plan->kernel, group_h2(q, q, g->lo + k * d,
+                                                                         g->hi + k * d, d)));
+      if (!(lower.max > -INFINITY)) return 1.0;
+      log_budget = log(plan->tolerance) + kde_lse_log(lower);
+    }
+    double tiles = (double) (end - first); /* its own group: needed */
+    for (int64_t k = 0; k < n_groups; k++) {
+      if (k == j) continue;
+      const double near2 = group_far2(q, q, g->lo + k * d, g->hi + k * d, d);
+      const int may = compact ? near2 < 1.0
+                              : g->log_weight_sum[k] + kde_log_profile(plan->kernel, near2) >
+                                    log_budget;
+      if (may) tiles += (double) (group_end(g, k, plan->n_tiles) - k * g->group_tiles);
+    }
+    kept += tiles * (double) (end - first);
+  }
+  return kept / ((double) plan->n_tiles * (double) plan->n_tiles);
 }

@@ -247,6 +247,12 @@ void kde_prune_groups_free(kde_prune_groups *g);
 int kde_plan_may_pay(const kde_prune_plan *plan, const kde_prune_groups *g,
                      const double *q_lo, const double *q_hi, double share);
 
+/* An estimate from the groups of the share of the tiles that the plan of
+ * a query at the data keeps (dim up to KDE_CUDA_PLAN_MAX_DIM, fixed
+ * bandwidth; else 1): cheap enough to make once per fit and tolerance
+ * (n_groups^2 terms), for the device's choice of whether a plan can pay. */
+double kde_prune_groups_local_share(const kde_prune_plan *plan, const kde_prune_groups *g);
+
 /* Groups whose bound is below the budget by more than this (in log units,
  * beyond log n_groups) are not looked into: all of them together are at
  * most e^-3 of the budget, and they are skipped whole or visited whole

@@ -364,18 +364,58 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
   kde_cuda_log_density_stats(model, query, interrupted, out, NULL, status);
 }
 
-/* Whether a plan can pay for m queries against the model: from
+/* The groups' estimate of the share a query at the data keeps
+ * (prune.h's kde_prune_groups_local_share), made once per fit and
+ * tolerance. */
+static double local_share(kde_cuda_model *model, double tolerance)
+{
+  if (!model->local_share_made || model->local_share_tolerance != tolerance) {
+    kde_prune_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.kernel = model->kernel;
+    plan.dim = model->dim;
+    plan.n_tiles = model->n_points / kUnit;
+    plan.lo = model->unit_lo;
+    plan.hi = model->unit_hi;
+    plan.log_weight = model->unit_log_weight;
+    plan.log_weight_rest = model->unit_log_rest;
+    plan.centroid = model->unit_centroid; /* NULL where adaptive */
+    plan.spread2 = model->unit_spread2;
+    plan.inv_scale2_lo = model->unit_scale_lo; /* NULL unless adaptive */
+    plan.inv_scale2_hi = model->unit_scale_hi;
+    plan.log_lower_factor = model->log_lower_factor;
+    plan.tolerance = tolerance;
+    model->local_share = kde_prune_groups_local_share(&plan, &model->unit_groups);
+    model->local_share_tolerance = tolerance;
+    model->local_share_made = 1;
+  }
+  return model->local_share;
+}
+
+/* Whether a plan can pay for the queries against the model: from
  * kPlanMinPairsOneBlock pairs for one query block, kPlanMinPairs for more
- * (tuning.cuh, by precision; m rounded up to whole blocks), or from
+ * (tuning.cuh, by precision; m rounded up to whole blocks), from
+ * kPlanLocalMinPairsOneBlock and kPlanLocalMinPairs where the fit's groups
+ * estimate that a query keeps at most kPlanLocalShare of the units, or from
  * KDEGPU_PLAN_MIN_PAIRS's number. plan_can_pay then asks whether the
  * ordered queries' blocks can skip enough. */
-static int plan_worth_making(const kde_cuda_model *model, int64_t m)
+static int plan_worth_making(kde_cuda_model *model, const kde_query_set *query)
 {
   const int p = model->precision == KDE_PRECISION_SINGLE ? 0 : 1;
-  const double fallback = m <= kBlockQueries ? kPlanMinPairsOneBlock[p] : kPlanMinPairs[p];
-  const double least = kde_env_number("KDEGPU_PLAN_MIN_PAIRS", fallback, 0, INFINITY);
+  const int64_t m = query->n_query;
+  const int one_block = m <= kBlockQueries;
   const double rows = (double) (ceil_div(m, kBlockQueries) * kBlockQueries);
-  return rows * (double) model->n_train >= least;
+  const double pairs = rows * (double) model->n_train;
+  const double forced = kde_env_number("KDEGPU_PLAN_MIN_PAIRS", NAN, 0, INFINITY);
+  if (!std::isnan(forced)) return pairs >= forced;
+  if (pairs >= (one_block ? kPlanMinPairsOneBlock[p] : kPlanMinPairs[p])) return 1;
+  if (pairs < (one_block ? kPlanLocalMinPairsOneBlock[p] : kPlanLocalMinPairs[p])) return 0;
+  const double share = local_share(model, query->tolerance);
+  if (kde_trace_file() != NULL) {
+    fprintf(kde_trace_file(), "plan_gate pairs=%.3g local_share=%.4f\n", pairs, share);
+    fflush(kde_trace_file());
+  }
+  return share <= kPlanLocalShare;
 }
 
 /* The evaluation of a checked query set (kde_cuda_log_density_stats). */
@@ -396,7 +436,7 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
                      (kde_kernel_is_compact(model->kernel) ||
                       (query->tolerance > 0 &&
                        (model->precision == KDE_PRECISION_DOUBLE || device_plan))) &&
-                     plan_worth_making(model, query->n_query);
+                     plan_worth_making(model, query);
   if (!prunes) {
     if (model->precision == KDE_PRECISION_SINGLE)
       log_density_impl<float>(model, query, NULL, interrupted, out, stats, status);

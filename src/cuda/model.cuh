@@ -149,6 +149,10 @@ struct kde_cuda_model {
   /* groups of units (prune.h), for the test of whether a few queries'
    * plan can pay (evaluate.cu); empty when the model visits every unit */
   kde_prune_groups unit_groups;
+  /* their estimate of the share of the units a query keeps at
+   * local_share_tolerance (evaluate.cu's plan_worth_making), once made */
+  double local_share, local_share_tolerance;
+  int local_share_made;
   int whitening_serial; /* bumped when it changes; 0: none yet */
   int n_devices;
   kde_replica *rep;

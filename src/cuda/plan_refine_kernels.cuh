@@ -69,6 +69,16 @@ constexpr int kRefineUnroll = 4;
 constexpr double kFloatExpMargin = 1e-4;
 
 
+/* Share `chunk` of `chunks` of a list's entries [lo, hi): [*c0, *c1), of
+ * equal whole lengths but the last (short or empty). */
+__device__ __forceinline__ void list_share(int64_t lo, int64_t hi, int64_t chunks, int64_t chunk,
+                                           int64_t *c0, int64_t *c1)
+{
+  const int64_t share = (hi - lo + chunks - 1) / chunks;
+  *c0 = lo + share * chunk < hi ? lo + share * chunk : hi;
+  *c1 = *c0 + share < hi ? *c0 + share : hi;
+}
+
 /* Query row r of z as a point (a box of no extent). */
 __device__ __forceinline__ void load_query(const double *z, int64_t ldz, int64_t row, int64_t dim,
                                            double *q)
@@ -272,9 +282,8 @@ __global__ void __launch_bounds__(kPlanThreads)
   __syncthreads();
   const int64_t chunks = gridDim.y / kQueryGroups, chunk = blockIdx.y / kQueryGroups;
   const int64_t lo = offset[b], hi = offset[b + 1];
-  const int64_t share = (hi - lo + chunks - 1) / chunks;
-  const int64_t c0 = lo + share * chunk;
-  const int64_t c1 = c0 + share < hi ? c0 + share : hi;
+  int64_t c0, c1;
+  list_share(lo, hi, chunks, chunk, &c0, &c1);
   uint32_t *mask_row = mask + (b * kQueryGroups + g) * words;
   for (int64_t base = c0; base < c1; base += kPlanThreads) { /* uniform trips */
     const int64_t i = base + threadIdx.x;
@@ -590,9 +599,8 @@ __global__ void __launch_bounds__(kRefineCountThreads)
   const uint32_t *row = mask + b * kQueryGroups * words;
   const int64_t block_rows = rows - b * kBlockQueries;
   const int64_t lo = offset[b], hi = offset[b + 1];
-  const int64_t share = (hi - lo + chunks - 1) / chunks;
-  const int64_t c0 = lo + share * chunk;
-  const int64_t c1 = c0 + share < hi ? c0 + share : hi;
+  int64_t c0, c1;
+  list_share(lo, hi, chunks, chunk, &c0, &c1);
   unsigned long long kept = 0, evaluated = 0;
   for (int64_t i = c0 + lane; i < c1; i += 32) {
     const int32_t t = visit[i];

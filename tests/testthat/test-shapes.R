@@ -96,6 +96,43 @@ test_that("CUDA: an evaluation of fewer pairs than a plan pays for takes the ful
                            tol = 1e-12, label = "1.5e6 points, one query")
 })
 
+test_that("CUDA: clustered fits are planned from fewer pairs than normal ones (the groups' share estimate)", {
+  skip_without_gpu()
+  # 20 clusters 200 apart, bw 0.25: a query keeps about a twentieth of the
+  # units, so a plan pays from fewer pairs than on N(0, I) data, whose
+  # estimate keeps them to the full sum
+  set.seed(943)
+  centres <- as.matrix(expand.grid(200 * (0:4), 200 * (0:3)))
+  x <- centres[sample.int(20, 5e5, replace = TRUE), ] + matrix(rnorm(1e6), ncol = 2)
+  old <- Sys.getenv("KDEGPU_PLAN_MIN_PAIRS", unset = NA)
+  on.exit(if (is.na(old)) Sys.unsetenv("KDEGPU_PLAN_MIN_PAIRS") else
+    Sys.setenv(KDEGPU_PLAN_MIN_PAIRS = old))
+  Sys.unsetenv("KDEGPU_PLAN_MIN_PAIRS")
+  # one block in double: 6.4e7 pairs (the normal threshold is 1.25e8)
+  fit <- kde_gpu(x, bw = 0.25, precision = "double")
+  q <- centres[c(1, 1, 1), ] + matrix(rnorm(6, sd = 0.5), 3, 2)
+  got <- predict(fit, q, log = TRUE)
+  expect_lt(summary(fit)$pairs_share, 0.2)
+  expect_log_density_equal(got, exact_gaussian_log_density(x, q, 0.25), tol = 1e-12,
+                           label = "clustered, one block, double")
+  normal <- ref_data(5e5, 2, seed = 944)
+  tail_query <- rbind(colMeans(normal) + 2 * apply(normal, 2, sd))
+  normal_fit <- kde_gpu(normal, precision = "double")
+  predict(normal_fit, tail_query, log = TRUE)
+  expect_equal(summary(normal_fit)$pairs_share, 1, label = "normal, one block, double")
+  # more blocks in single: 1.1e9 pairs (the normal threshold is 2e9), a
+  # query inside each cluster and between neighbours, repeated
+  single <- kde_gpu(x[1:2e5, ], bw = 0.25, precision = "single")
+  between <- (centres[1:19, ] + centres[2:20, ]) / 2
+  q <- rbind(centres, between)[rep(1:39, length.out = 5300), ] +
+    matrix(rnorm(10600, sd = 0.5), ncol = 2)
+  got <- predict(single, q, log = TRUE)
+  expect_lt(summary(single)$pairs_share, 0.2)
+  rows <- c(1:20, 21:39, 4001:4039)
+  expect_log_density_equal(got[rows], exact_gaussian_log_density(x[1:2e5, ], q[rows, ], 0.25),
+                           tol = 2e-5, label = "clustered, more blocks, single")
+})
+
 test_that("CUDA: a few queries against 3e5 points (a plan in chunks) match the reference within the tolerance", {
   skip_without_gpu()
   x <- ref_data(3e5, 3, seed = 920)

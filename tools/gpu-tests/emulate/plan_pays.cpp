@@ -3,7 +3,10 @@
 // exact plan (kde_tiles_to_visit) must visit at least that share of the
 // tiles; on normal, clustered and widely spread data, query boxes from a
 // point to the whole data, three kernels, d = 1..4. It must also prove the
-// obvious case: a box holding every point.
+// obvious case: a box holding every point. And kde_prune_groups_local_share,
+// the estimate by which the GPU plans smaller evaluations of clustered
+// data: not below 0.8 of the exact plans' mean share at points of the data,
+// and telling N(0, I) data from clusters far apart.
 #include "prune.h"
 #include "spatial.h"
 #include <kdegpu/kernels.h>
@@ -40,6 +43,8 @@ int main()
           std::vector<double> w(n);
           for (int64_t j = 0; j < n; j++) w[j] = (1.0 + 0.5 * (j % 7 == 0)) / (1.2 * n);
           kde_tile_log_weights(w.data(), n, tile, 1, lw.data(), rest.data());
+          std::vector<double> centroid(n_tiles * d), spread2(n_tiles);
+          kde_tile_centroids(z.data(), w.data(), n, d, tile, 1, centroid.data(), spread2.data());
           kde_prune_plan p{};
           p.kernel = kernel;
           p.dim = d;
@@ -91,7 +96,30 @@ int main()
             dropped += nearly_all;
             if (b + 1 == boxes.size() && pays) unsound++; /* the whole data: must be proven */
           }
-          const bool fail = unsound > 0;
+          /* the groups' share estimate against the exact plans' mean
+           * share for 64 points of the data */
+          double exact_share = 0.0;
+          for (int k = 0; k < 64; k++) {
+            std::vector<double> point(d);
+            const int64_t j = pick(rng);
+            for (int c = 0; c < d; c++) point[c] = z[j + c * n];
+            exact_share += (double) kde_tiles_to_visit(&p, point.data(), point.data(),
+                                                       scratch.data(), visit.data()) /
+                           (64.0 * n_tiles);
+          }
+          p.centroid = centroid.data();
+          p.spread2 = spread2.data();
+          const double estimate = kde_prune_groups_local_share(&p, &g);
+          p.centroid = p.spread2 = nullptr;
+          /* an estimate from above that tells N(0, I) data (sd 5
+           * bandwidths) from clusters, for the kernels with tails */
+          const bool tails = kernel != KDE_EPANECHNIKOV;
+          const bool misjudged = estimate < 0.8 * exact_share ||
+                                 (tails && shape == 0 && estimate < 0.3) ||
+                                 (tails && shape == 1 && estimate > 0.25);
+          printf("  local share: estimate %.3f, exact plans at the data %.3f%s\n", estimate,
+                 exact_share, misjudged ? "   <-- FAIL" : "");
+          const bool fail = unsound > 0 || misjudged;
           printf("plan pays: kernel %d d=%d %-9s tol=%.0e: %zu boxes, plan visited >= 90%% for %d, "
                  "proven for %d, unsound %d%s\n",
                  kernel, d, shapes[shape], tol, boxes.size(), dropped, proven, unsound,

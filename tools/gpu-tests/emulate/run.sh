@@ -19,7 +19,9 @@
 #                     prune.c's grouped plan, every query's sum within
 #                     tolerance of its full sum, what each block skipped
 #   plan_pays         prune.c's test of whether a few queries' plan can pay:
-#                     never "no" where the exact plan skips more than 10%
+#                     never "no" where the exact plan skips more than 10%;
+#                     the groups' share estimate (kde_prune_groups_local_share)
+#                     from above, telling normal data from clusters
 #   hilbert           the queries' order (src/cuda/hilbert.cuh) on whole grids,
 #                     dim = 1..8: a permutation whose steps are to neighbours;
 #                     at order.cu's widths, sampled cells the same way
