@@ -80,7 +80,7 @@
 #'   clusters far apart, or spanning many bandwidths (maps, GPS), are
 #'   planned from half those pairs (a quarter for more queries in double),
 #'   where groups of the fit's tiles estimate that a query needs at most
-#'   15% of them.
+#'   10% of them.
 #'   On the GPU the same tolerance chooses the Gaussian's form: the faster
 #'   expanded form (tensor cores) only where its predicted rounding is
 #'   within it (see Backends and precision in [kde_gpu()]), so `tolerance =

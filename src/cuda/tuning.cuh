@@ -111,9 +111,11 @@ constexpr double kPlanMinPairs[2] = {/* single */ 2e9, /* double */ 1e9};
  * kde_prune_groups_local_share: clusters far apart, a bandwidth small
  * against the data's extent) are planned from these pairs (one block,
  * more blocks; by precision), where their plans paid: bench/plan_threshold.R
- * clustered gps, one H200, planned over full in two runs (estimates 0.09
- * and 0.01; N(0, I) fits of 2e5 to 2e6 points kept the full sum there,
- * bench/plan_threshold.R more):
+ * clustered gps, one H200, planned over full in two runs (estimates
+ * 0.086-0.095 and 0.011). N(0, I) fits at Scott's rule gave 0.13-0.67 (d
+ * = 1 to 3, n = 2e5 to 2e6, smaller with n), and a plan of 1e9 pairs
+ * there took 1.09-1.12x the full sum's time in single (n = 2e6, d = 3,
+ * bench/plan_threshold.R more), so the share is set below them:
  *   clustered 2e5 points, d = 2 / 3, m = 1280 / 2560 / 5300 (2.6e8 / 5.1e8 /
  *     1.1e9 pairs): single 1.29-1.47, 1.09-1.11, 0.79 / 1.04-1.29,
  *     1.18-1.20, 0.73-0.85; double 0.64-0.77, 0.45-0.49, 0.32-0.42 /
@@ -122,7 +124,7 @@ constexpr double kPlanMinPairs[2] = {/* single */ 2e9, /* double */ 1e9};
  *     double 0.33 / 0.27-0.32;
  *   one query: single GPS-like (1.3e8 pairs) 1.03-1.44; double clustered
  *     (2.6e7) 0.97-1.18, GPS-like (1.3e8) 0.70-0.71. */
-constexpr double kPlanLocalShare = 0.15;
+constexpr double kPlanLocalShare = 0.1;
 constexpr double kPlanLocalMinPairsOneBlock[2] = {/* single */ 1.9e8, /* double */ 6.25e7};
 constexpr double kPlanLocalMinPairs[2] = {/* single */ 1e9, /* double */ 2.5e8};
 /* Below this many queries per device, split the training set, not the
