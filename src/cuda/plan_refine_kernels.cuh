@@ -26,9 +26,8 @@
  * CUDA blocks per query block (kde_refine_blocks_kernel, below): the same
  * steps, a few threads per query, the list read in chunks through shared
  * memory, then kde_refine_count_kernel counts each block's kept units.
- * L_q runs in a fixed order, the bucket sums are integers (fixed point)
- * and the kept units an OR of decisions: the same plan on every run and
- * device, and from both paths. plan_refine.cu launches them;
+ * Sums run in fixed orders and the kept units are an OR of decisions:
+ * the same plan on every run and device. plan_refine.cu launches them;
  * tools/gpu-tests/emulate/plan_refine.cpp runs them on the host (in CI),
  * checking the guarantee against exact sums.
  */
@@ -68,22 +67,6 @@ constexpr int kRefineUnroll = 4;
  * would otherwise leave too much where the two nearly cancel), and what
  * remains once more for the bounds' sums. */
 constexpr double kFloatExpMargin = 1e-4;
-/* The bounds' bucket sums are in fixed point: each term e^key (key <= 0,
- * so at most the budget, 1) rounded up to a whole multiple of 2^-40 and
- * added as an integer. A sum is then the same in any order of adds (a
- * query's threads add into one shared column atomically, and both paths
- * of plan_refine get the same sums) and at least its terms' exact sum, so
- * the buckets skipped can only be fewer: at most 2^-40 (9e-13) of the
- * budget per listed unit, and 2^23 units (n = 1e9) stay below 2^63. */
-constexpr double kBucketScale = 0x1p40;
-__device__ __forceinline__ unsigned long long bucket_term(double key)
-{
-  return __double2ull_ru((double) expf((float) key) * kBucketScale);
-}
-__device__ __forceinline__ double bucket_value(unsigned long long sum)
-{
-  return __ull2double_ru(sum) / kBucketScale;
-}
 
 
 /* Share `chunk` of `chunks` of a list's entries [lo, hi): [*c0, *c1), of
@@ -150,7 +133,7 @@ __global__ void __launch_bounds__(kRefineThreads)
   constexpr int64_t kStride = 32 * W; /* a row's threads */
   /* each lane's bucket sums, bucket-major: lane l of warp w adds to
    * column l of s_part[w] only */
-  __shared__ unsigned long long s_part[kRefineWarps][kRefineBuckets][32];
+  __shared__ double s_part[kRefineWarps][kRefineBuckets][32];
   __shared__ double s_bucket[kRows][KDE_PRUNE_BUCKETS];
   __shared__ kde_lse s_lower[kRefineWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -206,12 +189,12 @@ __global__ void __launch_bounds__(kRefineThreads)
   int fs = KDE_PRUNE_BUCKETS; /* keeps every listed unit */
   const bool bucketing = rem > -INFINITY;
   if (bucketing) {
-    unsigned long long *own = &s_part[warp][0][0];
-    for (int k = 0; k < kRefineBuckets; k++) own[k * 32 + lane] = 0;
+    double *own = &s_part[warp][0][0];
+    for (int k = 0; k < kRefineBuckets; k++) own[k * 32 + lane] = 0.0;
     for (int64_t i = lo + at; i < hi; i += kStride * kRefineUnroll) {
       int64_t t[kRefineUnroll];
       int bucket[kRefineUnroll];
-      unsigned long long term[kRefineUnroll];
+      double value[kRefineUnroll];
 #pragma unroll
       for (int h = 0; h < kRefineUnroll; h++)
         t[h] = i + kStride * h < hi ? visit[i + kStride * h] : -1;
@@ -219,29 +202,29 @@ __global__ void __launch_bounds__(kRefineThreads)
 #pragma unroll
       for (int h = 0; h < kRefineUnroll; h++) {
         bucket[h] = -1;
-        term[h] = 0;
+        value[h] = 0.0;
         if (t[h] < 0) continue;
         double min2, max2;
         point_distances(p, q, t[h], &min2, &max2, p.dim);
         const double key = kde_prune_log_upper(&p, t[h], min2, max2) - rem;
         bucket[h] = kde_prune_bucket(key);
         if (bucket[h] >= kRefineBuckets) bucket[h] = kRefineBuckets - 1;
-        if (bucket[h] >= 0) term[h] = bucket_term(key);
+        if (bucket[h] >= 0) value[h] = (double) expf((float) key);
       }
 #pragma unroll
       for (int h = 0; h < kRefineUnroll; h++)
-        if (bucket[h] >= 0) own[bucket[h] * 32 + lane] += term[h];
+        if (bucket[h] >= 0) own[bucket[h] * 32 + lane] += value[h];
     }
   }
   if (W > 1) __syncthreads();
   else __syncwarp();
   if (bucketing && part == 0) {
     /* lane k sums bucket k over the row's warps and lanes, each lane
-     * starting at its own column (no two lanes in one bank) */
-    unsigned long long sum = 0;
+     * starting at its own column (no two lanes in one bank): a fixed order */
+    double sum = 0.0;
     for (int w = 0; w < W; w++)
       for (int j = 0; j < 32; j++) sum += s_part[sub * W + w][lane][(j + lane) % 32];
-    s_bucket[sub][lane] = bucket_value(sum);
+    s_bucket[sub][lane] = sum;
     s_bucket[sub][lane + 32] = 0.0;
     __syncwarp();
     fs = kde_prune_first_skipped(s_bucket[sub]);
@@ -457,7 +440,7 @@ static_assert(kBlockQueries % kRefineQueryGroups == 0, "whole groups of rows");
  * read in chunks of refine_chunk() units into shared memory (every query
  * then reads the same unit: broadcasts) three times: each query's L_q,
  * then its bounds' bucket sums (a column of shared memory per query, its
- * lanes adding fixed-point terms) and first skipped bucket, then the
+ * lanes adding in the units' order) and first skipped bucket, then the
  * decisions: a unit is kept where some query needs it (a warp's needs ORed
  * into a word, the words into the chunk's bits, the groups' bits into
  * block b's mask row, 0 before). kde_refine_count_kernel then counts the
@@ -478,7 +461,7 @@ __global__ void __launch_bounds__(kRefineBlockThreads, kRefineBlocksPerSM)
   constexpr int kChunk = staged_units<D>::kChunk;
   constexpr int S = kRefineSplit;
   /* each query's bucket sums: query r adds to column r only */
-  __shared__ unsigned long long s_part[kRefineBuckets][kRefineGroupRows];
+  __shared__ double s_part[kRefineBuckets][kRefineGroupRows];
   __shared__ uint32_t s_kept[kChunk / 32];
   __shared__ int s_keep_all;
   static_assert(kChunk <= kRefineBlockThreads, "a unit per staging thread");
@@ -525,26 +508,33 @@ __global__ void __launch_bounds__(kRefineBlockThreads, kRefineBlocksPerSM)
     fs = KDE_PRUNE_BUCKETS;
     const bool sums = active && rem > -INFINITY;
     if (j == 0)
-      for (int k = 0; k < kRefineBuckets; k++) s_part[k][r] = 0;
+      for (int k = 0; k < kRefineBuckets; k++) s_part[k][r] = 0.0;
     for (int64_t c = lo; c < hi; c += kChunk) {
       const int n = (int) (hi - c < kChunk ? hi - c : kChunk);
       stage_units(p, visit, c, n, dim, s_units);
       __syncthreads();
-      /* the query's lanes add into its column (fixed point: any order) */
-      if (sums)
-        for (int u = j; u < n; u += S) {
+      for (int g = 0; g < n; g += S) { /* block-uniform trips: __syncwarp below */
+        const int u = g + j;
+        int bucket = -1;
+        double value = 0.0;
+        if (sums && u < n) {
           const double key = staged_upper(sp, q, u, dim) - rem;
-          const int bucket = kde_prune_bucket(key);
-          if (bucket >= 0)
-            atomicAdd(&s_part[bucket < kRefineBuckets ? bucket : kRefineBuckets - 1][r],
-                      bucket_term(key));
+          bucket = kde_prune_bucket(key);
+          if (bucket >= kRefineBuckets) bucket = kRefineBuckets - 1;
+          if (bucket >= 0) value = (double) expf((float) key);
         }
+        /* the query's lanes in turn: its column adds the units in order */
+        for (int turn = 0; turn < S; turn++) {
+          if (turn == j && bucket >= 0) s_part[bucket][r] += value;
+          __syncwarp();
+        }
+      }
       __syncthreads();
     }
     if (sums) {
       double bucket_sum[KDE_PRUNE_BUCKETS];
       for (int k = 0; k < KDE_PRUNE_BUCKETS; k++)
-        bucket_sum[k] = k < kRefineBuckets ? bucket_value(s_part[k][r]) : 0.0;
+        bucket_sum[k] = k < kRefineBuckets ? s_part[k][r] : 0.0;
       fs = kde_prune_first_skipped(bucket_sum);
       /* the deep buckets together passed the budget: none is skipped */
       if (fs >= kRefineBuckets) fs = KDE_PRUNE_BUCKETS;

@@ -17,11 +17,3 @@ extern thread_local uint3_ threadIdx;
 extern uint3_ blockIdx, blockDim, gridDim;
 extern std::barrier<> *g_barrier;
 inline void __syncthreads() { g_barrier->arrive_and_wait(); }
-/* conversions rounding up (the plan's fixed-point sums; x >= 0) */
-inline unsigned long long __double2ull_ru(double x) { return (unsigned long long) ceil(x); }
-inline double __ull2double_ru(unsigned long long v)
-{
-  double d = (double) v;
-  if (d < 0x1p64 && (unsigned long long) d < v) d = nextafter(d, INFINITY);
-  return d;
-}
