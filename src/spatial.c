@@ -442,10 +442,20 @@ void kde_tile_boxes_widen(const float *residual, int64_t n, int64_t d, int64_t t
   }
 }
 
+void kde_first_touch(void *p, size_t bytes, int threads)
+{
+  volatile unsigned char *c = p;
+  const int64_t pages = (int64_t) ((bytes + 4095) / 4096);
+  const int n_threads = kde_thread_count_for(threads, (double) bytes);
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t k = 0; k < pages; k++) c[k * 4096] = 0;
+}
+
 void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
                       int threads, double *dst)
 {
   const int n_threads = kde_thread_count_for(threads, (double) n);
+  kde_first_touch(dst, (size_t) n * sizeof(double), threads);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t i = 0; i < n; i++) dst[order[i]] = src[i];
 }

@@ -6,6 +6,7 @@
 #ifndef KDEGPU_SPATIAL_H
 #define KDEGPU_SPATIAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <kdegpu/kernels.h> /* KDE_HD: the box distances serve the device plan too */
@@ -41,9 +42,16 @@ void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
 void kde_tile_boxes_widen(const float *residual, int64_t n, int64_t d, int64_t tile,
                           double *lo, double *hi);
 
+/* Writes a zero into each 4 KB page of p's `bytes`, the pages in
+ * contiguous shares of the threads: a buffer about to be overwritten whole
+ * (a fresh result vector, a copy's destination) is faulted in without
+ * contention, where random writes or a driver's copy fault it in from
+ * every thread at once or from one. */
+void kde_first_touch(void *p, size_t bytes, int threads);
+
 /* dst[order[i]] = src[i] for i < n: results computed in a spatial order
  * put back in the caller's (random writes: in parallel, they take 1/10 of
- * the time at 1e7 rows). */
+ * the time at 1e7 rows; dst's pages touched first, kde_first_touch). */
 void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
                       int threads, double *dst);
 

@@ -455,7 +455,10 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
   const auto t0 = std::chrono::steady_clock::now();
   memset(&pc, 0, sizeof pc);
   if (order_evaluation_queries(model, query, device_plan, &oq, status) != 0) goto cleanup;
-  if (oq.order != NULL) KDE_HOST_ALLOC(sorted_out, m, "the ordered results");
+  if (oq.order != NULL) {
+    KDE_HOST_ALLOC(sorted_out, m, "the ordered results");
+    kde_first_touch(sorted_out, (size_t) m * sizeof(double), query->host_threads);
+  }
   sorted_query.query = oq.z;
   sorted_query.query_lo = oq.z_lo;
   sorted_query.codes = oq.codes;

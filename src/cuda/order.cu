@@ -174,7 +174,9 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   KDE_CUDA_TRY(cudaMalloc((void **) &out, (size_t) m * cols * sizeof(double)));
   kde_order_gather_kernel<<<grid, kOrderThreads, 0, rep->stream>>>(z, m, cols, index + m, out);
   KDE_CUDA_LAUNCHED("query gather kernel");
-  /* the order goes to the host, which puts the results back with it */
+  /* the order goes to the host, which puts the results back with it (its
+   * pages faulted in while the device sorts) */
+  kde_first_touch(order, (size_t) m * sizeof(int64_t), query->host_threads);
   KDE_CUDA_TRY(cudaMemcpyAsync(order, index + m, (size_t) m * sizeof(int64_t),
                                cudaMemcpyDeviceToHost, rep->stream));
   KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
