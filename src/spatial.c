@@ -455,7 +455,6 @@ void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
                       int threads, double *dst)
 {
   const int n_threads = kde_thread_count_for(threads, (double) n);
-  kde_first_touch(dst, (size_t) n * sizeof(double), threads);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t i = 0; i < n; i++) dst[order[i]] = src[i];
 }

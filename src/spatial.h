@@ -51,7 +51,8 @@ void kde_first_touch(void *p, size_t bytes, int threads);
 
 /* dst[order[i]] = src[i] for i < n: results computed in a spatial order
  * put back in the caller's (random writes: in parallel, they take 1/10 of
- * the time at 1e7 rows; dst's pages touched first, kde_first_touch). */
+ * the time at 1e7 rows; a fresh dst that they fill whole is best touched
+ * first, kde_first_touch). */
 void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
                       int threads, double *dst);
 

@@ -493,8 +493,11 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
     else
       log_density_impl<double>(model, &sorted_query, prune, interrupted, result, stats, status);
     const auto t_scatter = std::chrono::steady_clock::now();
-    if (status->code == KDE_OK && order != NULL)
+    if (status->code == KDE_OK && order != NULL) {
+      /* every row of out is written below */
+      kde_first_touch(out, (size_t) m * sizeof(double), query->host_threads);
       kde_scatter_rows(sorted_out, order, m, query->host_threads, out);
+    }
     if (kde_trace_file() != NULL) {
       fprintf(kde_trace_file(), "pruned n_query=%lld order_ms=%.2f scatter_ms=%.2f\n",
               (long long) m, order_ms,
