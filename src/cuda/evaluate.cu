@@ -364,27 +364,38 @@ extern "C" void kde_cuda_log_density(kde_cuda_model *model,
   kde_cuda_log_density_stats(model, query, interrupted, out, NULL, status);
 }
 
+/* The decision's inputs on the host (prune.h), from the model's units:
+ * for the groups' estimate and for plans made on the host. */
+static kde_prune_plan host_prune_plan(const kde_cuda_model *model, double tolerance,
+                                      int leave_one_out)
+{
+  kde_prune_plan plan;
+  memset(&plan, 0, sizeof plan);
+  plan.kernel = model->kernel;
+  plan.dim = model->dim;
+  plan.n_tiles = model->n_points / kUnit;
+  plan.lo = model->unit_lo;
+  plan.hi = model->unit_hi;
+  plan.log_weight = model->unit_log_weight;
+  plan.log_weight_rest = model->unit_log_rest;
+  plan.centroid = model->unit_centroid; /* NULL where adaptive */
+  plan.spread2 = model->unit_spread2;
+  plan.inv_scale2_lo = model->unit_scale_lo; /* NULL unless adaptive */
+  plan.inv_scale2_hi = model->unit_scale_hi;
+  plan.log_lower_factor = model->log_lower_factor; /* mixed data's, else 0 */
+  plan.tolerance = tolerance;
+  plan.leave_one_out = leave_one_out;
+  plan.derivative = KDE_PRUNE_DENSITY;
+  return plan;
+}
+
 /* The groups' estimate of the share a query at the data keeps
  * (prune.h's kde_prune_groups_local_share), made once per fit and
  * tolerance. */
 static double local_share(kde_cuda_model *model, double tolerance)
 {
   if (!model->local_share_made || model->local_share_tolerance != tolerance) {
-    kde_prune_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.kernel = model->kernel;
-    plan.dim = model->dim;
-    plan.n_tiles = model->n_points / kUnit;
-    plan.lo = model->unit_lo;
-    plan.hi = model->unit_hi;
-    plan.log_weight = model->unit_log_weight;
-    plan.log_weight_rest = model->unit_log_rest;
-    plan.centroid = model->unit_centroid; /* NULL where adaptive */
-    plan.spread2 = model->unit_spread2;
-    plan.inv_scale2_lo = model->unit_scale_lo; /* NULL unless adaptive */
-    plan.inv_scale2_hi = model->unit_scale_hi;
-    plan.log_lower_factor = model->log_lower_factor;
-    plan.tolerance = tolerance;
+    const kde_prune_plan plan = host_prune_plan(model, tolerance, 0);
     model->local_share = kde_prune_groups_local_share(&plan, &model->unit_groups);
     model->local_share_tolerance = tolerance;
     model->local_share_made = 1;
@@ -447,7 +458,7 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
 
   /* Pruning: the queries whitened and put in a spatial order (order.cu),
    * the results put back in the caller's order here. */
-  const int64_t m = query->n_query, d = model->dim;
+  const int64_t m = query->n_query;
   double *sorted_out = NULL;
   prune_context pc;
   ordered_queries oq;
@@ -463,18 +474,9 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
   sorted_query.query_lo = oq.z_lo;
   sorted_query.codes = oq.codes;
   sorted_query.center = sorted_query.transform = NULL;
-  pc.plan.kernel = model->kernel;
-  pc.plan.dim = d;
-  pc.plan.n_tiles = model->n_points / kUnit;
-  pc.plan.lo = model->unit_lo;
-  pc.plan.hi = model->unit_hi;
-  pc.plan.log_weight = model->unit_log_weight;
-  pc.plan.log_weight_rest = model->unit_log_rest;
-  pc.plan.inv_scale2_lo = model->unit_scale_lo; /* NULL unless adaptive */
-  pc.plan.inv_scale2_hi = model->unit_scale_hi;
-  pc.plan.log_lower_factor = model->log_lower_factor; /* mixed data's, else 0 */
-  pc.plan.tolerance = query->tolerance;
-  pc.plan.leave_one_out = query->leave_one_out;
+  pc.plan = host_prune_plan(model, query->tolerance, query->leave_one_out);
+  /* a plan made on the host bounds blocks by their corners, as the CPU's */
+  pc.plan.centroid = pc.plan.spread2 = NULL;
   pc.queries = oq.z; /* read by the host plan only: on the host when it runs */
   pc.n_query = m;
   pc.threads = query->host_threads;

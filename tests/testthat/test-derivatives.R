@@ -398,6 +398,34 @@ test_that("CUDA: derivative sums match the CPU's over many tiles, pruned, in bat
   }
 })
 
+test_that("CUDA: pruned derivatives of many queries in many batches match the CPU's in every row", {
+  # Under this budget a batch holds a few hundred rows, so 4,000 queries
+  # take about ten; each batch's rows go back to their places in the
+  # caller's columns, which must leave the other batches' rows as they
+  # were (row 1, the first of a page, included).
+  skip_without_gpu()
+  set.seed(901)
+  for (d in 2:3) {
+    n <- 3000L
+    x <- matrix(rnorm(n * d), n, d)
+    x[seq_len(n / 3), 1L] <- x[seq_len(n / 3), 1L] + 6
+    q <- x[sample.int(n, 4000L, replace = TRUE), ] + 0.05 * matrix(rnorm(4000L * d), 4000L, d)
+    for (kernel in c("gaussian", "epanechnikov")) {
+      cpu <- kde_gpu(x, kernel = kernel, backend = "cpu")
+      qk <- dd_clear_of_edges(cpu, q)
+      expect_gt(nrow(qk), 2000L)
+      for (precision in c("double", "single")) {
+        tol <- if (precision == "double") 1e-10 else 1e-4
+        gpu <- kde_gpu(x, kernel = kernel, backend = "cuda", precision = precision)
+        with_kde_options(list(kdegpu.gpu_memory = 1.2e5),
+                         dd_expect_backends(gpu, cpu, qk, tol,
+                                            sprintf("cuda %s %s d=%d, 4,000 queries in batches",
+                                                    precision, kernel, d)))
+      }
+    }
+  }
+})
+
 test_that("CUDA: derivatives on several GPUs are one GPU's bits", {
   skip_without_gpu()
   all_gpus <- several_gpus()
