@@ -366,6 +366,13 @@ template <typename T> int deriv_plan_devices(deriv_run<T> *r, kde_status *status
   { /* batches of equal size */
     const int64_t n_batches = ceil_div(need, r->ldq_max);
     r->ldq_max = ceil_div(ceil_div(need, n_batches), kThreads) * kThreads;
+    if (kde_trace_file() != NULL) {
+      fprintf(kde_trace_file(),
+              "derivatives n_query=%lld batches=%lld rows=%lld shard_units=%lld pruned=%d\n",
+              (long long) r->p->n_query, (long long) n_batches, (long long) r->ldq_max,
+              (long long) r->shard_units, r->prune);
+      fflush(kde_trace_file());
+    }
   }
   for (int k = 0; k < r->n_dev; k++) {
     KDE_CUDA_TRY(cudaSetDevice(r->dev[k].rep->device));
