@@ -502,8 +502,10 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
   ordered_queries oq;
   kde_query_set sorted_query = *query;
   const auto t0 = std::chrono::steady_clock::now();
+  auto t_ordered = t0;
   memset(&pc, 0, sizeof pc);
   if (order_evaluation_queries(model, query, device_plan, &oq, status) != 0) goto cleanup;
+  t_ordered = std::chrono::steady_clock::now();
   if (oq.order != NULL) {
     KDE_HOST_ALLOC(sorted_out, m, "the ordered results");
     kde_first_touch(sorted_out, (size_t) m * sizeof(double), query->host_threads);
@@ -522,9 +524,8 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
   pc.reserved = oq.reserved;
   pc.reserved_on = oq.reserved_on;
   {
-    const double order_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-            .count();
+    const auto t_start_impl = std::chrono::steady_clock::now();
+    const double order_ms = kde_ms_between(t0, t_start_impl);
     /* the rows come back in their order and go to out batch by batch */
     in_caller_order put = {oq.order, out, query->host_threads, 0, 0.0};
     double *result = oq.order != NULL ? sorted_out : out;
@@ -536,8 +537,8 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
       log_density_impl<double>(model, &sorted_query, prune, &put, interrupted, result, stats,
                                status);
     if (kde_trace_file() != NULL) {
-      fprintf(kde_trace_file(), "pruned n_query=%lld order_ms=%.2f\n", (long long) m,
-              order_ms);
+      fprintf(kde_trace_file(), "pruned n_query=%lld order_ms=%.2f (of which buffer_ms=%.2f)\n",
+              (long long) m, order_ms, kde_ms_between(t_ordered, t_start_impl));
       fflush(kde_trace_file());
     }
     if (stats != NULL) {

@@ -109,6 +109,11 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   double need;
   int done = -1;
 
+  /* KDEGPU_TRACE: the phases' times (the device synchronised after each) */
+  const int trace = kde_trace_file() != NULL;
+  std::chrono::steady_clock::time_point t_phase[5];
+  t_phase[0] = std::chrono::steady_clock::now();
+
   *sorted = NULL;
   if (dim > kPlanMaxDim || m < 1) return 0;
   KDE_CUDA_TRY(cudaSetDevice(rep->device));
@@ -150,6 +155,8 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
     goto cleanup;
   }
 
+  if (trace) KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  t_phase[1] = std::chrono::steady_clock::now(); /* uploaded and whitened */
   KDE_CUDA_TRY(cudaMalloc((void **) &box, 2 * dim * sizeof(double)));
   KDE_CUDA_TRY(cudaMalloc((void **) &keys, 2 * (size_t) m * sizeof(uint64_t)));
   KDE_CUDA_TRY(cudaMalloc((void **) &index, 2 * (size_t) m * sizeof(int64_t)));
@@ -177,9 +184,12 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   /* the order goes to the host, which puts the results back with it (its
    * pages faulted in while the device sorts) */
   kde_first_touch(order, (size_t) m * sizeof(int64_t), query->host_threads);
+  if (trace) KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  t_phase[2] = std::chrono::steady_clock::now(); /* sorted and gathered */
   KDE_CUDA_TRY(cudaMemcpyAsync(order, index + m, (size_t) m * sizeof(int64_t),
                                cudaMemcpyDeviceToHost, rep->stream));
   KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  t_phase[3] = std::chrono::steady_clock::now();
   *sorted = out;
   done = 1;
 
@@ -193,6 +203,15 @@ cleanup:
   if (keys != NULL) (void) cudaFree(keys);
   if (index != NULL) (void) cudaFree(index);
   if (temp != NULL) (void) cudaFree(temp);
+  if (trace && done == 1 && sort) {
+    t_phase[4] = std::chrono::steady_clock::now();
+    fprintf(kde_trace_file(),
+            "order n_query=%lld upload_ms=%.2f sort_ms=%.2f download_ms=%.2f free_ms=%.2f\n",
+            (long long) m, kde_ms_between(t_phase[0], t_phase[1]),
+            kde_ms_between(t_phase[1], t_phase[2]), kde_ms_between(t_phase[2], t_phase[3]),
+            kde_ms_between(t_phase[3], t_phase[4]));
+    fflush(kde_trace_file());
+  }
   return done;
 }
 
