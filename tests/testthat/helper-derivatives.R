@@ -159,6 +159,14 @@ dd_expect_backends <- function(gpu, cpu, q, tol, label) {
                   floor = 1e-300)
 }
 
+# n standard normal points in d dimensions, the first third moved 6 along
+# the first axis: two clusters, so that a fit's tiles can be skipped.
+dd_two_clusters <- function(n, d) {
+  x <- matrix(rnorm(n * d), n, d)
+  x[seq_len(n / 3), 1L] <- x[seq_len(n / 3), 1L] + 6
+  x
+}
+
 # Queries whose pairs are all clear of a compact kernel's edge (|t - 1| at
 # least `margin`), where float's rounding could move a term across the
 # support (k1, k2 jump there): rows of q in the fit's coordinates.

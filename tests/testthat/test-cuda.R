@@ -17,11 +17,16 @@ test_that("CUDA: a tiny memory budget gives the same answer", {
       p_default <- predict(fit, q, log = TRUE)
       ll_default <- as.numeric(logLik(fit))
       # The budget applies to fits (and their evaluations) made under it.
+      # The queries in another order: the same spatial order and batches,
+      # so each row's result to the bit, back in its own place.
+      perm <- sample.int(nrow(q))
       with_kde_options(list(kdegpu.gpu_memory = 2^20), {
         fit_small <- kde_gpu(x, kernel = k, backend = "cuda", precision = prec)
         p_small <- predict(fit_small, q, log = TRUE)
+        p_perm <- predict(fit_small, q[perm, ], log = TRUE)
         ll_small <- as.numeric(logLik(fit_small))
       })
+      expect_identical(p_perm[order(perm)], p_small, label = paste(lab, "queries permuted"))
       # -Inf at the same queries, finite values within rounding.
       expect_log_density_equal(p_small, p_default,
                                tol = if (prec == "double") 1e-12 else 1e-5,

@@ -371,8 +371,7 @@ test_that("CUDA: derivative sums match the CPU's over many tiles, pruned, in bat
   set.seed(900)
   for (d in 2:4) {
     n <- 3000L
-    x <- matrix(rnorm(n * d), n, d)
-    x[seq_len(n / 3), 1L] <- x[seq_len(n / 3), 1L] + 6 # two clusters
+    x <- dd_two_clusters(n, d)
     q <- rbind(x[sample.int(n, 300L), ] + 0.05 * matrix(rnorm(300L * d), 300L, d),
                x[1:5, ])
     # far out (compact kernels: nowhere in reach); in double only, where
@@ -399,16 +398,15 @@ test_that("CUDA: derivative sums match the CPU's over many tiles, pruned, in bat
 })
 
 test_that("CUDA: pruned derivatives of many queries in many batches match the CPU's in every row", {
-  # Under this budget a batch holds a few hundred rows, so 4,000 queries
-  # take about ten; each batch's rows go back to their places in the
-  # caller's columns, which must leave the other batches' rows as they
-  # were (row 1, the first of a page, included).
+  # Under this budget a batch holds 128 or 256 rows, so up to 4,000
+  # queries take 6 to 32 batches (KDEGPU_TRACE on one H200); each batch's
+  # rows go back to their places in the caller's columns, leaving the
+  # other batches' rows as they were.
   skip_without_gpu()
   set.seed(901)
   for (d in 2:3) {
     n <- 3000L
-    x <- matrix(rnorm(n * d), n, d)
-    x[seq_len(n / 3), 1L] <- x[seq_len(n / 3), 1L] + 6
+    x <- dd_two_clusters(n, d)
     q <- x[sample.int(n, 4000L, replace = TRUE), ] + 0.05 * matrix(rnorm(4000L * d), 4000L, d)
     for (kernel in c("gaussian", "epanechnikov")) {
       cpu <- kde_gpu(x, kernel = kernel, backend = "cpu")
@@ -417,10 +415,16 @@ test_that("CUDA: pruned derivatives of many queries in many batches match the CP
       for (precision in c("double", "single")) {
         tol <- if (precision == "double") 1e-10 else 1e-4
         gpu <- kde_gpu(x, kernel = kernel, backend = "cuda", precision = precision)
-        with_kde_options(list(kdegpu.gpu_memory = 1.2e5),
-                         dd_expect_backends(gpu, cpu, qk, tol,
-                                            sprintf("cuda %s %s d=%d, 4,000 queries in batches",
-                                                    precision, kernel, d)))
+        lab <- sprintf("cuda %s %s d=%d, %d queries in batches", precision, kernel, d, nrow(qk))
+        with_kde_options(list(kdegpu.gpu_memory = 1.2e5), {
+          dd_expect_backends(gpu, cpu, qk, tol, lab)
+          # in another order: the same batches, each row's bits in its place
+          perm <- sample.int(nrow(qk))
+          g <- predict(gpu, qk, type = "gradient")
+          g_perm <- predict(gpu, qk[perm, ], type = "gradient")
+          expect_identical(unname(g_perm[order(perm), ]), unname(g),
+                           label = paste(lab, "queries permuted"))
+        })
       }
     }
   }
