@@ -112,8 +112,8 @@ cleanup:
 /* Where the queries were ordered (order[i]: the caller's row of ordered
  * row i), the results of ordered rows go to the caller's vector, each
  * batch's as soon as its device has its next step queued, so that this
- * host work hides behind the device's (at n = m = 1e7, d = 3, single: 130-
- * 165 ms after the last batch, on one H200's host). The first call touches
+ * host work hides behind the device's (at n = m = 1e7, d = 3, single: 78-
+ * 144 ms after the last batch, on one H200's host). The first call touches
  * every page of the caller's vector, each thread a contiguous share, so
  * that the scatters' random writes do not fault them in from every thread
  * at once. */
