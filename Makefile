@@ -8,8 +8,9 @@
 #   make test-cpu-only  build a tarball, install it --without-cuda into a temporary
 #                       library, then the tests against that
 #   make document       roxygen2::roxygenise(), sourcing R/ (no compilation)
-#   make check          R CMD build, then R CMD check --as-cran --no-manual; fails
-#                       on any ERROR or WARNING (NOTEs are listed, not fatal)
+#   make check          R CMD build (its vignettes on a CPU-only install), then
+#                       R CMD check --as-cran --no-manual; fails on any ERROR or
+#                       WARNING (NOTEs are listed, not fatal)
 #   make lint-c         compiles src/*.c with -Wall -Wextra -Werror, and fails
 #                       on an OpenMP parallel region without num_threads()
 #   make gpu-host-checks  the CUDA derivative kernels and their pruning plan,
@@ -115,9 +116,12 @@ document: deps
 
 # The checks that need the network (CRAN incoming, the clock behind "future
 # file timestamps") are off unless the environment turns them on.
+# The vignettes run on the CPU backend (backend = "cpu" throughout), so the
+# install that R CMD build makes for them leaves CUDA out; R CMD check's
+# install of the tarball compiles it.
 check: deps
 	rm -rf $(PKG).Rcheck $(PKG)_$(VERSION).tar.gz
-	MAKEFLAGS=-j$(JOBS) $(R) CMD build .
+	KDEGPU_WITHOUT_CUDA=1 MAKEFLAGS=-j$(JOBS) $(R) CMD build .
 	_R_CHECK_CRAN_INCOMING_REMOTE_=$${_R_CHECK_CRAN_INCOMING_REMOTE_:-false} \
 	_R_CHECK_SYSTEM_CLOCK_=$${_R_CHECK_SYSTEM_CLOCK_:-false} \
 	  MAKEFLAGS=-j$(JOBS) $(R) CMD check --as-cran --no-manual $(PKG)_$(VERSION).tar.gz
