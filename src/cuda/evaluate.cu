@@ -89,7 +89,7 @@ static int collect_batch(kde_device_job *job, double *query_offset,
   if (job->out != NULL) {
     KDE_CUDA_TRY(cudaMemcpy(job->out + at, acc + 2 * job->ldq_max, bytes,
                             cudaMemcpyDeviceToHost));
-    job->put_first = at;
+    job->put_first = job->q_next; /* a row of the evaluation, as order's */
     job->put_rows = job->n_batch;
     goto next_batch;
   }
@@ -112,11 +112,13 @@ cleanup:
 /* Where the queries were ordered (order[i]: the caller's row of ordered
  * row i), the results of ordered rows go to the caller's vector, each
  * batch's as soon as its device has its next step queued, so that this
- * host work hides behind the device's (at n = m = 1e7, d = 3, single: 78-
- * 144 ms after the last batch, on one H200's host). The first call touches
- * every page of the caller's vector, each thread a contiguous share, so
- * that the scatters' random writes do not fault them in from every thread
- * at once. */
+ * host work hides behind the device's (at n = m = 1e7, d = 3, single, on
+ * one H200's host: 120-157 ms in all, of which only the last batch's share
+ * is not hidden; done after the last batch, it took 78-144 ms there).
+ * Split training scatters once, after the host's merge. The first call
+ * touches every page of the caller's vector, each thread a contiguous
+ * share, so that the scatters' random writes do not fault them in from
+ * every thread at once. */
 typedef struct {
   const int64_t *order; /* NULL: the rows are in the caller's order already */
   double *caller_out;

@@ -52,8 +52,9 @@ typedef struct {
   double *state_max;        /* host, [q_hi - q_lo], this device's states */
   double *state_sum;        /* (when the host merges devices' states) */
   double *out;              /* or host results of q_lo.. (finished here) */
-  /* the rows of out that a collected batch filled and that still wait for
-   * their places in the caller's order (in_caller_order; 0: none) */
+  /* the rows that a collected batch filled (rows of the evaluation, not
+   * offsets from q_lo) and that still wait for their places in the
+   * caller's order (in_caller_order; 0: none) */
   int64_t put_first, put_rows;
   /* kernel choice */
   void *fn;

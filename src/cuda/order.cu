@@ -109,7 +109,8 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   double need;
   int done = -1;
 
-  /* KDEGPU_TRACE: the phases' times (the device synchronised after each) */
+  /* KDEGPU_TRACE: the phases' times (the device synchronised after each;
+   * the sort's also covers the host's first touch of order, alongside it) */
   const int trace = kde_trace_file() != NULL;
   std::chrono::steady_clock::time_point t_phase[5];
   t_phase[0] = std::chrono::steady_clock::now();
