@@ -94,7 +94,7 @@ predict_conditional <- function(object, newdata, given, log, leave_one_out, clus
   # where f_X(x) is 0 (underflow far from every x_i) f(y | x) is undefined
   out <- ifelse(of_x > -Inf, joint - of_x, NaN)
   names(out) <- names(joint)
-  if (log) out else exp(out)
+  if (log) out else exp_on_cores(out)
 }
 
 # The margin fits of the last two (fit, columns) asked for: made once, so

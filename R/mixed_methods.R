@@ -132,7 +132,7 @@ predict.kde_mixed <- function(object, newdata, log = FALSE, leave_one_out = FALS
   }
   names(out) <- if (at_training_points) object$row_names else
     if (is.data.frame(newdata)) row.names(newdata)
-  if (log) out else exp(out)
+  if (log) out else exp_on_cores(out)
 }
 
 # log f at the parts of a query (NULL: the training points).

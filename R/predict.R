@@ -206,7 +206,7 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
     }
     log_density <- leave_one_out_log_density(object, engine, tolerance)
     names(log_density) <- rownames(object$x)
-    return(if (log) log_density else exp(log_density))
+    return(if (log) log_density else exp_on_cores(log_density))
   }
   query <- if (at_training_points) {
     object$x
@@ -227,7 +227,7 @@ predict.kde_gpu <- function(object, newdata, log = FALSE, leave_one_out = FALSE,
     evaluate(query)
   }
   names(log_density) <- point_names
-  if (log) log_density else exp(log_density)
+  if (log) log_density else exp_on_cores(log_density)
 }
 
 predict_hints <- list(

@@ -21,6 +21,7 @@
 #include "cdf.h"
 #include "derivatives.h"
 #include "kde_cuda.h"
+#include "exp_values.h"
 #include "finite.h"
 #include "spatial.h"
 #include "threads.h"
@@ -206,6 +207,19 @@ SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads)
   int n_threads = arg_threads(threads);
   return Rf_ScalarReal(
       (double) kde_first_nonfinite(REAL(x), (int64_t) XLENGTH(x), n_threads) + 1);
+}
+
+/* exp(x) on the allowed cores, with x's attributes (names): the same
+ * values as R's exp(). */
+SEXP kdegpu_exp(SEXP x, SEXP threads)
+{
+  if (TYPEOF(x) != REALSXP) Rf_error("`x` must be a double vector");
+  int n_threads = arg_threads(threads);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, XLENGTH(x)));
+  kde_exp_values(REAL(x), REAL(out), (int64_t) XLENGTH(x), n_threads);
+  SHALLOW_DUPLICATE_ATTRIB(out, x);
+  UNPROTECT(1);
+  return out;
 }
 
 /* The spatial order of a fit's whitened points (kde_kd_sort: tiles of

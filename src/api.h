@@ -40,6 +40,7 @@ SEXP kdegpu_kernel_profile(SEXP kernel, SEXP radius);
 SEXP kdegpu_kernel_constants(SEXP kernel, SEXP dim);
 SEXP kdegpu_lse_rows(SEXP parts);
 SEXP kdegpu_first_nonfinite(SEXP x, SEXP threads);
+SEXP kdegpu_exp(SEXP x, SEXP threads);
 SEXP kdegpu_whiten(SEXP x, SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_whiten_exact(SEXP x, SEXP center, SEXP transform, SEXP threads);
 SEXP kdegpu_weighted_cov(SEXP x, SEXP weights, SEXP threads);

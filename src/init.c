@@ -32,6 +32,7 @@ static const R_CallMethodDef call_methods[] = {
   CALLDEF(kdegpu_kernel_profile, 2),
   CALLDEF(kdegpu_lse_rows, 1),
   CALLDEF(kdegpu_first_nonfinite, 2),
+  CALLDEF(kdegpu_exp, 2),
   CALLDEF(kdegpu_whiten, 4),
   CALLDEF(kdegpu_whiten_exact, 4),
   CALLDEF(kdegpu_weighted_cov, 3),

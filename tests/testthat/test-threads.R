@@ -90,3 +90,28 @@ test_that("the k-d order ends on keys with few distinct values, the same for any
   q <- rbind(c(0, 0, 0), c(1, 2, 0.5))
   expect_log_density_equal(predict(fits[[1]], q, log = TRUE), ref_log_density(x, q, fits[[1]]$H, "gaussian"))
 })
+
+test_that("densities are R's exp() of the log-densities, to the bit, on any thread count", {
+  # long enough for several threads (the throttle: 1e7 units a thread)
+  set.seed(603)
+  v <- c(rnorm(2e6, -3, 40), -Inf, Inf, NA, NaN, -745.2, 709.8, 710, -1e300, 1e300, 0, -0)
+  names(v) <- sprintf("q%d", seq_along(v))
+  for (threads in c(1, 2)) {
+    with_kde_options(list(kdegpu.threads = threads), {
+      e <- kdegpu:::exp_on_cores(v)
+    })
+    expect_identical(e, exp(v), label = sprintf("exp on %d threads", threads))
+  }
+  # NA stays NA and NaN stays NaN, as R keeps them
+  e <- kdegpu:::exp_on_cores(c(NA, NaN))
+  expect_true(is.na(e[1]) && !is.nan(e[1]))
+  expect_true(is.nan(e[2]))
+  # predict()'s densities are exactly exp() of its log-densities, names kept
+  x <- ref_data(2000, 2, seed = 604)
+  q <- ref_queries(x, 300, seed = 605)
+  rownames(q) <- sprintf("p%d", seq_len(nrow(q)))
+  fit <- kde_gpu(x, backend = "cpu")
+  lf <- predict(fit, q, log = TRUE)
+  expect_identical(predict(fit, q), exp(lf))
+  expect_identical(names(predict(fit, q)), rownames(q))
+})
