@@ -50,15 +50,16 @@
 #' looser one, say `options(kdegpu.tolerance = 1e-4)`, opts into the faster
 #' form (the fit's GPU copy is remade when a call asks for the other form;
 #' `print()` says which it has). At d <= 4 the difference form stores each
-#' point relative to an anchor of its tile of 256 points and takes each
-#' query as a high and a low part, so that a difference rounds relative to
-#' the pair's distance and the tile's size, not to where the data sit; a
-#' tile that spans a gap in the data (between clusters) is split into tiles
-#' of its own, at most 32 bandwidths wide where that adds at most a quarter
-#' of the tiles. In single precision at d = 3, a tile whose points lie
-#' within about a bandwidth of its anchor, against queries within about 6.7
-#' bandwidths of it, takes the expanded form relative to the anchor, which
-#' rounds as the difference form does there and is faster.
+#' point relative to the centre of its run of 64 neighbouring points (a
+#' quarter of a tile of 256) and takes each query as a high and a low part,
+#' so that a difference rounds relative to the pair's distance and the
+#' run's size, not to where the data sit; a tile that spans a gap in the
+#' data (between clusters) is split into tiles of its own, at most 32
+#' bandwidths wide where that adds at most a quarter of the tiles. In
+#' single precision at d = 3, a run whose points lie within about a
+#' bandwidth of its centre, against queries within about 6.7 bandwidths of
+#' it, takes the expanded form relative to that centre, which rounds as the
+#' difference form does there and is faster.
 #' Derivatives take the difference form where the density's expanded form
 #' would round too much; Hessians always do. Far from all the data a density
 #' made of terms \eqn{e^{-D^2/2}}{exp(-D^2/2)} at D bandwidths keeps about

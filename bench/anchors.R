@@ -1,4 +1,4 @@
-# What the units' anchors (src/cuda/pack.cu) cost and buy: the difference
+# What the anchors (src/cuda/pack.cu) cost and buy: the difference
 # form's full sum (tolerance = 0) at d = 1, 2, 3 in both precisions, pairs
 # per second, and the single-precision error by kind of query on clustered
 # data, for the package installed in the library given (run it once per

@@ -152,10 +152,11 @@ __device__ __forceinline__ void group_fix_one(const T (&value)[U], T &m, S &s, T
   T group_max = value[0];
 #pragma unroll
   for (int p = 1; p < U; p++) group_max = fmax(group_max, value[p]);
-  const T f = fast_exp2(m - group_max); /* 0 from lowest() */
+  const T m_new = group_max + (T) kLazyHeadroom; /* (tuning.cuh) */
+  const T f = fast_exp2(m - m_new);                /* 0 from lowest() */
   s *= f;
   ts *= f;
-  m = group_max;
+  m = m_new;
   T e[U];
 #pragma unroll
   for (int p = 0; p < U; p++) e[p] = fast_exp2(value[p] - m);
@@ -170,7 +171,8 @@ __device__ __forceinline__ void group_fix_one(const T (&value)[U], T &m, S &s, T
  *
  * LSE kernels: every term is added as exp2(value - m), m the running max. If
  * the group's sum passes kLazyLimit (or is inf), some term lies far above m:
- * then, and only then, m becomes the group's maximum, the earlier sums are
+ * then, and only then, m becomes the group's maximum plus kLazyHeadroom
+ * (tuning.cuh: what the exponents round by), the earlier sums are
  * rescaled by exp2(old m - new m), and the group is summed again. This
  * happens for the first group of a split and for rare large jumps, so the
  * branch is almost never taken and costs one compare per query per group.

@@ -79,7 +79,7 @@ double deriv_pair_cost(int64_t d, bool second, bool is_double)
 template <typename T> struct deriv_device {
   kde_replica *rep;
   const T *dev_train; /* the whole training set on this device, or NULL (shards) */
-  const T *anchor;    /* the model's units' anchors when its copy serves (model.cuh) */
+  const T *anchor;    /* the model's anchors when its copy serves (model.cuh) */
   T *own_dev, *shard;
   int64_t shard_units, ldq_max, split_cap; /* what its memory allows (deriv_size) */
   bool direct;        /* reads the ordered queries where they are (on its replica) */

@@ -61,7 +61,7 @@ struct deriv_args {
   const double *center;       /* dim: the model's centre, on the device */
   int dim;
   int expanded;               /* aux holds log2 w - |x|^2 / 2: add it back */
-  const T *anchor;            /* by global unit: points are stored relative to
+  const T *anchor;            /* by global run of kAnchorPoints: points are stored relative to
                                  these (model.cuh); NULL: as they are */
   T *part;                    /* [gridDim.y][fields][ldq] */
   int64_t ldq;                /* a multiple of kThreads */

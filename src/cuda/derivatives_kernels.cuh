@@ -153,7 +153,8 @@ template <typename T, int D, bool SECOND> struct deriv_state {
 
 /* Points [0, count) of storage tiles at src (count a multiple of 32) into
  * point records of R values: coordinate k at k, aux at `aux_at`, stored
- * relative to `anchor` (hi, lo; NULL: none) and restored here (the sums
+ * relative to their run's anchor (hi, lo; `anchor` the chunk's first run's,
+ * which starts the chunk; NULL: none) and restored here (the sums
  * below take coordinates as they are, within an ulp of T of them). Then,
  * for the Gaussian, aux becomes what the kernel wants: log2 w, or log2 w -
  * |x|^2 / 2 (the expanded form), from what the storage holds (`expanded`). */
@@ -167,8 +168,9 @@ __device__ __forceinline__ void load_chunk(T *rec, int R, int aux_at, const T *_
   for (int i = threadIdx.x; i < count * (dim + 1); i += kThreads) {
     const int tile = i / per_tile, r = i - tile * per_tile;
     const int k = r / kTileWidth, p = tile * kTileWidth + (r - k * kTileWidth);
+    const T *c = anchor == nullptr ? nullptr : anchor + p / kAnchorPoints * (2 * dim);
     rec[p * R + (k < dim ? k : aux_at)] =
-        k < dim && anchor != nullptr ? (src[i] + anchor[dim + k]) + anchor[k] : src[i];
+        k < dim && c != nullptr ? (src[i] + c[dim + k]) + c[k] : src[i];
   }
   __syncthreads();
   if (expanded != want_expanded) { /* uniform: the whole launch takes it or not */
@@ -244,8 +246,9 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
   const int64_t row = (int64_t) blockIdx.x * kThreads + threadIdx.x;
   const bool active = row < a.n_query;
   /* q: the query as the pairs use it. In the difference form on an
-   * anchored model, per unit q - anchor, formed again from the query (in
-   * L1) and rounded to T as the packer rounded x - anchor (pack.cu), so
+   * anchored model, per run of kAnchorPoints q - anchor, formed again from
+   * the query (in L1) and rounded to T as the packer rounded x - anchor
+   * (pack.cu), so
    * that a query on a training point is exactly on it (the cusps' t = 0);
    * the expanded form takes the coordinates restored (load_chunk). */
   T q[D];
@@ -267,23 +270,28 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
   const visit_units visits = block_visits(a, p0, count / kUnit);
   for (int64_t t = 0; t < visits.count; t++) {
     const T *unit = a.train + (p0 + visits.unit(t) * kUnit) * (a.dim + 1);
+    /* the unit's first anchor (runs of kAnchorPoints) */
     const T *anchor = a.anchor == nullptr
                           ? nullptr
-                          : a.anchor + (visits.base + visits.unit(t)) * (2 * a.dim);
-    if (!EXPANDED && anchor != nullptr) {
-#pragma unroll
-      for (int c = 0; c < D; c++) {
-        double hi = 0.0, lo = 0.0;
-        if (active && c < a.dim) storage_query(a.query, a.query_lo, a.ldz, row, a.center, c, scale, hi, lo);
-        q[c] = active && c < a.dim ? (T) relative_to_anchor(hi, lo, anchor_value(anchor, a.dim, c))
-                                   : (T) 0;
-      }
-    }
+                          : a.anchor + (visits.base + visits.unit(t)) * (kUnit / kAnchorPoints) *
+                                           (2 * a.dim);
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
       load_chunk(rec, R, D, unit + c0 * (a.dim + 1), CH, a.dim, a.expanded, EXPANDED,
-                 EXPANDED ? anchor : nullptr);
+                 EXPANDED && anchor != nullptr ? anchor + c0 / kAnchorPoints * (2 * a.dim)
+                                               : nullptr);
 #pragma unroll 1
       for (int j = 0; j < CH; j += U) {
+        if (!EXPANDED && anchor != nullptr && (c0 + j) % kAnchorPoints == 0) {
+          const T *run = anchor + (c0 + j) / kAnchorPoints * (2 * a.dim);
+#pragma unroll
+          for (int c = 0; c < D; c++) {
+            double hi = 0.0, lo = 0.0;
+            if (active && c < a.dim)
+              storage_query(a.query, a.query_lo, a.ldz, row, a.center, c, scale, hi, lo);
+            q[c] = active && c < a.dim ? (T) relative_to_anchor(hi, lo, anchor_value(run, a.dim, c))
+                                       : (T) 0;
+          }
+        }
         T v[U][D], tt[U], level[U], aux[U];
 #pragma unroll
         for (int p = 0; p < U; p++) {
@@ -309,7 +317,8 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
         }
         /* LSE: the lazy maximum of accumulate.cuh. The terms against the
          * running M; only when their sum passes kLazyLimit (or is inf: M
-         * starts at lowest()) does M become the group's maximum, the sums
+         * starts at lowest()) does M become the group's maximum (plus
+         * kLazyHeadroom), the sums
          * so far rescaled and the terms taken again. Rare after the first
          * group, it saves the maximum of every group. */
         T terms[U];
@@ -323,6 +332,7 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_kernel(const deriv_args<T>
             T top = level[0];
 #pragma unroll
             for (int p = 1; p < U; p++) top = fmax(top, level[p]);
+            top += (T) kLazyHeadroom; /* as group_fix_one (accumulate.cuh) */
             const T f = fast_exp2(M - top);
             if (TWO_LEVEL) chunk.scale(f);
             total.scale(f);
@@ -427,11 +437,15 @@ __global__ void __launch_bounds__(kThreads) kde_deriv_generic_kernel(const deriv
   const visit_units visits = block_visits(a, p0, count / kUnit);
   for (int64_t t = 0; t < visits.count; t++) {
     const T *unit = a.train + (p0 + visits.unit(t) * kUnit) * (dim + 1);
+    /* the unit's first anchor (runs of kAnchorPoints: CH divides one) */
+    static_assert(kAnchorPoints % CH == 0, "a chunk within one anchor's run");
     const T *anchor = a.anchor == nullptr
                           ? nullptr
-                          : a.anchor + (visits.base + visits.unit(t)) * (2 * dim);
+                          : a.anchor + (visits.base + visits.unit(t)) * (kUnit / kAnchorPoints) *
+                                           (2 * dim);
     for (int c0 = 0; c0 < kUnit; c0 += CH) {
-      load_chunk(rec, R, dim, unit + c0 * (dim + 1), CH, dim, a.expanded, 0, anchor);
+      load_chunk(rec, R, dim, unit + c0 * (dim + 1), CH, dim, a.expanded, 0,
+                 anchor == nullptr ? nullptr : anchor + c0 / kAnchorPoints * (2 * dim));
 #pragma unroll 1
       for (int j = 0; j < CH; j++) {
         const T *x = rec + j * R;

@@ -340,7 +340,7 @@ __device__ __forceinline__ bool warp_uniform_aux(const T *__restrict__ tile, T &
 
 /*
  * A tight tile (d = 3): where a warp's quarter of an anchored difference-form tile
- * lies within sqrt(radius2) of the anchor (the points are stored relative
+ * lies within sqrt(radius2) of its anchor (the points are stored relative
  * to it), the quarter takes the expanded form relative to the anchor:
  * a pair's log2 term is aux' + q.x - h with aux' = (log2 w - wref) -
  * |x|^2 / 2, h = |q|^2 / 2 (q relative to the anchor too) and wref the
@@ -384,9 +384,9 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
 }
 
 /* Whether every query of the warp (of the groups in `need`) lies within
- * sqrt(2 kTightQueryHalf2) of the tile's anchor (q relative to it,
+ * sqrt(2 kTightQueryHalf2) of the quarter's anchor (q relative to it,
  * unscaled); h[i] = |q_i|^2 / 2. Then the expanded form's terms (h, q.x,
- * and the running max relative to wref, which a fix keeps within 2^60 of
+ * and the running max relative to wref, which a fix keeps within 2^32 of
  * the tile's terms) stay within about what a pair's own exponent is, and
  * so does their rounding. A query far from the tile would make mu a sum of
  * two large terms, rounded by an amount that depends on the running max
@@ -472,7 +472,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int64_t q0 = (int64_t) blockIdx.x * kBlockQueries;
 
   /* q: the queries as the pairs use them; in the difference form, per tile,
-   * relative to its unit's anchor: (hi - anchor hi) + (lo - anchor lo),
+   * relative to the anchor of the warp's quarter (kAnchorPoints): (hi -
+   * anchor hi) + (lo - anchor lo),
    * hi and lo read again from the block's rows (in L1: registers are short),
    * which for a model without anchors is hi; times 1/sqrt(2) for the
    * halved difference (kernel_facts.cuh) */
@@ -525,15 +526,21 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
       block_copy_async(smem + ((t + 1) & 1) * tile_elems,
                        src + visits.unit(t + 1) * tile_elems, tile_elems * sizeof(T));
     async_commit(); /* possibly empty: keeps the group count uniform */
-    if (!EXPANDED && a.anchor != nullptr) {
-      const T *c = a.anchor + (visits.base + visits.unit(t)) * (2 * D);
+    if (!EXPANDED && a.anchor != nullptr) { /* this warp's quarter's anchor */
+      const T *c = a.anchor + ((visits.base + visits.unit(t)) * (kUnit / kAnchorPoints) + warp) *
+                                  (2 * D);
 #pragma unroll
       for (int i = 0; i < Q; i++)
 #pragma unroll
-        for (int k = 0; k < D; k++)
-          q[i][k] = ((a.query[q0 + slot[i] + k * a.ldq] - c[k]) +
-                     (a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k])) *
-                    (TIGHT_PATH ? (T) 1 : q_scale); /* scaled below if not tight */
+        for (int k = 0; k < D; k++) {
+          /* hi - anchor hi is exact for a query near the run (Sterbenz); the
+           * scaled query then takes one rounding (hi + lo, then the scale,
+           * took two: 1.4x the error of a GPS-like set's densities). The
+           * tight path scales below, where a quarter is not tight. */
+          const T hi = a.query[q0 + slot[i] + k * a.ldq] - c[k];
+          const T lo = a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k];
+          q[i][k] = TIGHT_PATH ? hi + lo : fma(hi, q_scale, lo * q_scale);
+        }
     }
     async_wait_all_but_newest();
     __syncthreads();

@@ -74,14 +74,15 @@
  *   (model.cu, expanded_rounding) takes the difference form instead. Every other
  *   kernel, and the Gaussian for d <= 2, uses the difference form.
  * * The difference form at d <= 4 (model.cuh's `anchored`): points are
- *   stored relative to their unit's anchor and queries as hi + lo parts;
- *   per tile a query becomes (hi - anchor hi) + (lo - anchor lo), so each
- *   rounding is relative to a distance from the unit, not to the data's
- *   extent (pack.cu).
+ *   stored relative to the anchor of their run of kAnchorPoints (a warp's
+ *   quarter of a unit) and queries as hi + lo parts; per run a query
+ *   becomes (hi - anchor hi) + (lo - anchor lo), so each rounding is
+ *   relative to a distance from the run, not to the data's extent
+ *   (pack.cu).
  * * The running max is lazy: each term is added as exp2(value - max) and a
  *   group of 8 (4 in double) training points is checked once per query; only
- *   when the group's sum passes 2^60 (a term far above the reference, or the
- *   first group) is the max raised to the group's maximum and the group
+ *   when the group's sum passes 2^32 (a term far above the reference, or the
+ *   first group) is the max raised to the group's maximum plus 16 and the group
  *   summed again. No per-pair branch, no per-pair max. For d <= 4 the check
  *   of a group is resolved after the next group's FMAs are issued
  *   (software pipelining by one group); in the single-precision difference
@@ -161,8 +162,9 @@ struct kde_args {
   /* The groups of 32 of the block's queries (bit g: rows 32 g ..) that the
    * small-d kernel evaluates each listed unit for; NULL: all of them. */
   const uint8_t *visit_groups;
-  /* An anchored model (model.cuh): every unit's anchor (hi, lo), by global
-   * unit; the queries' lo parts are rows dim .. 2 dim - 1 of `query`.
+  /* An anchored model (model.cuh): the anchor (hi, lo) of every run of
+   * kAnchorPoints points, by global position / kAnchorPoints; the queries'
+   * lo parts are rows dim .. 2 dim - 1 of `query`.
    * NULL: coordinates as they are. */
   const T *anchor;
   /* An anchored difference-form fit: a warp's quarter of a tile whose points

@@ -83,15 +83,16 @@ __host__ __device__ inline uint32_t tc_point_entry(const uint32_t (&piece)[3], i
   return j < 6 ? piece[tc_point_piece(j)] : 0u;
 }
 
-/* An anchored model's anchors (model.cuh's `anchored`): per unit of kUnit
- * points, dim values of T (hi) then dim more (lo), hi + lo the centre of
- * the unit's box in storage coordinates. Coordinate k of the anchor in
- * double, as the packer subtracts it from a point and the derivative sums
- * from a query (so that a query on a training point lands exactly on it). */
+/* An anchored model's anchors (model.cuh's `anchored`): per run of
+ * kAnchorPoints points, dim values of T (hi) then dim more (lo), hi + lo
+ * the centre of the run's box in storage coordinates. Coordinate k of the
+ * anchor in double, as the packer subtracts it from a point and the
+ * derivative sums from a query (so that a query on a training point lands
+ * exactly on it). */
 template <typename T>
-__host__ __device__ inline double anchor_value(const T *unit_anchor, int64_t dim, int64_t k)
+__host__ __device__ inline double anchor_value(const T *anchor, int64_t dim, int64_t k)
 {
-  return (double) unit_anchor[k] + (double) unit_anchor[dim + k];
+  return (double) anchor[k] + (double) anchor[dim + k];
 }
 
 /* Error-free transformations (Knuth's two-sum, the FMA's two-product):

@@ -372,6 +372,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   int count = 0, prev = -1, ok = 0, mma_ok = 1, expanded_single, prunes;
   size_t train_bytes = 0, unit_bytes = 0, min_smem_optin = 0, anchor_bytes = 0;
   void *host_anchor = NULL; /* an anchored model's anchors until uploaded */
+  double *anchor_lo = NULL, *anchor_hi = NULL; /* and the boxes they centre */
   spread_set spread;        /* an anchored model's spread training set */
   kde_training_set without_residual; /* the caller's, where residuals do not serve */
   double min_budget = 0;
@@ -569,17 +570,20 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
   trace.mark("boxes");
   model->query_elems = model->code_row + model->n_discrete;
   if (model->anchored) {
-    anchor_bytes = (size_t) (model->n_points / kUnit * 2 * model->dim) * model->elem;
+    const int64_t n_anchors = model->n_points / kAnchorPoints;
+    KDE_HOST_ALLOC(anchor_lo, n_anchors * model->dim, "the anchors' boxes");
+    KDE_HOST_ALLOC(anchor_hi, n_anchors * model->dim, "the anchors' boxes");
+    anchor_boxes(train, model, anchor_lo, anchor_hi);
+    anchor_bytes = (size_t) (n_anchors * 2 * model->dim) * model->elem;
     host_anchor = malloc(anchor_bytes);
     if (host_anchor == NULL) {
-      kde_status_set(status, KDE_ERR_ALLOC,
-                     "out of host memory for the training set's unit anchors");
+      kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the training set's anchors");
       goto cleanup;
     }
     if (precision == KDE_PRECISION_SINGLE)
-      unit_anchors<float>(model, (float *) host_anchor);
+      point_anchors<float>(model, anchor_lo, anchor_hi, (float *) host_anchor);
     else
-      unit_anchors<double>(model, (double *) host_anchor);
+      point_anchors<double>(model, anchor_lo, anchor_hi, (double *) host_anchor);
   }
   if (!prunes) { /* the boxes served the anchors only (unit_lo: the model prunes) */
     free(model->unit_lo);
@@ -730,6 +734,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
 
 cleanup:
   free(host_anchor);
+  free(anchor_lo);
+  free(anchor_hi);
   spread_set_free(&spread);
   if (prev >= 0) (void) cudaSetDevice(prev);
   if (!ok) {

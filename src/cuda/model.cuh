@@ -45,8 +45,8 @@ typedef struct {
    * (plan_grouped_kernels.cuh): n_groups x dim boxes' lo, hi, then the
    * groups' log total and log rest weights (NULL where units is) */
   double *groups;
-  /* an anchored model's units' anchors (T: hi, lo per coordinate), NULL
-   * otherwise */
+  /* an anchored model's anchors (T: hi, lo per coordinate), one per run of
+   * kAnchorPoints positions; NULL otherwise */
   void *anchor;
   /* The derivative sums' plain copy of a tensor-core model's training set
    * (derivatives.cu), made by the first such call and kept: packing it on
@@ -92,8 +92,9 @@ struct kde_cuda_model {
   int expanded;         /* Gaussian, d >= 3, rounding_ok: the density's
                            storage aux = log2 w - |x|^2 / 2 */
   /* The plain layout for d <= 4 in the difference form stores each point
-   * relative to its unit's anchor (a point near the unit's centre), and the
-   * kernels form q - anchor per unit from the query's hi and lo parts, so
+   * relative to the anchor of its run of kAnchorPoints (the centre of the
+   * run's box), and the kernels form q - anchor per run (a warp's quarter of
+   * a unit) from the query's hi and lo parts, so
    * that a pair's difference keeps the precision's relative accuracy
    * wherever the data sit (pack.cu). */
   int anchored;
@@ -225,12 +226,16 @@ int pack_train_tc_wide(const kde_training_set *train, const kde_cuda_model *mode
                        uint32_t *dst);
 void pack_train_tc_small(const kde_training_set *train, const kde_cuda_model *model,
                          uint32_t *dst);
-/* anchors: an anchored model's (unit_anchors), or NULL */
+/* anchors: an anchored model's (point_anchors), or NULL */
 template <typename T>
 void pack_train(const kde_training_set *train, const kde_cuda_model *model, const T *anchors,
                 T *dst);
-/* from the model's unit boxes (unit_lo, unit_hi) */
-template <typename T> void unit_anchors(const kde_cuda_model *model, T *dst);
+/* An anchored model's anchors: the boxes of its runs of kAnchorPoints
+ * positions (n_points / kAnchorPoints x dim each), then their centres */
+void anchor_boxes(const kde_training_set *train, const kde_cuda_model *model, double *lo,
+                  double *hi);
+template <typename T>
+void point_anchors(const kde_cuda_model *model, const double *lo, const double *hi, T *dst);
 
 } // namespace kdegpu
 

@@ -23,6 +23,7 @@
 #include "numeric.cuh"
 #include "host_threads.cuh"
 #include "tuning.cuh"
+#include "spatial.h"
 
 namespace kdegpu {
 
@@ -276,26 +277,47 @@ void pack_train_tc_small(const kde_training_set *train,
   });
 }
 
-/* The anchor of each unit of kUnit points (layout.cuh's anchor_value):
- * the centre of its box (the model's unit_lo, unit_hi) in storage
- * coordinates, rounded to T as hi + lo (lo = 0 in double). A point is
- * stored as its coordinate minus the anchor, a query's hi and lo parts
- * (kde_pack_kernel) minus the anchor's in the kernels: each rounding is
- * then relative to a distance from the unit, not to where the data sit. */
-template <typename T> void unit_anchors(const kde_cuda_model *model, T *dst)
+/* The boxes of the model's runs of kAnchorPoints positions (model.cuh's
+ * `anchored`): of the points' coordinates, widened by what a double fit's
+ * residuals add; runs past the last point (padding) take the box before. */
+void anchor_boxes(const kde_training_set *train, const kde_cuda_model *model, double *lo,
+                  double *hi)
 {
-  const int64_t d = model->dim;
-  for (int64_t u = 0; u < model->n_points / kUnit; u++)
+  const int64_t d = model->dim, n = train->n_train;
+  kde_tile_boxes(train->train, n, d, kAnchorPoints, train->host_threads, lo, hi);
+  if (train->residual != NULL)
+    kde_tile_boxes_widen(train->residual, n, d, kAnchorPoints, lo, hi);
+  for (int64_t r = (n + kAnchorPoints - 1) / kAnchorPoints; r < model->n_points / kAnchorPoints;
+       r++)
     for (int64_t k = 0; k < d; k++) {
-      const double mid = 0.5 * model->unit_lo[u * d + k] + 0.5 * model->unit_hi[u * d + k];
-      const double anchor = (mid - model->center[k]) * model->scale;
-      dst[u * 2 * d + k] = (T) anchor;
-      dst[u * 2 * d + d + k] = (T) (anchor - (double) dst[u * 2 * d + k]);
+      lo[r * d + k] = r > 0 ? lo[(r - 1) * d + k] : 0.0;
+      hi[r * d + k] = r > 0 ? hi[(r - 1) * d + k] : 0.0;
     }
 }
 
-template void unit_anchors<float>(const kde_cuda_model *, float *);
-template void unit_anchors<double>(const kde_cuda_model *, double *);
+/* The anchors: per run of kAnchorPoints positions the centre of its box
+ * (lo, hi: anchor_boxes) in storage coordinates, rounded to T as hi + lo
+ * (lo = 0 in double). A point is stored as its coordinate minus its
+ * anchor, a query's hi and lo parts (kde_pack_kernel) minus the anchor's
+ * in the kernels: each rounding is then relative to a distance from the
+ * run, not to where the data sit. */
+template <typename T>
+void point_anchors(const kde_cuda_model *model, const double *lo, const double *hi, T *dst)
+{
+  const int64_t d = model->dim;
+  for (int64_t r = 0; r < model->n_points / kAnchorPoints; r++)
+    for (int64_t k = 0; k < d; k++) {
+      const double mid = 0.5 * lo[r * d + k] + 0.5 * hi[r * d + k];
+      const double anchor = (mid - model->center[k]) * model->scale;
+      dst[r * 2 * d + k] = (T) anchor;
+      dst[r * 2 * d + d + k] = (T) (anchor - (double) dst[r * 2 * d + k]);
+    }
+}
+
+template void point_anchors<float>(const kde_cuda_model *, const double *, const double *,
+                                   float *);
+template void point_anchors<double>(const kde_cuda_model *, const double *, const double *,
+                                    double *);
 
 /* Pack the training set: storage tiles of 32 points, dimension-major, then
  * the aux row, and for an adaptive model a row of 1 / lambda^2 (in any
@@ -314,11 +336,11 @@ void pack_train(const kde_training_set *train, const kde_cuda_model *model,
     for (int64_t j0 = first; j0 < last; j0 += kTileWidth)
       for (int64_t k = 0; k < d; k++) {
         T *at = dst + (j0 / kTileWidth) * rows * kTileWidth + k * kTileWidth;
-        /* an anchored model: relative to the unit's anchor (unit_anchors),
+        /* an anchored model: relative to its run's anchor (point_anchors),
          * from the coordinate to twice double's precision as the queries'
          * (pack_columns) */
         const double anchor =
-            anchors == NULL ? 0.0 : anchor_value(anchors + j0 / kUnit * 2 * d, d, k);
+            anchors == NULL ? 0.0 : anchor_value(anchors + j0 / kAnchorPoints * 2 * d, d, k);
         for (int64_t jj = 0; jj < kTileWidth; jj++) {
           if (j0 + jj >= n) {
             at[jj] = (T) 0;

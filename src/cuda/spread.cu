@@ -18,8 +18,9 @@
 namespace kdegpu {
 
 /* The widest a unit may be, in bandwidths (whitened coordinates): a
- * point's offset from its unit's anchor then keeps float's epsilon times
- * 16 bandwidths at worst, the order of what a pair's own distance costs.
+ * point's offset from its anchor (its run's, within the unit) keeps
+ * float's epsilon times 16 bandwidths at worst, the order of what a pair's
+ * own distance costs.
  * Wider runs (gaps between clusters, far tails) are split while that adds
  * at most a quarter of the units and 64 more (unit_spread.c: else wider
  * units). */

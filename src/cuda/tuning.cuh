@@ -44,6 +44,16 @@ constexpr int kTileWidth = 32;
  * device range is whole units. Also the small-d shared tile. */
 constexpr int kUnit = 256;
 constexpr int kSmallPointsPerWarp = kUnit / kWarps;
+/* An anchored model (model.cuh) stores each point relative to the anchor of
+ * its run of kAnchorPoints, a warp's quarter of the small-d kernel's tile
+ * (so each warp forms its queries against its own anchor, at no cost over
+ * one anchor per tile). The fit's k-d order makes these runs compact (its
+ * sub-leaves, kde_kd_sort): on 1e6 GPS-like points (2-D, 4,000 x 4,000
+ * bandwidths) a run of 64 spans half the width of a unit, which halves what
+ * single precision keeps of a pair's difference. */
+constexpr int kAnchorPoints = kSmallPointsPerWarp;
+static_assert(kUnit % kAnchorPoints == 0 && kAnchorPoints % kTileWidth == 0,
+              "anchors cover whole storage tiles of one unit");
 /* The FMA kernel with the queries in registers (kernel_small.cuh) serves
  * d = 1..kSmallMaxDim; the wide kernel the rest. */
 constexpr int kSmallMaxDim = 4;
@@ -52,10 +62,20 @@ constexpr int kWidePoints = 8;
 /* A split gets at least this many units, so that its first groups (which set
  * the running max) and the partial write stay a small part of its work. */
 constexpr int64_t kMinUnitsPerSplit = 8;
-/* A group whose sum (relative to the running max) passes this is summed
- * again against its own maximum: terms up to about 2^57 above the reference
- * are summed as they are (float holds sums up to 2^128). */
-constexpr double kLazyLimit = 1152921504606846976.0; /* 2^60 */
+/* The lazy running max (accumulate.cuh): a group whose sum (relative to
+ * the max) passes kLazyLimit is summed again against its own maximum plus
+ * kLazyHeadroom, which becomes the running max. A term's exponent (value -
+ * max, in log2) rounds by eps times itself, and the terms that matter then
+ * lie within 16 of the max (below it by the headroom, or above by less than
+ * the limit): 2^60 without headroom had kept up to 60 eps of log f. A
+ * max is raised once its terms grow by 2^48, not 2^60 (raises are what the
+ * limit costs: 2^16 without headroom, as accurate near the data, took 3-7%
+ * of a full sum's time). The density kernel on the host, 2-D data at 15
+ * points per bandwidth^2 and GPS-like sparse data (tools/gpu-tests/emulate,
+ * 4,096 queries): largest errors of float densities 1.5e-6 and 3.1e-6 at
+ * 2^60, 1.0e-6 and 1.8e-6 now (2^16 without headroom: 3.0e-7, 1.8e-6). */
+constexpr double kLazyLimit = 4294967296.0; /* 2^32 */
+constexpr int kLazyHeadroom = 16;
 /* The tensor-core kernels' plain float running sums take a run of tiles'
  * sum once per this many points (a power of 2), few enough adds that their
  * drift stays below the expanded form's rounding (accumulate.cuh). */

@@ -289,12 +289,12 @@ test_that("data thousands of bandwidths from their centre keep double's digits o
   # density here on both backends before each took what the whitening
   # lost: the CPU's offset mode (src/cpu_offsets.c) forms each block's
   # pairs relative to one of its queries from both sides' residuals, the
-  # GPU stores its points relative to their units' anchors from the same
+  # GPU stores its points relative to their runs' anchors from the same
   # residuals (src/cuda/model.cu) and whitens queries to twice double's
   # precision. What the GPU keeps is then eps times a point's offset from
-  # its unit's anchor: 2e-14 where units are compact, but the sparse
-  # GPS-like set's units of 256 points span ~1,000 bandwidths (4,000
-  # points over 4,000 x 4,000), and there 4e-13 (`gpu_tol`).
+  # its run's anchor: 2e-14 where runs are compact, but the sparse
+  # GPS-like set's runs of 64 points span ~500 bandwidths (4,000 points
+  # over 4,000 x 4,000), and there 4e-13 (`gpu_tol`).
   set.seed(960)
   centres <- as.matrix(expand.grid(200 * (0:4), 200 * (0:3)))
   clustered <- centres[sample.int(20, 4000, replace = TRUE), ] + matrix(rnorm(8000), ncol = 2)
@@ -485,12 +485,12 @@ test_that("CUDA: double precision keeps its digits on clustered data spanning ~3
 
 test_that("CUDA: both precisions keep their digits wherever the data sit (clustered d = 3, GPS-like d = 2)", {
   skip_without_gpu()
-  # Points are stored relative to their unit's anchor and queries carry a
+  # Points are stored relative to their run's anchor and queries carry a
   # hi and lo part (src/cuda/pack.cu), so a pair's difference rounds
-  # relative to its distance and its unit's size, not to the data's extent
+  # relative to its distance and its run's size, not to the data's extent
   # (~3,000 and ~4,000 bandwidths here). What remains in single precision
   # is eps times the exponent (a query D bandwidths from its nearest points
-  # keeps about eps D^2 of log f) and times the size of sparse units: a few
+  # keeps about eps D^2 of log f) and times the size of sparse runs: a few
   # 1e-6 of log f. With global coordinates single lost 1e-5 of log f here.
   set.seed(950)
   centres <- cbind(as.matrix(expand.grid(200 * (0:4), 200 * (0:3))), 0)

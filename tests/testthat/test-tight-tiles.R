@@ -1,6 +1,6 @@
 # Tight tiles (src/cuda/kernel_small.cuh, tight_tile): in a single-precision
-# Gaussian fit at d = 3 whose points are stored relative to their unit's anchor, a
-# warp's quarter of a tile that lies within about a bandwidth of the anchor
+# Gaussian fit at d = 3 whose points are stored relative to their run's anchor, a
+# warp's quarter of a tile (a run of 64) that lies within about a bandwidth of its anchor
 # takes the expanded form relative to the anchor. KDEGPU_TIGHT_RADIUS2 = 0
 # (read when the fit's GPU copy is made) keeps every tile in the
 # difference form.
@@ -17,7 +17,7 @@ with_tight_radius2 <- function(value, code) {
 test_that("CUDA single: tiles within a bandwidth of their anchor keep the difference form's digits, d = 3 (d = 2 keeps the difference form), leaving one out too", {
   skip_without_gpu()
   # Dense data against a wide enough bandwidth that most units' points lie
-  # within a bandwidth of the unit's anchor; queries on the data and in the
+  # within a bandwidth of their run's anchor; queries on the data and in the
   # tails, where the tiles are wide and stay in the difference form.
   # Reference: the CPU backend's double sums (checked on a few queries
   # against plain R).

@@ -4,7 +4,8 @@
 // the expanded form relative to each tile's anchor where a warp's quarter
 // and its queries lie close to it; d = 2 must not take it): the real
 // kernel on the host, a model laid out
-// as pack.cu lays it out (points relative to their unit's box centre, the
+// as pack.cu lays it out (points relative to their run of kAnchorPoints'
+// box centre, the
 // anchors as float hi + lo, queries as hi and lo rows), queries in a k-d
 // order in blocks of 128. Checked against a double sum over the exact
 // coordinates: both forms within single's rounding, the tight form within
@@ -64,20 +65,27 @@ static std::vector<double> emulate(const problem &p, float radius2,
 {
   const int64_t n_points = (p.n + kUnit - 1) / kUnit * kUnit, units = n_points / kUnit;
   constexpr int ROWS = D + 1;
-  // anchors: the centre of each unit's box, as float hi + lo
-  std::vector<float> anchor(units * 2 * D);
-  std::vector<double> centre(units * D);
-  for (int64_t u = 0; u < units; u++)
+  // anchors: the centre of each run of kAnchorPoints' box (runs past the
+  // points: 0), as float hi + lo; with ANCHOR_POINTS = kUnit, one per unit
+  // (the layout before runs of 64, to measure)
+  const int64_t run = getenv("ANCHOR_POINTS") ? atoll(getenv("ANCHOR_POINTS")) : kAnchorPoints;
+  const int64_t runs = n_points / run;
+  std::vector<float> anchor(n_points / kAnchorPoints * 2 * D);
+  std::vector<double> centre(runs * D);
+  for (int64_t r = 0; r < runs; r++)
     for (int k = 0; k < D; k++) {
       double lo = INFINITY, hi = -INFINITY;
-      for (int64_t j = u * kUnit; j < std::min(p.n, (u + 1) * kUnit); j++) {
+      for (int64_t j = r * run; j < std::min(p.n, (r + 1) * run); j++) {
         lo = std::min(lo, p.x[k * p.n + j]);
         hi = std::max(hi, p.x[k * p.n + j]);
       }
       const double mid = lo <= hi ? (lo + hi) / 2 : 0.0;
-      anchor[u * 2 * D + k] = (float) mid;
-      anchor[u * 2 * D + D + k] = (float) (mid - (double) anchor[u * 2 * D + k]);
-      centre[u * D + k] = (double) anchor[u * 2 * D + k] + (double) anchor[u * 2 * D + D + k];
+      const float mid_hi = (float) mid, mid_lo = (float) (mid - (double) mid_hi);
+      centre[r * D + k] = (double) mid_hi + (double) mid_lo;
+      for (int64_t c = r * run / kAnchorPoints; c < (r + 1) * run / kAnchorPoints; c++) {
+        anchor[c * 2 * D + k] = mid_hi;
+        anchor[c * 2 * D + D + k] = mid_lo;
+      }
     }
   // tiles of 32 points: D coordinate rows relative to the anchor, then
   // aux = log2 w (-inf for null points, which sit on the anchor)
@@ -85,7 +93,7 @@ static std::vector<double> emulate(const problem &p, float radius2,
   for (int64_t j = 0; j < n_points; j++) {
     float *at = &train[(j / kTileWidth) * ROWS * kTileWidth + j % kTileWidth];
     for (int k = 0; k < D; k++)
-      at[k * kTileWidth] = j < p.n ? (float) (p.x[k * p.n + j] - centre[(j / kUnit) * D + k]) : 0.0f;
+      at[k * kTileWidth] = j < p.n ? (float) (p.x[k * p.n + j] - centre[(j / run) * D + k]) : 0.0f;
     at[D * kTileWidth] = j < p.n ? (float) (p.lw[j] * kLog2e) : -INFINITY;
   }
   // queries: hi rows, then lo rows
@@ -133,12 +141,16 @@ static std::vector<double> emulate(const problem &p, float radius2,
   return out;
 }
 
-// n points (column-major) in a k-d order of runs of `leaf`
-static std::vector<double> kd_ordered(const std::vector<double> &x, int64_t n, int d, int64_t leaf)
+// n points (column-major) in a k-d order of runs of `leaf`, each in one of
+// runs of `sub_leaf` (0: none), as the fit's order (kde_kd_sort)
+static std::vector<double> kd_ordered(const std::vector<double> &x, int64_t n, int d, int64_t leaf,
+                                      int64_t sub_leaf = 0)
 {
   std::vector<int64_t> idx(n);
   for (int64_t j = 0; j < n; j++) idx[j] = j;
   kd(x, n, d, idx, 0, n, leaf);
+  for (int64_t lo = 0; sub_leaf > 0 && lo < n; lo += leaf)
+    kd(x, n, d, idx, lo, std::min(n, lo + leaf), sub_leaf);
   std::vector<double> out(n * d);
   for (int64_t j = 0; j < n; j++)
     for (int k = 0; k < d; k++) out[k * n + j] = x[k * n + idx[j]];
@@ -161,7 +173,7 @@ static problem make(int d, int64_t n, int64_t m, double side, double far, bool l
   p.loo = loo;
   std::vector<double> x(n * d);
   for (auto &v : x) v = uniform(rng);
-  p.x = kd_ordered(x, n, d, kUnit);
+  p.x = kd_ordered(x, n, d, kUnit, kAnchorPoints);
   p.lw.assign(n, -log((double) n));
   for (int64_t j = 0; j < n; j += 97) p.lw[j] += j % 3 == 0 ? -INFINITY : 0.7 * normal(rng);
   if (loo) {
@@ -251,12 +263,16 @@ int main()
     for (int loo = 0; loo <= 1; loo++)
       for (double far : {3.0, 12.0}) {
         if (loo && far > 3.0) continue;
-        // a cube whose k-d leaves (units) reach about a storage unit from
-        // their centres, so that most warps' quarters are tight
+        // a cube whose runs of kAnchorPoints reach about a storage unit
+        // from their anchors, so that most warps' quarters are tight (the
+        // factors were found for runs of 256: the side scales with the
+        // d-th root of the points per run)
         const int64_t n = loo ? 3000 : 6000;
         const char *r2 = getenv("DENSITY_R2");
         const double radius = sqrt(r2 != nullptr ? atof(r2) : kTightRadius2);
-        const double side = radius * (d == 2 ? 5.3 * sqrt(n / 6000.0) : 2.7 * cbrt(n / 6000.0));
+        const double per_run = pow((double) kUnit / kAnchorPoints, 1.0 / d);
+        const double side = radius * per_run *
+                            (d == 2 ? 5.3 * sqrt(n / 6000.0) : 2.7 * cbrt(n / 6000.0));
         const problem p = make(d, n, 1024, side, far, loo == 1, 100 * d + (unsigned) far);
         char label[64];
         if (loo) snprintf(label, sizeof label, "leaving one out");

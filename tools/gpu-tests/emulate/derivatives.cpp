@@ -81,24 +81,26 @@ static double run_case(int kernel, int d, bool second, int expanded, unsigned se
   const bool lse = !kde_kernel_is_compact(kernel);
   // plain storage tiles (pack_train)
   std::vector<T> train(n_points / 32 * (d + 1) * 32);
-  // as the model stores them: relative to each unit's anchor (the centre of
-  // its box, hi + lo in T) in the difference form at d <= 4 (model.cu)
+  // as the model stores them: relative to the anchor of each run of
+  // kAnchorPoints (the centre of its box, hi + lo in T; runs past the
+  // points: 0) in the difference form at d <= 4 (model.cu, pack.cu)
   const bool anchored = !expanded && d <= 4;
-  std::vector<T> anchors(anchored ? n_units * 2 * d : 0);
-  for (int64_t u = 0; anchored && u < n_units; u++)
+  const int64_t n_runs = n_points / kAnchorPoints;
+  std::vector<T> anchors(anchored ? n_runs * 2 * d : 0);
+  for (int64_t r = 0; anchored && r < n_runs; r++)
     for (int k = 0; k < d; k++) {
       double lo = INFINITY, hi = -INFINITY;
-      for (int64_t j = u * 256; j < std::min<int64_t>(n, (u + 1) * 256); j++) {
+      for (int64_t j = r * kAnchorPoints; j < std::min<int64_t>(n, (r + 1) * kAnchorPoints); j++) {
         lo = std::min(lo, (z[j + k * n] - center[k]) * scale);
         hi = std::max(hi, (z[j + k * n] - center[k]) * scale);
       }
-      const double mid = 0.5 * lo + 0.5 * hi;
-      anchors[u * 2 * d + k] = (T) mid;
-      anchors[u * 2 * d + d + k] = (T) (mid - (double) anchors[u * 2 * d + k]);
+      const double mid = lo <= hi ? 0.5 * lo + 0.5 * hi : 0.0;
+      anchors[r * 2 * d + k] = (T) mid;
+      anchors[r * 2 * d + d + k] = (T) (mid - (double) anchors[r * 2 * d + k]);
     }
   for (int k = 0; k < d; k++)
     for (int64_t j = 0; j < n_points; j++) {
-      const double av = anchored ? anchor_value(&anchors[j / 256 * 2 * d], d, k) : 0.0;
+      const double av = anchored ? anchor_value(&anchors[j / kAnchorPoints * 2 * d], d, k) : 0.0;
       train[(j / 32) * (d + 1) * 32 + k * 32 + j % 32] = j < n ? (T) ((z[j + k * n] - center[k]) * scale - av) : (T) 0;
     }
   for (int64_t j = 0; j < n_points; j++) {
