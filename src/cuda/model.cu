@@ -553,8 +553,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
       train = &spread.set;
     }
   }
-  /* The units' boxes: the pruning's, and the centres of the anchors */
-  if (prunes || model->anchored) {
+  /* The units' boxes, for the pruning (the anchors have their own) */
+  if (prunes) {
     KDE_HOST_ALLOC(model->unit_lo, model->n_points / kUnit * model->dim, "the units' boxes");
     KDE_HOST_ALLOC(model->unit_hi, model->n_points / kUnit * model->dim, "the units' boxes");
     kde_tile_boxes(train->train, train->n_train, model->dim, kUnit, train->host_threads,
@@ -585,12 +585,6 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     else
       point_anchors<double>(model, anchor_lo, anchor_hi, (double *) host_anchor);
   }
-  if (!prunes) { /* the boxes served the anchors only (unit_lo: the model prunes) */
-    free(model->unit_lo);
-    free(model->unit_hi);
-    model->unit_lo = model->unit_hi = NULL;
-  }
-
   trace.mark("anchors");
 
   unit_bytes = kUnit * point_bytes(model);
