@@ -66,8 +66,8 @@ constexpr int64_t kMinUnitsPerSplit = 8;
  * the max) passes kLazyLimit is summed again against its own maximum plus
  * kLazyHeadroom, which becomes the running max. A term's exponent (value -
  * max, in log2) rounds by eps times itself, and the terms that matter then
- * lie within 16 of the max (below it by the headroom, or above by less than
- * the limit): 2^60 without headroom had kept up to 60 eps of log f. A
+ * lie 16 below the max after a raise and at most 32 above it before the
+ * next: 2^60 without headroom had kept up to 60 eps of log f. A
  * max is raised once its terms grow by 2^48, not 2^60 (raises are what the
  * limit costs: 2^16 without headroom, as accurate near the data, took 3-7%
  * of a full sum's time). The density kernel on the host, 2-D data at 15
