@@ -13,6 +13,11 @@
 # spatial fit's own at tolerance = 0 (a second fit of 5e8 points would take
 # the time of the first).
 #
+# s3x1e9: n = 1e9 on four GPUs (options(kdegpu.devices = 0:3)), the same
+# data made the same way; the queries are the first m = 2.5e8 points (whole
+# batches of a random sample: the evaluation's time is linear in m, and
+# n = m = 1e9 with the fit does not fit in one device call of 10 minutes).
+#
 #   KDEGPU_LARGE="s2,s3,d3,s3e8" Rscript bench/prune_large.R [out.csv]
 #
 # (default inst/benchmarks/prune-large.csv; KDEGPU_LARGE picks the rows)
@@ -28,7 +33,9 @@ shapes <- list(
   d3 = list(d = 3, n = 1e7, precision = "double", slice = 1e5, reps = 1L),
   s3e8 = list(d = 3, n = 1e8, precision = "single", slice = 1e5, reps = 1L),
   s3x5e8 = list(d = 3, n = 5e8, precision = "single", slice = 2e4, reps = 1L, devices = 0:1,
-                queries = "points", brute = FALSE))
+                queries = "points", brute = FALSE),
+  s3x1e9 = list(d = 3, n = 1e9, m = 2.5e8, precision = "single", slice = 1e4, reps = 1L,
+                devices = 0:3, queries = "points", brute = FALSE))
 wanted <- strsplit(Sys.getenv("KDEGPU_LARGE", paste(names(shapes), collapse = ",")), ",")[[1L]]
 rows <- list()
 for (name in intersect(wanted, names(shapes))) {
@@ -42,8 +49,15 @@ for (name in intersect(wanted, names(shapes))) {
     } else {
       matrix(rnorm(s$n * s$d), ncol = s$d)
     }
-    q <- if (identical(s$queries, "points")) x else matrix(rnorm(s$n * s$d), ncol = s$d)
+    q <- if (!identical(s$queries, "points")) {
+      matrix(rnorm(s$n * s$d), ncol = s$d)
+    } else if (is.null(s$m)) {
+      x
+    } else {
+      x[seq_len(s$m), , drop = FALSE]
+    }
   })[["elapsed"]]
+  m <- nrow(q)
   cat(sprintf("%s: data %.1f s\n", name, t_data))
   t_fit <- system.time(fit <- kde_gpu(x, precision = s$precision))[["elapsed"]]
   cat(sprintf("%s: fit %.1f s\n", name, t_fit))
@@ -63,16 +77,16 @@ for (name in intersect(wanted, names(shapes))) {
   } else {
     system.time(predict(fit, q))[["elapsed"]]
   }
-  share <- summary(fit)$pairs_share
+  share <- kdegpu:::pairs_share(fit) # summary() would also summarise the data: minutes at 1e9
   pruned <- predict(fit, head_q, log = TRUE)
-  t_full <- t_slice * s$n / s$slice
+  t_full <- t_slice * m / s$slice
   rows[[length(rows) + 1L]] <- data.frame(
-    d = s$d, n = s$n, m = s$n, gpus = length(devices), precision = s$precision, fit_s = t_fit,
+    d = s$d, n = s$n, m = m, gpus = length(devices), precision = s$precision, fit_s = t_fit,
     full_s_scaled = t_full, full_slice = s$slice, pruned_s = t_pruned,
     speedup = t_full / t_pruned, pairs_share = share,
     max_rel_diff = max(abs(expm1(pruned - full))), device = info$gpus$name[[1L]])
-  cat(sprintf("d=%d n=m=%.0e %-6s fit %.1f s | full %.1f s (%.0e queries %.2f s, scaled) | pruned %.2f s | %.1fx | pairs %.4f | max rel diff %.1e\n",
-              s$d, s$n, s$precision, t_fit, t_full, s$slice, t_slice, t_pruned,
+  cat(sprintf("d=%d n=%.0e m=%.0e %-6s fit %.1f s | full %.1f s (%.0e queries %.2f s, scaled) | pruned %.2f s | %.1fx | pairs %.4f | max rel diff %.1e\n",
+              s$d, s$n, m, s$precision, t_fit, t_full, s$slice, t_slice, t_pruned,
               t_full / t_pruned, share, max(abs(expm1(pruned - full)))))
   rm(x, q, fit)
   options(kdegpu.devices = NULL)

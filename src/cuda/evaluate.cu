@@ -15,8 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "kdegpu/kernels.h"
 #include "kde_cuda.h"
@@ -45,7 +49,8 @@ static int device_plan_enabled(void)
 
 /* The first row of the batch after the current one: the next rows of a
  * fixed range, or the next unclaimed batch of all the queries (q_hi when
- * none is left). Claims are taken on this one host thread. */
+ * none is left). The devices' host threads claim at once: the cursor
+ * moves by compare-and-swap, so that each batch goes to one device. */
 static int64_t claim_next_batch(kde_device_job *job)
 {
   int64_t first;
@@ -55,9 +60,10 @@ static int64_t claim_next_batch(kde_device_job *job)
     job->claimed = -1;
     return first;
   }
-  first = *job->claim_cursor;
-  if (first >= job->q_hi) return job->q_hi;
-  *job->claim_cursor += batch_rows(job, first);
+  first = job->claim_cursor->load();
+  do {
+    if (first >= job->q_hi) return job->q_hi;
+  } while (!job->claim_cursor->compare_exchange_weak(first, first + batch_rows(job, first)));
   return first;
 }
 
@@ -111,41 +117,39 @@ cleanup:
 
 /* Where the queries were ordered (order[i]: the caller's row of ordered
  * row i), the results of ordered rows go to the caller's vector, each
- * batch's as soon as its device has its next step queued, so that this
- * host work hides behind the device's (at n = m = 1e7, d = 3, single, on
- * one H200's host: 120-157 ms in all, of which only the last batch's share
- * is not hidden; done after the last batch, it took 78-144 ms there).
- * Split training scatters once, after the host's merge. The first call
- * touches every page of the caller's vector, each thread a contiguous
- * share, so that the scatters' random writes do not fault them in from
- * every thread at once. */
+ * batch's by its device's host thread as soon as the device has its next
+ * step queued, so that this host work hides behind the device's (at
+ * n = m = 1e7, d = 3, single, on one H200's host: 120-157 ms in all, of
+ * which only the last batch's share is not hidden; done after the last
+ * batch, it took 78-144 ms there). Split training scatters once, after the
+ * host's merge. The first call touches every page of the caller's vector,
+ * each thread a contiguous share, so that the scatters' random writes do
+ * not fault them in from every thread at once. */
 typedef struct {
   const int64_t *order; /* NULL: the rows are in the caller's order already */
   double *caller_out;
-  int threads;
-  int touched;
-  double ms; /* host time spent here (the trace) */
+  int threads;          /* for one scatter (the devices' threads scatter at once) */
+  std::once_flag touched;
 } in_caller_order;
 
+/* Threads for one device's scatter: the devices' threads may scatter at
+ * once, so each takes its share of the caller's threads. */
+static int scatter_threads(int threads, int n_devices)
+{
+  const int share = n_devices > 1 ? (threads + n_devices - 1) / n_devices : threads;
+  return share > 0 ? share : 1;
+}
+
 static void put_rows_in_order(in_caller_order *put, const double *sorted, int64_t first,
-                              int64_t rows, int64_t n_query)
+                              int64_t rows, int64_t n_query, double *ms)
 {
   if (put->order == NULL || rows <= 0) return;
   const auto t0 = std::chrono::steady_clock::now();
-  if (!put->touched) {
+  std::call_once(put->touched, [&] {
     kde_first_touch(put->caller_out, (size_t) n_query * sizeof(double), put->threads);
-    put->touched = 1;
-  }
+  });
   kde_scatter_rows(sorted + first, put->order + first, rows, put->threads, put->caller_out);
-  put->ms += kde_ms_between(t0, std::chrono::steady_clock::now());
-}
-
-/* Jobs with a step queued. */
-static int active_jobs(const kde_device_job *jobs, int n_dev)
-{
-  int active = 0;
-  for (int r = 0; r < n_dev; r++) active += jobs[r].in_flight;
-  return active;
+  *ms += kde_ms_between(t0, std::chrono::steady_clock::now());
 }
 
 /* Whether a plan can pay for the ordered queries: not where they are few
@@ -168,8 +172,8 @@ static int plan_can_pay(const kde_cuda_model *model, const kde_prune_plan *plan,
   return 0;
 }
 
-/* After a job's step: wait for it (at once when it was polled done), count
- * its pairs and time, and collect a finished batch. */
+/* After a job's step: wait for it, count its pairs and time, and collect a
+ * finished batch. */
 static int finish_step(kde_device_job *job, double *query_offset,
                        double *done_pairs, kde_status *status)
 {
@@ -188,6 +192,120 @@ cleanup:
   return -1;
 }
 
+/* What the devices' host threads share with the thread that started them. */
+typedef struct {
+  std::atomic<int> stop;    /* an error or an interrupt: no further steps */
+  std::mutex mutex;         /* guards running, for `finished` */
+  std::condition_variable finished;
+  int running;              /* threads not yet done */
+} device_threads;
+
+/* One device's host thread: queue a step, put the batch collected before
+ * it in the caller's order while the device runs, wait for the step,
+ * collect its batch; until the job has no batch left or another thread
+ * stops them all. The thread that waits for a device's plan or results
+ * holds up no other device (one thread driving four H200s kept them 26%
+ * below one's rate at n = m = 1e7). */
+template <typename T>
+static void run_job(const kde_cuda_model *model, const kde_query_set *query,
+                    kde_device_job *job, in_caller_order *put, double *query_offset,
+                    std::atomic<double> *done_pairs, device_threads *shared)
+{
+  kde_status *status = &job->status;
+  double done = 0;
+  int failed = 1;
+  KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
+  for (;;) {
+    if (job->q_next < job->q_hi && !shared->stop.load()) {
+      if (enqueue_step<T>(model, query, job, status) != 0) goto cleanup;
+      if (prefetch_next_batch(model, query, job, status) != 0) goto cleanup;
+      job->in_flight = 1;
+    }
+    put_rows_in_order(put, job->out, job->put_first, job->put_rows, query->n_query,
+                      &job->put_ms);
+    job->put_rows = 0;
+    if (!job->in_flight) break;
+    if (finish_step(job, query_offset, &done, status) != 0) goto cleanup;
+    job->finished_at = std::chrono::steady_clock::now();
+    done_pairs->store(done);
+  }
+  failed = 0;
+cleanup:
+  if (failed) shared->stop.store(1);
+  {
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    shared->running--;
+  }
+  shared->finished.notify_one();
+}
+
+/* Runs the jobs, each on a host thread of its own, while this thread (R's)
+ * asks `interrupted` every kPollMs whether the user pressed Ctrl-C: then the
+ * devices stop after the steps they are running. Returns 0, or -1 with the
+ * status set (the first failing device's, or the interrupt). */
+template <typename T>
+static int run_jobs(const kde_cuda_model *model, const kde_query_set *query,
+                    kde_device_job *jobs, int n_dev, in_caller_order *put,
+                    double *query_offset, kde_interrupt_probe interrupted,
+                    double total_pairs, kde_status *status)
+{
+  constexpr int kPollMs = 20;
+  device_threads shared;
+  std::vector<std::atomic<double>> done_pairs(n_dev);
+  std::vector<std::thread> threads;
+  int interrupt = 0;
+  shared.stop.store(0);
+  shared.running = 0;
+  for (int r = 0; r < n_dev; r++) done_pairs[r].store(0);
+  try {
+    for (int r = 0; r < n_dev; r++) {
+      if (jobs[r].q_next >= jobs[r].q_hi) continue;
+      {
+        std::lock_guard<std::mutex> lock(shared.mutex);
+        shared.running++;
+      }
+      try {
+        threads.emplace_back(run_job<T>, model, query, &jobs[r], put, query_offset,
+                             &done_pairs[r], &shared);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(shared.mutex);
+        shared.running--;
+        throw;
+      }
+    }
+  } catch (...) {
+    shared.stop.store(1);
+    kde_status_set(status, KDE_ERR_ALLOC, "could not start a host thread for each GPU");
+  }
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(shared.mutex);
+      if (shared.finished.wait_for(lock, std::chrono::milliseconds(kPollMs),
+                                   [&] { return shared.running == 0; }))
+        break;
+    }
+    if (interrupted == NULL || shared.stop.load()) continue;
+    double done = 0;
+    for (int r = 0; r < n_dev; r++) done += done_pairs[r].load();
+    if (interrupted(done / total_pairs)) {
+      interrupt = 1;
+      shared.stop.store(1);
+    }
+  }
+  for (auto &thread : threads) thread.join();
+  if (status->code != KDE_OK) return -1;
+  for (int r = 0; r < n_dev; r++)
+    if (jobs[r].status.code != KDE_OK) {
+      *status = jobs[r].status;
+      return -1;
+    }
+  if (interrupt) {
+    kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
+    return -1;
+  }
+  return 0;
+}
+
 template <typename T>
 static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
                              const prune_context *prune, in_caller_order *put,
@@ -199,9 +317,9 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   const int64_t n_units = model->n_points / kUnit;
   kde_device_job *jobs = NULL;
   double *state_max = NULL, *state_sum = NULL, *query_offset = NULL;
-  double total_pairs = 0, done_pairs = 0, evaluated = 0;
-  int64_t claim_cursor = 0; /* the next query no device has claimed */
-  int split_training, claiming, prev = -1, active, n_states_per_query, failed = 1;
+  double total_pairs = 0, evaluated = 0, put_ms = 0;
+  std::atomic<int64_t> claim_cursor(0); /* the next query no device has claimed */
+  int split_training, claiming, prev = -1, n_states_per_query, failed = 1;
 
   const auto t_start = std::chrono::steady_clock::now();
   auto t_loop = t_start;
@@ -245,7 +363,6 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     job->claimed = -1;
     job->q_next = job->q_lo;
     job->prune = prune;
-    job->pairs = &evaluated;
     if (job->q_hi <= job->q_lo || job->u_hi <= job->u_lo) {
       job->q_next = job->q_hi;
       continue;
@@ -290,54 +407,26 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     if (reserve_scratch<T>(model, job, status) != 0) goto cleanup;
     if (sync_whitening(model, query, job->rep, status) != 0) goto cleanup;
     if (stats != NULL) {
-      job->stats = stats;
+      job->stats = &job->counters;
       KDE_CUDA_TRY(cudaEventCreate(&job->ev_start));
       KDE_CUDA_TRY(cudaEventCreate(&job->ev_stop));
     }
   }
 
   t_loop = std::chrono::steady_clock::now();
-  /* Every device with work has a step queued: a device whose step has
-   * finished hands its batch back and gets the next step (and the upload of
-   * the batch after it), while the others run; the interrupt probe runs
-   * here, between steps, on this thread. */
-  for (;;) {
-    int finished = 0;
-    active = 0;
-    for (int r = 0; r < n_dev; r++) {
-      kde_device_job *job = &jobs[r];
-      if (job->in_flight) {
-        if (active_jobs(jobs, n_dev) > 1) {
-          KDE_CUDA_TRY(cudaSetDevice(job->rep->device));
-          const cudaError_t done = cudaStreamQuery(job->rep->stream);
-          if (done == cudaErrorNotReady) {
-            active++;
-            continue;
-          }
-          KDE_CUDA_TRY(done);
-        }
-        if (finish_step(job, query_offset, &done_pairs, status) != 0) goto cleanup;
-        job->finished_at = std::chrono::steady_clock::now();
-        finished++;
-      }
-      if (job->q_next < job->q_hi) {
-        if (enqueue_step<T>(model, query, job, status) != 0) goto cleanup;
-        if (prefetch_next_batch(model, query, job, status) != 0) goto cleanup;
-        job->in_flight = 1;
-        active++;
-      }
-      /* while the device runs its next step (another device that finishes
-       * meanwhile waits for this scatter: two H200s at n = m = 1e7 still
-       * ran their batches at 1.87x one's rate) */
-      put_rows_in_order(put, out, job->put_first, job->put_rows, nq);
-      job->put_rows = 0;
-    }
-    if (active == 0) break;
-    if (finished > 0 && interrupted != NULL && interrupted(done_pairs / total_pairs)) {
-      kde_status_set(status, KDE_ERR_INTERRUPTED, "interrupted by the user");
-      goto cleanup;
-    }
-    if (finished == 0) std::this_thread::yield();
+  if (run_jobs<T>(model, query, jobs, n_dev, put, query_offset, interrupted, total_pairs,
+                  status) != 0)
+    goto cleanup;
+  for (int r = 0; r < n_dev; r++) {
+    evaluated += jobs[r].pairs;
+    put_ms += jobs[r].put_ms;
+    if (stats == NULL) continue;
+    stats->kernel_ms += jobs[r].counters.kernel_ms;
+    stats->steps += jobs[r].counters.steps;
+    stats->batches += jobs[r].counters.batches;
+    stats->launches += jobs[r].counters.launches;
+    if (jobs[r].counters.max_splits > stats->max_splits)
+      stats->max_splits = jobs[r].counters.max_splits;
   }
 
   /* Split training: merge the devices' states and finish on the host. */
@@ -348,7 +437,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
                                               state_sum[(size_t) r * nq + i]));
     out[i] = finish_log_density(st, query_offset[i], model->expanded, query->log_const);
   }
-  if (split_training) put_rows_in_order(put, out, 0, nq, nq);
+  if (split_training) put_rows_in_order(put, out, 0, nq, nq, &put_ms);
   /* the pairs evaluated: visited units x kUnit per query, of n_points each */
   if (stats != NULL) {
     stats->pairs_evaluated = evaluated;
@@ -361,7 +450,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     fprintf(kde_trace_file(), "evaluate n_query=%lld devices=%d split_training=%d claiming=%d"
             " setup_ms=%.2f loop_ms=%.2f scatter_ms=%.2f", (long long) nq, n_dev,
             split_training, claiming, kde_ms_between(t_start, t_loop),
-            kde_ms_between(t_loop, t_end), put->ms);
+            kde_ms_between(t_loop, t_end), put_ms);
     for (int r = 0; r < n_dev; r++) {
       if (jobs[r].batches == 0) { /* no work came to it: no finishing time */
         fprintf(kde_trace_file(), " dev%d_batches=0", r);
@@ -490,7 +579,7 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
                        (model->precision == KDE_PRECISION_DOUBLE || device_plan))) &&
                      plan_worth_making(model, query);
   if (!prunes) {
-    in_caller_order as_given = {NULL, NULL, query->host_threads, 0, 0.0};
+    in_caller_order as_given = {NULL, NULL, query->host_threads, {}};
     if (model->precision == KDE_PRECISION_SINGLE)
       log_density_impl<float>(model, query, NULL, &as_given, interrupted, out, stats, status);
     else
@@ -532,7 +621,8 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
     const auto t_start_impl = std::chrono::steady_clock::now();
     const double order_ms = kde_ms_between(t0, t_start_impl);
     /* the rows come back in their order and go to out batch by batch */
-    in_caller_order put = {oq.order, out, query->host_threads, 0, 0.0};
+    in_caller_order put = {oq.order, out, scatter_threads(query->host_threads, model->n_devices),
+                           {}};
     double *result = oq.order != NULL ? sorted_out : out;
     const prune_context *prune = plan_can_pay(model, &pc.plan, oq, m) ? &pc : NULL;
     if (model->precision == KDE_PRECISION_SINGLE)

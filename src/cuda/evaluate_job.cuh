@@ -3,8 +3,9 @@
  * and what the two halves of an evaluation share. A job runs as steps, each
  * one query batch against one training shard: evaluate_step.cu sizes a job
  * (kernel choice, launch shape, batch rows, scratch) and enqueues its steps
- * on its device; evaluate.cu drives every device's job from one host thread
- * (which batch comes next, waiting for the steps, the host merge).
+ * on its device; evaluate.cu drives each device's job from a host thread of
+ * its own (which batch comes next, waiting for the steps, the results back
+ * in the caller's order) and merges their states.
  */
 #ifndef KDEGPU_CUDA_EVALUATE_JOB_CUH
 #define KDEGPU_CUDA_EVALUATE_JOB_CUH
@@ -14,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "kde_cuda.h"
@@ -40,7 +42,7 @@ typedef struct {
 typedef struct {
   kde_replica *rep;
   int64_t q_lo, q_hi;       /* queries of this device (all, when claiming) */
-  int64_t *claim_cursor;    /* shared next unclaimed query, or NULL: fixed range */
+  std::atomic<int64_t> *claim_cursor; /* shared next unclaimed query, or NULL: fixed range */
   int64_t claimed;          /* first row of the batch claimed next, or -1 */
   int in_flight;            /* a step is queued on the device */
   int64_t batches;          /* batches finished (for the trace) */
@@ -80,8 +82,11 @@ typedef struct {
   double batch_pairs;       /* pairs its plan evaluates (when visiting) */
   double batch_list_units;  /* its lists' mean length in the job's units */
   int batch_groups;         /* its lists' groups (rep->visit_groups) apply */
-  double *pairs;            /* pairs evaluated, all devices together */
-  kde_cuda_eval_stats *stats; /* counters, or NULL (then no kernel timing) */
+  double pairs;             /* pairs its batches' plans evaluate */
+  double put_ms;            /* host time putting rows in the caller's order */
+  kde_status status;        /* what went wrong on its host thread */
+  kde_cuda_eval_stats counters; /* its share of the evaluation's counters */
+  kde_cuda_eval_stats *stats; /* &counters, or NULL (then no kernel timing) */
 } kde_device_job;
 
 /* Rows of the batch that starts at query `first`. */

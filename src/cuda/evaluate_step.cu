@@ -223,7 +223,7 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
     }
     /* the next batch may overwrite the raw rows now */
     KDE_CUDA_TRY(cudaEventRecord(rep->raw_free, rep->stream));
-    *job->pairs += job->visiting ? job->batch_pairs
+    job->pairs += job->visiting ? job->batch_pairs
                                  : (double) job->n_batch * (double) (job->u_hi - job->u_lo) *
                                        (double) kUnit;
   }

@@ -238,11 +238,17 @@ test_that("CUDA: several GPUs give one GPU's answer (queries claimed, training s
   all_gpus <- several_gpus()
   # Tight clusters far apart: pruning leaves very different work per query,
   # so a pruned evaluation hands its batches to the GPUs as they free up.
+  # Queries are claimed in batches where each GPU has at least 16,384 of
+  # them (tuning.cuh's kMinQueriesPerDevice), else the GPUs split the
+  # training set; `many` and the leave-one-out queries are claimed on every
+  # machine (4 GPUs: 67,536 rows).
+  n_claimed <- max(50000, 16384 * length(all_gpus) + 2000)
   set.seed(830)
   centers <- matrix(runif(20 * 3, -50, 50), 20, 3)
-  x <- centers[sample.int(20, 60000, replace = TRUE), ] + matrix(rnorm(180000), ncol = 3)
-  many <- ref_queries(x, 50000, seed = 831) # split or claimed across GPUs
-  few <- ref_queries(x, 200, seed = 832)    # the training set split instead
+  x <- centers[sample.int(20, n_claimed, replace = TRUE), ] +
+    matrix(rnorm(3 * n_claimed), ncol = 3)
+  many <- ref_queries(x, n_claimed, seed = 831) # claimed across GPUs
+  few <- ref_queries(x, 200, seed = 832)        # the training set split instead
   tol <- c(double = 1e-12, single = 1e-6)
   on_gpus <- function(devices, kernel, precision, tolerance, budget = NULL) {
     with_kde_options(list(kdegpu.devices = devices, kdegpu.gpu_memory = budget), {
