@@ -109,9 +109,9 @@
  * * Memory: queries are processed in batches sized from the per-device budget.
  * * Several devices: each holds a replica; queries are split across devices,
  *   or, when there are few queries, the training range is, and the host merges
- *   the per-device states. One host thread drives all devices: it enqueues one
- *   step (a query batch against one training shard) on each device, then
- *   waits for each, then polls for an interrupt.
+ *   the per-device states. Each device has a host thread that enqueues its
+ *   steps (a query batch against one training shard) and waits for them;
+ *   R's thread polls for an interrupt meanwhile.
  * * Errors: every runtime call and launch goes through KDE_CUDA_TRY, which
  *   records the call, the error and file:line into kde_status and jumps to the
  *   function's single cleanup label. Nothing prints, exits or throws.
