@@ -78,6 +78,11 @@ check_count <- function(x, arg) {
       x != round(x)) {
     stop_arg(arg, "must be one non-negative whole number.")
   }
+  # the rows of an R matrix, and what the C code counts in an int
+  if (x > .Machine$integer.max) {
+    stop_arg(arg, sprintf("must be at most %d, not %s.", .Machine$integer.max,
+                          format(x, scientific = TRUE)))
+  }
   as.integer(x)
 }
 

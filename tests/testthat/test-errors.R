@@ -95,6 +95,8 @@ test_that("bad `size` in sample() is rejected", {
   expect_error(sample(fit, c(1, 2)), "`size`")
   expect_error(sample(fit, "a"), "`size`")
   expect_error(sample(fit, Inf), "`size`")
+  # more rows than an R matrix holds: named, not NA's "missing value" error
+  expect_error(sample(fit, 3e9), "`size` must be at most 2147483647, not 3e\\+09")
 })
 
 test_that("bad `backend` and `precision` are rejected", {
