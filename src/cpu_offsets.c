@@ -16,7 +16,7 @@ int kde_cpu_offsets_make(const kde_training_set *train, float *residual, kde_cpu
     free(residual);
     return 0;
   }
-  kde_tile_boxes_widen(residual, n, d, tile, tiles->lo, tiles->hi);
+  kde_tile_boxes_widen(residual, n, d, tile, train->host_threads, tiles->lo, tiles->hi);
   /* and the groups of tiles, which plans bound first, of the wider boxes */
   kde_prune_groups_free(&tiles->groups);
   if (kde_prune_groups_make(d, tiles->n_tiles, tiles->lo, tiles->hi, tiles->log_weight,

@@ -424,9 +424,11 @@ void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
 }
 
 void kde_tile_boxes_widen(const float *residual, int64_t n, int64_t d, int64_t tile,
-                          double *lo, double *hi)
+                          int threads, double *lo, double *hi)
 {
   const int64_t n_tiles = (n + tile - 1) / tile;
+  const int n_threads = kde_thread_count_for(threads, (double) n * (double) d);
+#pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t t = 0; t < n_tiles; t++) {
     const int64_t first = t * tile, last = first + tile < n ? first + tile : n;
     for (int64_t k = 0; k < d; k++) {

@@ -40,7 +40,7 @@ void kde_tile_boxes(const double *x, int64_t n, int64_t d, int64_t tile,
  * of theirs); a compact kernel's support test then never skips a tile whose
  * exact pairs reach into the support. */
 void kde_tile_boxes_widen(const float *residual, int64_t n, int64_t d, int64_t tile,
-                          double *lo, double *hi);
+                          int threads, double *lo, double *hi);
 
 /* Writes a zero into each 4 KB page of p's `bytes`, the pages in
  * contiguous shares of the threads: a buffer about to be overwritten whole

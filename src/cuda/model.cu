@@ -553,6 +553,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
       train = &spread.set;
     }
   }
+  trace.mark("layout"); /* the residuals' copy and the spread layout */
   /* The units' boxes, for the pruning (the anchors have their own) */
   if (prunes) {
     KDE_HOST_ALLOC(model->unit_lo, model->n_points / kUnit * model->dim, "the units' boxes");
@@ -560,8 +561,8 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
     kde_tile_boxes(train->train, train->n_train, model->dim, kUnit, train->host_threads,
                    model->unit_lo, model->unit_hi);
     if (train->residual != NULL) /* the exact points' */
-      kde_tile_boxes_widen(train->residual, train->n_train, model->dim, kUnit, model->unit_lo,
-                           model->unit_hi);
+      kde_tile_boxes_widen(train->residual, train->n_train, model->dim, kUnit,
+                           train->host_threads, model->unit_lo, model->unit_hi);
   }
   if (model->anchored) model->code_row = 2 * model->dim; /* hi and lo parts */
   /* (read by the single Gaussian's fixed-bandwidth kernel at d = 3) */

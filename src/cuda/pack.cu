@@ -286,7 +286,7 @@ void anchor_boxes(const kde_training_set *train, const kde_cuda_model *model, do
   const int64_t d = model->dim, n = train->n_train;
   kde_tile_boxes(train->train, n, d, kAnchorPoints, train->host_threads, lo, hi);
   if (train->residual != NULL)
-    kde_tile_boxes_widen(train->residual, n, d, kAnchorPoints, lo, hi);
+    kde_tile_boxes_widen(train->residual, n, d, kAnchorPoints, train->host_threads, lo, hi);
   for (int64_t r = (n + kAnchorPoints - 1) / kAnchorPoints; r < model->n_points / kAnchorPoints;
        r++)
     for (int64_t k = 0; k < d; k++) {
