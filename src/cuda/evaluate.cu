@@ -18,7 +18,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -32,6 +34,7 @@
 #include "prune.h"
 #include "spatial.h"
 #include "spread.cuh"
+#include "threads.h"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
 
@@ -102,8 +105,11 @@ static int collect_batch(kde_device_job *job, double *query_offset,
   KDE_CUDA_TRY(cudaMemcpy(job->state_max + at, acc, bytes, cudaMemcpyDeviceToHost));
   KDE_CUDA_TRY(cudaMemcpy(job->state_sum + at, acc + job->ldq_max, bytes,
                           cudaMemcpyDeviceToHost));
-  KDE_CUDA_TRY(cudaMemcpy(query_offset + job->q_next, acc + 2 * job->ldq_max, bytes,
-                          cudaMemcpyDeviceToHost));
+  /* every device has the same |q|^2 / 2: the first training share's
+   * device writes it (the devices' threads run at once) */
+  if (job->u_lo == 0)
+    KDE_CUDA_TRY(cudaMemcpy(query_offset + job->q_next, acc + 2 * job->ldq_max, bytes,
+                            cudaMemcpyDeviceToHost));
 next_batch:
   job->q_next = claim_next_batch(job);
   job->batches++;
@@ -132,11 +138,13 @@ typedef struct {
   std::once_flag touched;
 } in_caller_order;
 
-/* Threads for one device's scatter: the devices' threads may scatter at
- * once, so each takes its share of the caller's threads. */
-static int scatter_threads(int threads, int n_devices)
+/* CPU threads for the host work of one device's thread (its scatters, a
+ * plan made on the host): the devices' threads run at once, so each takes
+ * its share of the caller's (`threads`, <= 0: all, kde_thread_count). */
+static int threads_per_device(int threads, int n_devices)
 {
-  const int share = n_devices > 1 ? (threads + n_devices - 1) / n_devices : threads;
+  const int all = kde_thread_count(threads);
+  const int share = (all + n_devices - 1) / n_devices;
   return share > 0 ? share : 1;
 }
 
@@ -251,9 +259,13 @@ static int run_jobs(const kde_cuda_model *model, const kde_query_set *query,
 {
   constexpr int kPollMs = 20;
   device_threads shared;
-  std::vector<std::atomic<double>> done_pairs(n_dev);
+  std::unique_ptr<std::atomic<double>[]> done_pairs(new (std::nothrow) std::atomic<double>[n_dev]);
   std::vector<std::thread> threads;
   int interrupt = 0;
+  if (!done_pairs) {
+    kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the devices' progress");
+    return -1;
+  }
   shared.stop.store(0);
   shared.running = 0;
   for (int r = 0; r < n_dev; r++) done_pairs[r].store(0);
@@ -613,7 +625,7 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
   pc.plan.centroid = pc.plan.spread2 = NULL;
   pc.queries = oq.z; /* read by the host plan only: on the host when it runs */
   pc.n_query = m;
-  pc.threads = query->host_threads;
+  pc.threads = threads_per_device(query->host_threads, model->n_devices);
   pc.device = device_plan;
   pc.reserved = oq.reserved;
   pc.reserved_on = oq.reserved_on;
@@ -621,8 +633,7 @@ static void log_density_run(kde_cuda_model *model, const kde_query_set *query,
     const auto t_start_impl = std::chrono::steady_clock::now();
     const double order_ms = kde_ms_between(t0, t_start_impl);
     /* the rows come back in their order and go to out batch by batch */
-    in_caller_order put = {oq.order, out, scatter_threads(query->host_threads, model->n_devices),
-                           {}};
+    in_caller_order put = {oq.order, out, pc.threads, {}};
     double *result = oq.order != NULL ? sorted_out : out;
     const prune_context *prune = plan_can_pay(model, &pc.plan, oq, m) ? &pc : NULL;
     if (model->precision == KDE_PRECISION_SINGLE)
