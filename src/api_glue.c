@@ -261,7 +261,9 @@ static struct {
   double delay;   /* seconds before the bar appears; negative: no bar */
   double start;
   int shown;
-} progress = {-1, 0, 0};
+  int percent;    /* what the bar last said, and when */
+  double drawn_at;
+} progress = {-1, 0, 0, -1, 0};
 
 static double seconds_now(void)
 {
@@ -275,6 +277,7 @@ void progress_begin(SEXP delay)
 {
   progress.delay = arg_double_scalar(delay, "progress");
   progress.shown = 0;
+  progress.percent = -1;
   progress.start = seconds_now();
 }
 
@@ -293,6 +296,12 @@ static void progress_draw(double done)
   if (progress.delay < 0 || elapsed < progress.delay || !(done > 0) ||
       done >= 1)
     return;
+  /* redrawn when its percentage moves, or each second for the time left
+   * (the GPU's poll comes every 20 ms) */
+  const int percent = (int) (100 * done + 0.5);
+  if (percent == progress.percent && elapsed - progress.drawn_at < 1) return;
+  progress.percent = percent;
+  progress.drawn_at = elapsed;
   REprintf("\rkdegpu: [%-*.*s] %3.0f%%, about %.0f s left ", PROGRESS_WIDTH,
            (int) (done * PROGRESS_WIDTH), bar, 100 * done,
            elapsed * (1 - done) / done);
