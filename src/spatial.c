@@ -18,6 +18,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "spatial.h"
 #include "threads.h"
@@ -451,6 +452,28 @@ void kde_first_touch(void *p, size_t bytes, int threads)
   const int n_threads = kde_thread_count_for(threads, (double) bytes);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t k = 0; k < pages; k++) c[k * 4096] = 0;
+}
+
+void kde_copy_bytes(void *dst, const void *src, size_t bytes, int threads)
+{
+  /* a thread per MB at most (0.1 ms of copying, well above what waking it costs) */
+  enum { kMostThreads = 8, kGrain = 1 << 16, kBytesPerThread = 1 << 20 };
+  const int64_t grains = (int64_t) ((bytes + kGrain - 1) / kGrain);
+  int n_threads = kde_thread_count(threads);
+  if (n_threads > kMostThreads) n_threads = kMostThreads;
+  if ((size_t) n_threads > bytes / kBytesPerThread) n_threads = (int) (bytes / kBytesPerThread);
+  if (n_threads <= 1) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int t = 0; t < n_threads; t++) {
+    const int64_t first = grains * t / n_threads * kGrain;
+    int64_t last = grains * (t + 1) / n_threads * kGrain;
+    if (last > (int64_t) bytes) last = (int64_t) bytes;
+    if (last > first)
+      memcpy((char *) dst + first, (const char *) src + first, (size_t) (last - first));
+  }
 }
 
 void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,

@@ -49,6 +49,11 @@ void kde_tile_boxes_widen(const float *residual, int64_t n, int64_t d, int64_t t
  * every thread at once or from one. */
 void kde_first_touch(void *p, size_t bytes, int threads);
 
+/* memcpy(dst, src, bytes) in contiguous shares of up to `threads` threads
+ * (at most 8: a copy between host buffers is bound by memory bandwidth,
+ * which one thread does not reach). */
+void kde_copy_bytes(void *dst, const void *src, size_t bytes, int threads);
+
 /* dst[order[i]] = src[i] for i < n: results computed in a spatial order
  * put back in the caller's (random writes: in parallel, they take 1/10 of
  * the time at 1e7 rows; a fresh dst that they fill whole is best touched

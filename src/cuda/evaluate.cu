@@ -213,11 +213,13 @@ typedef struct {
  * collect its batch; until the job has no batch left or another thread
  * stops them all. The thread that waits for a device's plan or results
  * holds up no other device (one thread driving four H200s kept them 26%
- * below one's rate at n = m = 1e7). */
+ * below one's rate at n = m = 1e7). Run on R's thread (the only job),
+ * it asks `interrupted` itself after each step (else NULL). */
 template <typename T>
 static void run_job(const kde_cuda_model *model, const kde_query_set *query,
                     kde_device_job *job, in_caller_order *put, double *query_offset,
-                    std::atomic<double> *done_pairs, device_threads *shared)
+                    std::atomic<double> *done_pairs, device_threads *shared,
+                    kde_interrupt_probe interrupted, double total_pairs, int *interrupt)
 {
   kde_status *status = &job->status;
   double done = 0;
@@ -236,6 +238,10 @@ static void run_job(const kde_cuda_model *model, const kde_query_set *query,
     if (finish_step(job, query_offset, &done, status) != 0) goto cleanup;
     job->finished_at = std::chrono::steady_clock::now();
     done_pairs->store(done);
+    if (interrupted != NULL && !shared->stop.load() && interrupted(done / total_pairs)) {
+      *interrupt = 1;
+      shared->stop.store(1);
+    }
   }
   failed = 0;
 cleanup:
@@ -249,8 +255,10 @@ cleanup:
 
 /* Runs the jobs, each on a host thread of its own, while this thread (R's)
  * asks `interrupted` every kPollMs whether the user pressed Ctrl-C: then the
- * devices stop after the steps they are running. Returns 0, or -1 with the
- * status set (the first failing device's, or the interrupt). */
+ * devices stop after the steps they are running. A single job runs on this
+ * thread (no thread to start: a few queries on one GPU take about a
+ * millisecond). Returns 0, or -1 with the status set (the first failing
+ * device's, or the interrupt). */
 template <typename T>
 static int run_jobs(const kde_cuda_model *model, const kde_query_set *query,
                     kde_device_job *jobs, int n_dev, in_caller_order *put,
@@ -262,32 +270,47 @@ static int run_jobs(const kde_cuda_model *model, const kde_query_set *query,
   std::unique_ptr<std::atomic<double>[]> done_pairs(new (std::nothrow) std::atomic<double>[n_dev]);
   std::vector<std::thread> threads;
   int interrupt = 0;
+  int with_work = 0, only = -1;
   if (!done_pairs) {
     kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the devices' progress");
     return -1;
   }
   shared.stop.store(0);
   shared.running = 0;
-  for (int r = 0; r < n_dev; r++) done_pairs[r].store(0);
-  try {
-    for (int r = 0; r < n_dev; r++) {
-      if (jobs[r].q_next >= jobs[r].q_hi) continue;
-      {
-        std::lock_guard<std::mutex> lock(shared.mutex);
-        shared.running++;
-      }
-      try {
-        threads.emplace_back(run_job<T>, model, query, &jobs[r], put, query_offset,
-                             &done_pairs[r], &shared);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(shared.mutex);
-        shared.running--;
-        throw;
-      }
+  for (int r = 0; r < n_dev; r++) {
+    done_pairs[r].store(0);
+    if (jobs[r].q_next < jobs[r].q_hi) {
+      with_work++;
+      only = r;
     }
-  } catch (...) {
-    shared.stop.store(1);
-    kde_status_set(status, KDE_ERR_ALLOC, "could not start a host thread for each GPU");
+  }
+  if (with_work == 1) {
+    shared.running = 1;
+    run_job<T>(model, query, &jobs[only], put, query_offset, &done_pairs[only], &shared,
+               interrupted, total_pairs, &interrupt);
+  } else {
+    try {
+      threads.reserve((size_t) with_work);
+      for (int r = 0; r < n_dev; r++) {
+        if (jobs[r].q_next >= jobs[r].q_hi) continue;
+        {
+          std::lock_guard<std::mutex> lock(shared.mutex);
+          shared.running++;
+        }
+        try {
+          threads.emplace_back(run_job<T>, model, query, &jobs[r], put, query_offset,
+                               &done_pairs[r], &shared, (kde_interrupt_probe) NULL, 0.0,
+                               (int *) NULL);
+        } catch (...) { /* not started: it will not count itself done */
+          std::lock_guard<std::mutex> lock(shared.mutex);
+          shared.running--;
+          throw;
+        }
+      }
+    } catch (...) {
+      shared.stop.store(1);
+      kde_status_set(status, KDE_ERR_ALLOC, "could not start a host thread for each GPU");
+    }
   }
   for (;;) {
     {

@@ -89,10 +89,22 @@ typedef struct {
   kde_cuda_eval_stats *stats; /* &counters, or NULL (then no kernel timing) */
 } kde_device_job;
 
-/* Rows of the batch that starts at query `first`. */
+/* Rows of the batch that starts at query `first`. Claimed batches shrink
+ * near the end, each to 1/kClaimTailShare of the rows left (a multiple of
+ * kBlockQueries, at least kClaimTailRows), so that the devices finish
+ * together: with full batches to the end, four H200s finished up to a
+ * batch (30-50 ms) apart at n = m = 1e7. A function of `first` and the
+ * job's size alone, so that one GPU and several make the same batches. */
 inline int64_t batch_rows(const kde_device_job *job, int64_t first)
 {
-  return job->q_hi - first < job->ldq_max ? job->q_hi - first : job->ldq_max;
+  const int64_t left = job->q_hi - first;
+  int64_t rows = left < job->ldq_max ? left : job->ldq_max;
+  if (job->claim_cursor != NULL) {
+    int64_t tail = ceil_div(ceil_div(left, kClaimTailShare), kBlockQueries) * kBlockQueries;
+    if (tail < kClaimTailRows) tail = kClaimTailRows;
+    if (rows > tail) rows = tail;
+  }
+  return rows;
 }
 
 /* Kernel choice, launch shape and batch sizes for one device. Returns 0,

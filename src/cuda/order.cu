@@ -28,6 +28,7 @@
 #include "model.cuh"
 #include "plan.cuh"
 #include "spatial.h"
+#include "staged_copy.cuh"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
 #include "whiten.h"
@@ -137,10 +138,11 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   if (need > bytes_allowed) return 0;
 
   KDE_CUDA_TRY(cudaMalloc((void **) &raw, whiten ? coords : (size_t) m * cols * sizeof(double)));
-  KDE_CUDA_TRY(cudaMemcpyAsync(raw, query->query, coords, cudaMemcpyHostToDevice, rep->stream));
-  if (lo && !whiten)
-    KDE_CUDA_TRY(cudaMemcpyAsync(raw + (size_t) m * dim, query->query_lo, coords,
-                                 cudaMemcpyHostToDevice, rep->stream));
+  if (upload_staged(rep, raw, query->query, coords, query->host_threads, status) != 0 ||
+      (lo && !whiten &&
+       upload_staged(rep, raw + (size_t) m * dim, query->query_lo, coords, query->host_threads,
+                     status) != 0))
+    goto cleanup;
   z = raw;
   if (whiten) {
     KDE_CUDA_TRY(cudaMalloc((void **) &z, (size_t) m * cols * sizeof(double)));
@@ -187,9 +189,9 @@ int order_queries(const kde_cuda_model *model, const kde_query_set *query,
   kde_first_touch(order, (size_t) m * sizeof(int64_t), query->host_threads);
   if (trace) KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
   t_phase[2] = std::chrono::steady_clock::now(); /* sorted and gathered */
-  KDE_CUDA_TRY(cudaMemcpyAsync(order, index + m, (size_t) m * sizeof(int64_t),
-                               cudaMemcpyDeviceToHost, rep->stream));
-  KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+  if (download_staged(rep, order, index + m, (size_t) m * sizeof(int64_t), query->host_threads,
+                      status) != 0)
+    goto cleanup;
   t_phase[3] = std::chrono::steady_clock::now();
   *sorted = out;
   done = 1;

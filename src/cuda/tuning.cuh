@@ -157,6 +157,12 @@ constexpr int64_t kMinQueriesPerDevice = 16384;
  * launch's split of the training range and the order of the sums, are the
  * same on one GPU as on several, and so are the results, to the bit. */
 constexpr int64_t kClaimedBatches = 16;
+/* The last claimed batches shrink to this share of the rows left, but not
+ * below kClaimTailRows (about a wave of query blocks on an H100 or H200:
+ * a smaller batch leaves the device part idle; evaluations of fewer rows
+ * stay one batch). */
+constexpr int64_t kClaimTailShare = 4;
+constexpr int64_t kClaimTailRows = 65536;
 /* Largest query batch (rows). */
 constexpr int64_t kMaxBatchRows = (int64_t) 1 << 22;
 /* Work per step (one batch against one shard), in pairs x the cost per pair
