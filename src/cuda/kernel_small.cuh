@@ -148,6 +148,25 @@ __host__ __device__ constexpr bool interleaved_exps()
          A != kFitAdaptive && C == 0;
 }
 
+/* Whether small_tile's UNIFORM tiles take fused steps (small_tile): the
+ * single-precision halved difference form at d <= 3 with one aux per warp
+ * quarter (an unweighted fit), no own point, no discrete columns. Each
+ * step makes a group's values, their exp2s and the group's lazy-max check
+ * in one block, so that every MUFU depends on its column's FMAs and the
+ * exp2s spread among them. The software pipeline of interleaved_exps
+ * (exp2s of group g - U between group g's values) and the d = 3 loop
+ * (a group's exp2s after its values) left ptxas free to issue a step's
+ * 30 MUFUs within 130 (d = 2) or 92 (d = 3) instructions, and so to
+ * fill the MIO queue; and a tile's last group's exp2s ran alone (ncu, n =
+ * 2e6, one H200: MIO throttle and wait stalls at the MUFUs, 54% of the
+ * idle issue slots at d = 2 and 65% at d = 3). */
+template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int C>
+__host__ __device__ constexpr bool fused_steps()
+{
+  return kernel_sums_logs(K) && UNIFORM && !CHECK && sizeof(T) == sizeof(float) &&
+         halved_difference(K, D, A) && D <= 3 && A != kFitAdaptive && C == 0;
+}
+
 /* Step g of small_tile: the exps of group g - U (in last) column by column
  * between the columns of group g's values (into next), so that the MUFU's
  * and the FMAs' instructions interleave; then group g - U's lazy-max check
@@ -231,6 +250,52 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
       small_group_values<K, T, D, A, CHECK, false>(tile, j0 + g, q, own, dc, base, value);
 #pragma unroll
       for (int i = 0; i < Q; i++) ts[i] += tree_sum(value[i]);
+    }
+    return;
+  }
+  if constexpr (fused_steps<K, T, D, A, CHECK, UNIFORM, C>()) {
+    relative_base(aux_u, m, base);
+#pragma unroll 1
+    for (int g = 0; g < kSmallPointsPerWarp; g += U) {
+      T gsum[Q];
+      column_sums<T, Q, U> sums;
+      /* column p - 1's exps before column p's values, column by column */
+      const auto exps = [&](int p) {
+        if (p == 0) return;
+        T e[Q];
+        column_exps<POLY, true>(value, m, p - 1, e);
+        sums.push(p - 1, e);
+      };
+      small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base, value,
+                                                     exps);
+      {
+        T e[Q];
+        column_exps<POLY, true>(value, m, U - 1, e);
+        sums.push(U - 1, e);
+      }
+      if (__builtin_expect(sums.sums(gsum), 0)) {
+#pragma unroll
+        for (int i = 0; i < Q; i++) {
+          if (gsum[i] <= (T) kLazyLimit) continue;
+          /* this query's values again, absolute (one query: few registers) */
+          T qi[1][D];
+          T again[1][U], none[1] = {};
+          const int no_own[1] = {-1};
+#pragma unroll
+          for (int k = 0; k < D; k++) qi[0][k] = q[i][k];
+          /* loaded again: an opaque pointer keeps the compiler from
+           * reusing the step's loads, whose registers (3 rows of 8 points
+           * at d = 3) would otherwise live through the step and spill */
+          const T *again_tile = tile;
+          asm volatile("" : "+l"(again_tile));
+          small_group_values<K, T, D, A, false, false>(again_tile, j0 + g, qi, no_own,
+                                                       discrete_codes<T, 1, 0>{}, none, again);
+          group_fix_one(again[0], m[i], s[i], ts[i], gsum[i]);
+        }
+        relative_base(aux_u, m, base);
+      }
+#pragma unroll
+      for (int i = 0; i < Q; i++) ts[i] += gsum[i];
     }
     return;
   }
