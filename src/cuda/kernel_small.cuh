@@ -467,9 +467,11 @@ __device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q],
 #pragma unroll
     for (int k = 0; k < D; k++) norm2 = fma(q[i][k], q[i][k], norm2);
     h[i] = (T) 0.5 * norm2;
-    if (need >> i & 1u) most = fmax(most, h[i]);
+    if (need >> i & 1u) most = fmax(most, norm2);
   }
-  return __all_sync(0xffffffffu, most <= (T) kTightQueryHalf2);
+  /* |q|^2 <= 2 x, as h = |q|^2 / 2 <= x (the halving is exact), so that h
+   * is formed only where the quarter is tight */
+  return __all_sync(0xffffffffu, most <= (T) (2 * kTightQueryHalf2));
 }
 
 /* A tight quarter's pairs (q relative to the tile's anchor, unscaled; h
@@ -511,6 +513,23 @@ __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (
     ts[i] *= fma(err, (T) kLn2, (T) 1);
     m[i] = m_new;
   }
+}
+
+/* visits.unit(t), or `loaded` where the kernel loaded it once (ONCE) */
+template <bool ONCE>
+__device__ __forceinline__ int64_t unit_at(const visit_units &visits, int64_t t, int64_t loaded)
+{
+  if constexpr (ONCE) return loaded;
+  else return visits.unit(t);
+}
+
+/* A tile's copy: unrolled where the size is fixed and the kernel's per-tile
+ * work was cut (TILE_CUTS, kde_small_kernel), the loop elsewhere. */
+template <bool UNROLLED, int ELEMS, typename T>
+__device__ __forceinline__ void copy_tile(T *smem, const T *gmem)
+{
+  if constexpr (UNROLLED) block_copy_async_n<ELEMS * sizeof(T)>(smem, gmem);
+  else block_copy_async(smem, gmem, ELEMS * sizeof(T));
 }
 
 /*
@@ -559,6 +578,26 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
 #pragma unroll
     for (int k = 0; k < D; k++) q[i][k] = a.query[q0 + slot[i] + k * a.ldq] * q_scale;
   }
+  /* Per-tile work of the kernels that take fused steps (fused_steps: the
+   * single-precision difference form at d <= 3, default fits), cut where
+   * the machine code showed it (issue 32): the anchored queries' hi and lo
+   * rows from shared memory, the thread's own copy (qrows: each thread
+   * reads only what it wrote, so no barrier; 2 D Q floats a thread), not
+   * from global memory with 64-bit addresses; the own-point bookkeeping
+   * only where a tile may hold a query's own point; the tile copy unrolled
+   * (block_copy_async_n). The values and sums are the same. */
+  constexpr bool TILE_CUTS = fused_steps<K, T, D, A, false, true, C>() && !EXPANDED;
+  constexpr int QROWS = TILE_CUTS ? 2 * D * Q : 0;
+  __shared__ T qrows[QROWS > 0 ? QROWS * kThreads : 1];
+  if constexpr (TILE_CUTS) {
+    if (a.anchor != nullptr) {
+#pragma unroll
+      for (int i = 0; i < Q; i++)
+#pragma unroll
+        for (int r = 0; r < 2 * D; r++)
+          qrows[(r * Q + i) * kThreads + threadIdx.x] = a.query[q0 + slot[i] + r * a.ldq];
+    }
+  }
   /* global indices of the thread's first and last queries (leave one out) */
   const int64_t qg_lo = a.query_base + q0 + slot[0], qg_hi = a.query_base + q0 + slot[Q - 1];
   discrete_codes<T, Q, C> dc;
@@ -583,16 +622,21 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int64_t n_tiles = visits.count;
   const T *src = a.train + p0 * (D + 1 + scale_rows(A) + C);
 
-  if (n_tiles > 0)
-    block_copy_async(smem, src + visits.unit(0) * tile_elems, tile_elems * sizeof(T));
+  if (n_tiles > 0) copy_tile<TILE_CUTS, tile_elems>(smem, src + visits.unit(0) * tile_elems);
   async_commit();
   for (int64_t t = 0; t < n_tiles; t++) {
     if (t + 1 < n_tiles)
-      block_copy_async(smem + ((t + 1) & 1) * tile_elems,
-                       src + visits.unit(t + 1) * tile_elems, tile_elems * sizeof(T));
+      copy_tile<TILE_CUTS, tile_elems>(smem + ((t + 1) & 1) * tile_elems,
+                                       src + visits.unit(t + 1) * tile_elems);
     async_commit(); /* possibly empty: keeps the group count uniform */
+    /* the tile's unit: loaded once where TILE_CUTS (if constexpr here and
+     * below: the other kernels' code stays as it was) */
+    int64_t unit_t = 0;
+    if constexpr (TILE_CUTS) unit_t = visits.unit(t);
     if (!EXPANDED && a.anchor != nullptr) { /* this warp's quarter's anchor */
-      const T *c = a.anchor + ((visits.base + visits.unit(t)) * (kUnit / kAnchorPoints) + warp) *
+      const T *c = a.anchor + ((visits.base + unit_at<TILE_CUTS>(visits, t, unit_t)) *
+                                   (kUnit / kAnchorPoints) +
+                               warp) *
                                   (2 * D);
 #pragma unroll
       for (int i = 0; i < Q; i++)
@@ -602,8 +646,14 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
            * scaled query then takes one rounding (hi + lo, then the scale,
            * took two: 1.4x the error of a GPS-like set's densities). The
            * tight path scales below, where a quarter is not tight. */
-          const T hi = a.query[q0 + slot[i] + k * a.ldq] - c[k];
-          const T lo = a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k];
+          T hi, lo;
+          if constexpr (TILE_CUTS) {
+            hi = qrows[(k * Q + i) * kThreads + threadIdx.x] - c[k];
+            lo = qrows[((D + k) * Q + i) * kThreads + threadIdx.x] - c[D + k];
+          } else {
+            hi = a.query[q0 + slot[i] + k * a.ldq] - c[k];
+            lo = a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k];
+          }
           q[i][k] = TIGHT_PATH ? hi + lo : fma(hi, q_scale, lo * q_scale);
         }
     }
@@ -611,18 +661,40 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     __syncthreads();
     T *tile = smem + (t & 1) * tile_elems;
     /* global index of the tile's point 0 (leave one out) */
-    const int64_t tile_first = a.train_base + p0 + visits.unit(t) * kUnit;
+    const int64_t tile_first = a.train_base + p0 + unit_at<TILE_CUTS>(visits, t, unit_t) * kUnit;
     const int64_t warp_first = tile_first + warp * kSmallPointsPerWarp;
     T ts[Q];
 #pragma unroll
     for (int i = 0; i < Q; i++) ts[i] = 0;
-    const bool check = a.leave_one_out && qg_lo < warp_first + kSmallPointsPerWarp &&
-                       warp_first <= qg_hi;
+    bool check;
     int own[Q]; /* where each query's own point is in the tile, or -1 */
+    if constexpr (TILE_CUTS) {
+      /* the same test as below, as qg_lo's offset from the warp's first
+       * point (qg_hi = qg_lo + 32 (Q - 1)); own is read only where check
+       * (the CHECK paths), and then qg_lo - tile_first is in
+       * [-32 (Q - 1), kUnit): 32-bit offsets do */
+      check = false;
 #pragma unroll
-    for (int i = 0; i < Q; i++) {
-      const int64_t at = qg_lo + 32 * i - tile_first;
-      own[i] = at >= 0 && at < kUnit ? (int) at : -1;
+      for (int i = 0; i < Q; i++) own[i] = -1;
+      if (a.leave_one_out) {
+        const int64_t at = qg_lo - tile_first;
+        const int64_t aw = at - warp * kSmallPointsPerWarp;
+        check = aw < kSmallPointsPerWarp && aw >= -32 * (Q - 1);
+        if (check) {
+          const int at0 = (int) at;
+#pragma unroll
+          for (int i = 0; i < Q; i++)
+            own[i] = (unsigned) (at0 + 32 * i) < (unsigned) kUnit ? at0 + 32 * i : -1;
+        }
+      }
+    } else {
+      check = a.leave_one_out && qg_lo < warp_first + kSmallPointsPerWarp &&
+              warp_first <= qg_hi;
+#pragma unroll
+      for (int i = 0; i < Q; i++) {
+        const int64_t at = qg_lo + 32 * i - tile_first;
+        own[i] = at >= 0 && at < kUnit ? (int) at : -1;
+      }
     }
     /* the uniform path for the fixed-bandwidth fits without discrete
      * columns only: each path is as many kernels again to compile */
