@@ -100,8 +100,17 @@ static double run_case(int kernel, int d, bool second, int expanded, unsigned se
     }
   for (int k = 0; k < d; k++)
     for (int64_t j = 0; j < n_points; j++) {
+      // as pack.cu's pack_train: the storage coordinate to twice double's
+      // precision (layout.cuh's storage_coordinate), less the run's anchor
+      // (relative_to_anchor), rounded to T once, as the kernel forms q and
+      // q - anchor; (z - c) * scale - av rounded otherwise, and a query on a
+      // training point missed it by an ulp (t ~ 1e-32: the exponential's
+      // k1 / k = -1 / (2 s) then ~1e15)
       const double av = anchored ? anchor_value(&anchors[j / kAnchorPoints * 2 * d], d, k) : 0.0;
-      train[(j / 32) * (d + 1) * 32 + k * 32 + j % 32] = j < n ? (T) ((z[j + k * n] - center[k]) * scale - av) : (T) 0;
+      double hi = 0.0, lo = 0.0;
+      if (j < n) storage_coordinate(z[j + k * n], 0.0, center[k], scale, hi, lo);
+      train[(j / 32) * (d + 1) * 32 + k * 32 + j % 32] =
+          j < n ? (T) (anchored ? relative_to_anchor(hi, lo, av) : hi) : (T) 0;
     }
   for (int64_t j = 0; j < n_points; j++) {
     T *tile = &train[(j / 32) * (d + 1) * 32 + j % 32];

@@ -34,11 +34,16 @@ static void run(int kernel, int64_t d, int64_t n, int64_t m, bool second, int st
   const double scale = kde_log2_coordinate_scale(kernel);
   std::vector<double> center(d, 0.0);
   for (int64_t k = 0; k < d; k++) { double s = 0; for (int64_t j = 0; j < n; j++) s += z[k * n + j]; center[k] = s / (double) n; }
-  // pack_train
+  // pack_train: the storage coordinate's hi part (layout.cuh's
+  // storage_coordinate), as the kernel forms the query's, so that a query
+  // on a training point lands on it (the cusps' t = 0)
   std::vector<T> train(n_points / kTileWidth * (d + 1) * kTileWidth);
   for (int64_t k = 0; k < d; k++)
-    for (int64_t j = 0; j < n_points; j++)
-      train[(j / 32) * (d + 1) * 32 + k * 32 + j % 32] = j < n ? (T) ((z[k * n + j] - center[k]) * scale) : (T) 0;
+    for (int64_t j = 0; j < n_points; j++) {
+      double hi = 0.0, lo = 0.0;
+      if (j < n) storage_coordinate(z[k * n + j], 0.0, center[k], scale, hi, lo);
+      train[(j / 32) * (d + 1) * 32 + k * 32 + j % 32] = j < n ? (T) hi : (T) 0;
+    }
   for (int64_t j = 0; j < n_points; j++) {
     T *tile = &train[(j / 32) * (d + 1) * 32 + j % 32];
     double aux;
