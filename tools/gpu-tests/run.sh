@@ -36,6 +36,7 @@ case "$mode" in
     # and support edges are outside the emulator's 1e-4: see README.md.)
     bash tools/gpu-tests/emulate/run.sh derivatives --build-only || status=1
     run "derivative kernels, gaussian" tools/gpu-tests/emulate/build/derivatives 0
+    run "derivative kernels, every kernel in double" tools/gpu-tests/emulate/build/derivatives -1 double
     run "derivative plan" bash tools/gpu-tests/emulate/run.sh derivatives_plan
     run "whether a plan can pay" bash tools/gpu-tests/emulate/run.sh plan_pays
     run "the plan refined per query" bash tools/gpu-tests/emulate/run.sh plan_refine

@@ -192,6 +192,9 @@ int main(int argc, char **argv)
   const char *names[] = {"gaussian", "epanechnikov", "rectangular", "triangular", "biweight", "cosine", "optcosine", "exponential"};
   int dims[] = {1, 2, 3, 5, 16, 20, 40};
   const int only = argc > 1 ? atoi(argv[1]) : -1;
+  /* "double": only the double sums count (the compact kernels' float sums
+   * near their cusps exceed 1e-4: README.md) */
+  const bool double_only = argc > 2 && strcmp(argv[2], "double") == 0;
   int failures = 0;
   for (int kernel = 0; kernel < 8; kernel++) {
     if (kernel == KDE_RECTANGULAR || (only >= 0 && kernel != only)) continue;
@@ -204,8 +207,8 @@ int main(int argc, char **argv)
           const double ed = run_case<double>(kernel, d, second, expanded, seed, 2, 1, d <= 4, plain);
           printf("%-12s d=%-2d %s%s%s float %.2e double %.2e%s\n", names[kernel], d, second ? "hess" : "grad",
                  expanded ? " (expanded storage)" : "", plain ? " (difference form)" : "", ef, ed,
-                 (ef > 1e-4 || ed > 1e-10) ? "   <-- FAIL" : "");
-          failures += ef > 1e-4 || ed > 1e-10;
+                 ((ef > 1e-4 && !double_only) || ed > 1e-10) ? "   <-- FAIL" : "");
+          failures += (ef > 1e-4 && !double_only) || ed > 1e-10;
           fflush(stdout);
         }
   }
