@@ -148,6 +148,23 @@ __host__ __device__ constexpr bool interleaved_exps()
          A != kFitAdaptive && C == 0;
 }
 
+/* The lazy-max fix of one query whose group sum passed kLazyLimit: its
+ * values of group j again, absolute (one query: few registers), summed
+ * against a raised max (group_fix_one). */
+template <int K, typename T, int D, int A, int U, typename S>
+__device__ __forceinline__ void fix_query_group(const T *__restrict__ tile, int j,
+                                                const T (&q)[D], T &m, S &s, T &ts, T &gsum)
+{
+  T qi[1][D];
+  T again[1][U], none[1] = {};
+  const int no_own[1] = {-1};
+#pragma unroll
+  for (int k = 0; k < D; k++) qi[0][k] = q[k];
+  small_group_values<K, T, D, A, false, false>(tile, j, qi, no_own, discrete_codes<T, 1, 0>{},
+                                               none, again);
+  group_fix_one(again[0], m, s, ts, gsum);
+}
+
 /* Whether small_tile's UNIFORM tiles take fused steps (small_tile): the
  * single-precision halved difference form at d <= 3 with one aux per warp
  * quarter (an unweighted fit), no own point, no discrete columns. Each
@@ -198,15 +215,7 @@ __device__ __forceinline__ void small_step(const T *__restrict__ tile, int j0, i
 #pragma unroll
     for (int i = 0; i < Q; i++) {
       if (gsum[i] <= (T) kLazyLimit) continue;
-      /* this query's values again, absolute (one query: few registers) */
-      T qi[1][D];
-      T again[1][U], none[1] = {};
-      const int no_own[1] = {-1};
-#pragma unroll
-      for (int k = 0; k < D; k++) qi[0][k] = q[i][k];
-      small_group_values<K, T, D, A, false, false>(tile, j0 + g - U, qi, no_own,
-                                                   discrete_codes<T, 1, 0>{}, none, again);
-      group_fix_one(again[0], m[i], s[i], ts[i], gsum[i]);
+      fix_query_group<K, T, D, A, U>(tile, j0 + g - U, q[i], m[i], s[i], ts[i], gsum[i]);
     }
     if (UNIFORM) { /* group g's values were relative to the old max */
       relative_base(aux_u, m, base);
@@ -277,20 +286,12 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
 #pragma unroll
         for (int i = 0; i < Q; i++) {
           if (gsum[i] <= (T) kLazyLimit) continue;
-          /* this query's values again, absolute (one query: few registers) */
-          T qi[1][D];
-          T again[1][U], none[1] = {};
-          const int no_own[1] = {-1};
-#pragma unroll
-          for (int k = 0; k < D; k++) qi[0][k] = q[i][k];
           /* loaded again: an opaque pointer keeps the compiler from
            * reusing the step's loads, whose registers (3 rows of 8 points
            * at d = 3) would otherwise live through the step and spill */
           const T *again_tile = tile;
           asm volatile("" : "+l"(again_tile));
-          small_group_values<K, T, D, A, false, false>(again_tile, j0 + g, qi, no_own,
-                                                       discrete_codes<T, 1, 0>{}, none, again);
-          group_fix_one(again[0], m[i], s[i], ts[i], gsum[i]);
+          fix_query_group<K, T, D, A, U>(again_tile, j0 + g, q[i], m[i], s[i], ts[i], gsum[i]);
         }
         relative_base(aux_u, m, base);
       }
