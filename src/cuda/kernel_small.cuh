@@ -268,7 +268,8 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
     for (int g = 0; g < kSmallPointsPerWarp; g += U) {
       T gsum[Q];
       column_sums<T, Q, U> sums;
-      /* column p - 1's exps before column p's values, column by column */
+      /* column p - 1's exps before column p's values, column by column;
+       * the last column's after the values */
       const auto exps = [&](int p) {
         if (p == 0) return;
         T e[Q];
@@ -277,11 +278,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
       };
       small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base, value,
                                                      exps);
-      {
-        T e[Q];
-        column_exps<POLY, true>(value, m, U - 1, e);
-        sums.push(U - 1, e);
-      }
+      exps(U);
       if (__builtin_expect(sums.sums(gsum), 0)) {
 #pragma unroll
         for (int i = 0; i < Q; i++) {
