@@ -363,12 +363,12 @@ print.kde_classifier <- function(x, ...) {
   fit1 <- x$fits[[1L]]
   cat("Kernel discriminant (kdegpu)\n")
   cat("  call:    ", paste(deparse(x$call), collapse = "\n"), "\n", sep = "")
-  cat(sprintf("  data:    %s (%d points in %d dimension%s, %d groups)\n", x$data.name,
-              sum(x$n), x$d, if (x$d == 1L) "" else "s", length(x$levels)))
+  cat(sprintf("  data:    %s (%s points in %d dimension%s, %d groups)\n", x$data.name,
+              format_count(sum(x$n)), x$d, if (x$d == 1L) "" else "s", length(x$levels)))
   cat("  kernel:  ", fit1$kernel, "\n", sep = "")
   cat("  backend: ", backend_label(fit1), "\n", sep = "")
   for (g in seq_along(x$levels)) {
-    cat(sprintf("  %s: n = %d, prior %s, %s\n", x$levels[g], x$n[[g]],
+    cat(sprintf("  %s: n = %s, prior %s, %s\n", x$levels[g], format_count(x$n[[g]]),
                 format(signif(x$prior[[g]], 4)), bandwidth_label(x$fits[[g]])))
   }
   invisible(x)

@@ -71,9 +71,9 @@ print.kde_gpu <- function(x, digits = 4L, ...) {
   digits <- check_number(digits, "digits", min = 1)
   cat("Kernel density estimate (kdegpu)\n")
   cat("  call:      ", paste(deparse(x$call), collapse = "\n"), "\n", sep = "")
-  cat(sprintf("  data:      %s (%d point%s in %d dimension%s%s)\n", x$data.name,
-              x$n, if (x$n == 1L) "" else "s", x$d, if (x$d == 1L) "" else "s",
-              if (length(unique(x$weights)) > 1L) ", weighted" else ""))
+  cat(sprintf("  data:      %s (%s point%s in %d dimension%s%s)\n", x$data.name,
+              format_count(x$n), if (x$n == 1L) "" else "s", x$d, if (x$d == 1L) "" else "s",
+              if (is_weighted(x$weights)) ", weighted" else ""))
   cat("  kernel:    ", x$kernel, if (isTRUE(x$debias)) " (score-debiased points, SD-KDE)", "\n",
       sep = "")
   cat("  bandwidth: ", bandwidth_label(x, digits), "\n", sep = "")
@@ -90,6 +90,14 @@ print.kde_gpu <- function(x, digits = 4L, ...) {
                 100 * share))
   invisible(x)
 }
+
+# A count as "1000000000" (sprintf's %d refuses doubles past 2^31 - 1, and a
+# fit may hold more points than that).
+format_count <- function(n) format(n, scientific = FALSE, trim = TRUE)
+
+# Whether the weights differ: min and max, one pass each without copies
+# (unique() hashed all n of them: 10 s at 1e8 on every print).
+is_weighted <- function(weights) length(weights) > 1L && min(weights) != max(weights)
 
 # An adaptive fit's line: its alpha and the range of its local factors
 # (each point's bandwidth is lambda_j times the one above).

@@ -306,10 +306,10 @@ print.kde_mixed <- function(x, digits = 4L, ...) {
   digits <- check_number(digits, "digits", min = 1)
   cat("Kernel density estimate of mixed data (kdegpu)\n")
   cat("  call:      ", paste(deparse(x$call), collapse = "\n"), "\n", sep = "")
-  cat(sprintf("  data:      %s (%d point%s; %d numeric, %d factor column%s%s)\n", x$data.name,
-              x$n, if (x$n == 1L) "" else "s", ncol(x$x), length(x$lambda),
+  cat(sprintf("  data:      %s (%s point%s; %d numeric, %d factor column%s%s)\n", x$data.name,
+              format_count(x$n), if (x$n == 1L) "" else "s", ncol(x$x), length(x$lambda),
               if (length(x$lambda) == 1L) "" else "s",
-              if (length(unique(x$weights)) > 1L) ", weighted" else ""))
+              if (is_weighted(x$weights)) ", weighted" else ""))
   if (ncol(x$x) > 0L) {
     cat("  numeric:   gaussian, ", mixed_bandwidth_label(x, digits), "\n", sep = "")
   }

@@ -10,6 +10,20 @@ test_that("print() mentions the backend and returns its argument invisibly", {
   expect_output(print(fit1), "cpu")
 })
 
+test_that("print() says the count as R holds it and whether the fit is weighted", {
+  x <- ref_data(30, 2, seed = 408)
+  expect_output(print(kde_gpu(x, backend = "cpu")), "(30 points in 2 dimensions)", fixed = TRUE)
+  expect_output(print(kde_gpu(x, weights = c(2, rep(1, 29)), backend = "cpu")),
+                "(30 points in 2 dimensions, weighted)", fixed = TRUE)
+  # equal weights are no weighting
+  expect_output(print(kde_gpu(x, weights = rep(3, 30), backend = "cpu")),
+                "(30 points in 2 dimensions)", fixed = TRUE)
+  # counts past 2^31 - 1, which sprintf("%d") refuses
+  expect_identical(format_count(3e9), "3000000000")
+  expect_identical(format_count(1e5), "100000")
+  expect_identical(format_count(7L), "7")
+})
+
 test_that("summary() runs in 1-D and 3-D", {
   for (d in c(1, 3)) {
     fit <- kde_gpu(ref_data(30, d, seed = 402), backend = "cpu")
