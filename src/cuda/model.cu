@@ -22,7 +22,6 @@
 #include "prune.h"
 #include "spatial.h"
 #include "spread.cuh"
-#include "staged_copy.cuh"
 #include "tuning.cuh"
 #include "tuning_hooks.h"
 
@@ -284,7 +283,6 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
       if (rep->cdf_points != NULL) (void) cudaFree(rep->cdf_points);
       if (rep->sample_points != NULL) (void) cudaFree(rep->sample_points);
       scratch_release(rep);
-      staging_release(rep);
     }
   }
   (void) cudaGetLastError();

@@ -59,10 +59,6 @@ typedef struct {
    * the CDF's (cdf.cu: coordinates, weights, an adaptive fit's factors) and
    * the sampler's (sample.cu: coordinates, cumulative weights, factors). */
   double *cdf_points, *sample_points;
-  /* two pinned chunks for large host copies, and the events that say when
-   * the device has done with each (staged_copy.cu; NULL until used) */
-  void *staging;
-  cudaEvent_t staging_used[2];
   /* Scratch of evaluations: raw query batch, packed queries, partial
    * states of the splits, accumulated states (max, sum, |q|^2 / 2), a
    * training shard when streaming, and a batch's pruning plan (the units

@@ -1,6 +1,6 @@
 /*
  * staged_copy.cuh: large copies between pageable host memory and a device
- * through the replica's two pinned chunks (staged_copy.cu).
+ * through the device's two pinned chunks (staged_copy.cu).
  */
 #ifndef KDEGPU_CUDA_STAGED_COPY_CUH
 #define KDEGPU_CUDA_STAGED_COPY_CUH
@@ -13,8 +13,8 @@
 namespace kdegpu {
 
 /* bytes of host src to device dst, queued on rep->stream (src may be
- * reused when it returns). One caller at a time per replica. Returns 0,
- * or -1 with the status set. */
+ * reused when it returns). Any thread; calls for one device take turns.
+ * Returns 0, or -1 with the status set. */
 int upload_staged(kde_replica *rep, void *dst, const void *src, size_t bytes, int threads,
                   kde_status *status);
 
@@ -22,9 +22,6 @@ int upload_staged(kde_replica *rep, void *dst, const void *src, size_t bytes, in
  * returns when dst holds them. */
 int download_staged(kde_replica *rep, void *dst, const void *src, size_t bytes, int threads,
                     kde_status *status);
-
-/* The replica's pinned chunks and their events (kde_cuda_model_free). */
-void staging_release(kde_replica *rep);
 
 } // namespace kdegpu
 

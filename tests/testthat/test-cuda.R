@@ -278,3 +278,30 @@ test_that("CUDA: several GPUs give one GPU's answer (queries claimed, training s
   expect_log_density_equal(two$many, one$many, tol = 1e-12, label = "shards")
   expect_log_density_equal(two$few, one$few, tol = 1e-12, label = "shards, few")
 })
+
+test_that("CUDA: large query sets go up and their order comes back through the device's shared pinned chunks", {
+  skip_without_gpu()
+  # 4.5e6 queries in 3-D: 108 MB up and a 36 MB order back, both above the
+  # 32 MB where staged_copy.cu takes its two 16 MB pinned chunks, which
+  # every fit on the device shares. Two fits use them in turn, the first is
+  # released, and the second's answers stay the bits of the first's, the
+  # queries permuted included (the same spatial order and batches).
+  set.seed(840)
+  x <- matrix(rnorm(3 * 20000), ncol = 3)
+  q <- matrix(rnorm(3 * 4.5e6, sd = 1.5), ncol = 3)
+  perm <- sample.int(nrow(q))
+  with_kde_options(list(kdegpu.devices = 0L), {
+    first <- kde_gpu(x, backend = "cuda", precision = "single")
+    second <- kde_gpu(x, backend = "cuda", precision = "single")
+    p_first <- predict(first, q, log = TRUE)
+    p_second <- predict(second, q[perm, ], log = TRUE)
+    rm(first)
+    invisible(gc())
+    p_again <- predict(second, q, log = TRUE)
+  })
+  expect_identical(p_second[order(perm)], p_first)
+  expect_identical(p_again, p_first)
+  idx <- c(1:5, 2250000:2250004, nrow(q) - 0:4)
+  expect_log_density_equal(p_first[idx], ref_log_density(x, q[idx, ], second$H, "gaussian"),
+                           tol = 1e-5)
+})
