@@ -233,7 +233,7 @@ void kde_cpu_log_density(const kde_training_set *train, const kde_cpu_tiles *til
   if (spatial && !query->leave_one_out) {
     /* the order only: the evaluation reads the queries through it */
     CPU_ALLOC(buf.sorted, m * dim);
-    memcpy(buf.sorted, query->query, (size_t) (m * dim) * sizeof(double));
+    kde_copy_bytes(buf.sorted, query->query, (size_t) (m * dim) * sizeof(double), n_threads);
     /* blocks of QUERY_BLOCK, each in a k-d order down to single points
      * (their halves are what a wide block splits into: refine_block) */
     kde_kd_sort(buf.sorted, m, dim, KDE_QUERY_BLOCK, 1, n_threads, buf.query_order);

@@ -400,6 +400,7 @@ void kde_kd_sort(double *z, int64_t n, int64_t d, int64_t leaf, int64_t sub_leaf
                  int threads, int64_t *order)
 {
   const kd_rows rows = {z, n, d, order};
+#pragma omp parallel for num_threads(kde_thread_count_for(threads, (double) n)) schedule(static)
   for (int64_t i = 0; i < n; i++) order[i] = i;
   if (leaf < 1) return;
   /* each level of the tree reads every row once */
@@ -482,4 +483,12 @@ void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
   const int n_threads = kde_thread_count_for(threads, (double) n);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
   for (int64_t i = 0; i < n; i++) dst[order[i]] = src[i];
+}
+
+void kde_gather_rows(const double *src, const int64_t *order, int64_t n, int threads,
+                     double *dst)
+{
+  const int n_threads = kde_thread_count_for(threads, (double) n);
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+  for (int64_t i = 0; i < n; i++) dst[i] = src[order[i]];
 }

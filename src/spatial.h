@@ -61,6 +61,12 @@ void kde_copy_bytes(void *dst, const void *src, size_t bytes, int threads);
 void kde_scatter_rows(const double *src, const int64_t *order, int64_t n,
                       int threads, double *dst);
 
+/* dst[i] = src[order[i]] for i < n: a column put in a spatial order (random
+ * reads, in parallel: the host's ordering of 2.5e8 queries gathered their
+ * lo parts on one thread). */
+void kde_gather_rows(const double *src, const int64_t *order, int64_t n, int threads,
+                     double *dst);
+
 /* The bounding box of rows [begin, end) of x (n x d, column-major):
  * lo[k], hi[k] for each coordinate k. */
 static inline void kde_rows_box(const double *x, int64_t n, int64_t d,
