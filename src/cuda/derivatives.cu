@@ -412,8 +412,8 @@ int deriv_enqueue(deriv_run<T> *r, deriv_device<T> *dv, int64_t first, int64_t r
   const size_t point = (size_t) (d + 1) * sizeof(T);
   const double *qz = dv->direct ? r->oq.on_device + first : dv->d_query;
   const int64_t ldz = dv->direct ? m : r->ldq_max;
-  /* the lo parts: in the ordered queries' columns after z's (order.cu), or
-   * in the batch's rows after its coordinates */
+  /* the lo parts: the ordered queries' (order.cu; after z's columns on the
+   * device), or in the batch's rows after its coordinates */
   const double *qz_lo = r->oq.z_lo == NULL ? NULL
                         : dv->direct      ? r->oq.z_lo + first
                                           : dv->d_query + d * r->ldq_max;

@@ -223,8 +223,10 @@ typedef struct {
   const double *z;        /* ordered, whitened: n_query x dim, on the host or
                              on the first device (on_device) */
   const double *z_lo;     /* their lo parts (kde_query_set's query_lo) in the
-                             same order and place, where the model reads
-                             them (query_lo_rows), else NULL */
+                             same order, n_query x dim with stride n_query
+                             (after z's columns where ordered on the device,
+                             else a block of their own), where the model
+                             reads them (query_lo_rows), else NULL */
   int64_t *order;         /* the caller's row of each; NULL leaving one out */
   const double *codes;    /* mixed data: their codes in that order, on the
                              host (n_query x n_discrete), else NULL */

@@ -41,7 +41,9 @@ constexpr int kStagingDevices = 64;
 static device_staging staging_of[kStagingDevices];
 
 /* Makes the current device's chunks and events on first use (st->lock
- * held); false when it cannot (the caller takes the driver's path). */
+ * held; the callers have made rep->device current, so that the events
+ * belong to the device whose streams record them); false when it cannot
+ * (the caller takes the driver's path). */
 static bool staging_ready(device_staging *st)
 {
   if (st->chunks != nullptr) return true;
@@ -105,6 +107,9 @@ int upload_staged(kde_replica *rep, void *dst, const void *src, size_t bytes, in
   }
   return 0;
 cleanup:
+  /* a copy out of a chunk may be under way that no event covers: done
+   * before the lock lets another caller refill it */
+  (void) cudaStreamSynchronize(rep->stream);
   return -1;
 }
 
