@@ -70,11 +70,13 @@ int spread_training_set(const kde_training_set *train, spread_set *out, kde_stat
   KDE_HOST_ALLOC(out->weight, np, "the laid-out weights");
   KDE_HOST_ALLOC(out->log_weight, np, "the laid-out weights");
   gather_rows(train->train, n, d, s, train->host_threads, out->train);
-  for (int64_t p = 0; p < np; p++) {
-    const int64_t i = s->point_at[p];
-    out->weight[p] = i >= 0 ? train->weight[i] : 0.0;
-    out->log_weight[p] = i >= 0 ? train->log_weight[i] : -INFINITY;
-  }
+  parallel_ranges(np, kUnit, train->host_threads, [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; p++) {
+      const int64_t i = s->point_at[p];
+      out->weight[p] = i >= 0 ? train->weight[i] : 0.0;
+      out->log_weight[p] = i >= 0 ? train->log_weight[i] : -INFINITY;
+    }
+  });
   if (train->inv_scale2 != NULL) {
     KDE_HOST_ALLOC(out->inv_scale2, np, "the laid-out scales");
     gather_rows(train->inv_scale2, n, 1, s, train->host_threads, out->inv_scale2);
