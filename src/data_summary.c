@@ -70,7 +70,7 @@ void kde_weight_facts_of(const double *w, int64_t n, int threads, kde_weight_fac
       all.which_largest = part[b].which_largest;
     }
   }
-  all.total += carry;
+  if (isfinite(all.total)) all.total += carry; /* an overflow stays Inf, not NaN */
   *facts = all;
 }
 
