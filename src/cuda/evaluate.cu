@@ -356,6 +356,12 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   std::atomic<int64_t> claim_cursor(0); /* the next query no device has claimed */
   int split_training, claiming, prev = -1, n_states_per_query, failed = 1;
 
+  /* KDEGPU_TRACE times the kernels and the plans too */
+  kde_cuda_eval_stats traced;
+  if (stats == NULL && kde_trace_file() != NULL) {
+    memset(&traced, 0, sizeof traced);
+    stats = &traced;
+  }
   const auto t_start = std::chrono::steady_clock::now();
   auto t_loop = t_start;
   KDE_CUDA_TRY(cudaGetDevice(&prev));
@@ -457,6 +463,7 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
     put_ms += jobs[r].put_ms;
     if (stats == NULL) continue;
     stats->kernel_ms += jobs[r].counters.kernel_ms;
+    stats->plan_ms += jobs[r].counters.plan_ms;
     stats->steps += jobs[r].counters.steps;
     stats->batches += jobs[r].counters.batches;
     stats->launches += jobs[r].counters.launches;
@@ -483,9 +490,9 @@ static void log_density_impl(kde_cuda_model *model, const kde_query_set *query,
   if (kde_trace_file() != NULL) {
     const auto t_end = std::chrono::steady_clock::now();
     fprintf(kde_trace_file(), "evaluate n_query=%lld devices=%d split_training=%d claiming=%d"
-            " setup_ms=%.2f loop_ms=%.2f scatter_ms=%.2f", (long long) nq, n_dev,
-            split_training, claiming, kde_ms_between(t_start, t_loop),
-            kde_ms_between(t_loop, t_end), put_ms);
+            " setup_ms=%.2f loop_ms=%.2f scatter_ms=%.2f kernel_ms=%.2f plan_ms=%.2f",
+            (long long) nq, n_dev, split_training, claiming, kde_ms_between(t_start, t_loop),
+            kde_ms_between(t_loop, t_end), put_ms, stats->kernel_ms, stats->plan_ms);
     for (int r = 0; r < n_dev; r++) {
       if (jobs[r].batches == 0) { /* no work came to it: no finishing time */
         fprintf(kde_trace_file(), " dev%d_batches=0", r);

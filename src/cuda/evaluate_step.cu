@@ -210,12 +210,15 @@ int enqueue_step(const kde_cuda_model *model, const kde_query_set *query, kde_de
       batch_plan bp;
       /* the small-d kernel evaluates a unit per group of 32 queries */
       const int query_groups = model->layout != KDE_LAYOUT_TC_SMALL;
+      const auto t_plan = std::chrono::steady_clock::now();
       if ((pc->device ? plan_batch_device(model, rep, &pc->plan, (const double *) rep->raw.ptr,
                                           job->ldq_max, job->n_batch, units, query_groups, &bp,
                                           status)
                       : plan_batch_host(&pc->plan, pc->queries, pc->n_query, pc->threads,
                                         job->q_next, job->n_batch, units, rep, &bp, status)) != 0)
         goto cleanup;
+      if (job->stats != NULL)
+        job->stats->plan_ms += kde_ms_between(t_plan, std::chrono::steady_clock::now());
       job->visiting = bp.visiting;
       job->batch_pairs = bp.pairs;
       job->batch_list_units = bp.units_per_block;

@@ -53,9 +53,10 @@ static inline double kde_ms_between(std::chrono::steady_clock::time_point t0,
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
-/* KDEGPU_TRACE=<file>: evaluations (evaluate.cu) and model creation
- * (model.cu) append their phases' wall times there; NULL when unset. Read
- * once (model.cu). */
+/* KDEGPU_TRACE=<file>: evaluations (evaluate.cu: the loop, its kernels'
+ * event time and its plans' host time; plan.cu: each batch's plan, phase
+ * by phase) and model creation (model.cu) append their phases' wall times
+ * there; NULL when unset. Read once (model.cu). */
 FILE *kde_trace_file(void);
 
 static inline const char *kde_basename(const char *path)

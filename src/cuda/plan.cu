@@ -631,9 +631,16 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   out->units_per_block = 0;
   out->groups = 0;
   const int64_t blocks = ceil_div(n_batch, kBlockQueries);
+  /* KDEGPU_TRACE: each phase's wall time (the stream synchronised after it) */
+  const int trace = kde_trace_file() != NULL;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t_count = t0, t_refine = t0;
+  int64_t box_total = 0;
   if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, blocks, rep, &counts,
                  status) != 0)
     return -1;
+  t_count = t_refine = std::chrono::steady_clock::now();
+  box_total = counts.total;
   if (counts.blocks < 1) return 0;
   /* one query's box is the query: refining cannot narrow it; without a
    * lower bound (a discrete column's factor can be 0) nothing is skipped */
@@ -645,6 +652,7 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
         plan_refine(&plan, z, ldz, n_batch, rep, &counts, status) != 0)
       return -1;
     refined = 1;
+    t_refine = std::chrono::steady_clock::now();
   }
   out->groups = refined && query_groups && groups_enabled();
   /* nearly every pair: the plain sweep costs less */
@@ -661,7 +669,19 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   out->units_per_block = (double) counts.total * (double) job_units /
                          ((double) plan.n_tiles * (double) counts.blocks);
   out->visiting = 1;
+  if (trace) {
+    KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
+    const auto t_end = std::chrono::steady_clock::now();
+    fprintf(kde_trace_file(),
+            "plan blocks=%lld box_units=%lld units=%lld count_ms=%.2f refine_ms=%.2f"
+            " fill_ms=%.2f\n",
+            (long long) blocks, (long long) box_total, (long long) counts.total,
+            kde_ms_between(t0, t_count), kde_ms_between(t_count, t_refine),
+            kde_ms_between(t_refine, t_end));
+  }
   return 0;
+cleanup:
+  return -1;
 }
 
 int plan_batch_host(const kde_prune_plan *plan, const double *queries, int64_t n_query,

@@ -41,6 +41,7 @@ typedef struct {
    * n_query x n_points: below 1 when pruning skipped units. */
   double pairs_evaluated, pairs_total;
   double order_ms;    /* host time ordering the queries (a pruned evaluation) */
+  double plan_ms;     /* host time planning the batches, summed over the devices */
   int device_plan;    /* 1: the plan made on the device; 0: on the host, or none */
 } kde_cuda_eval_stats;
 
