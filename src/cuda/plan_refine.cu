@@ -37,6 +37,17 @@ static int64_t list_chunks(int64_t blocks, int64_t total, int64_t fill, int64_t 
   return chunks < 1 ? 1 : chunks;
 }
 
+/* A list of the many-blocks path is long, and goes to the kernels that
+ * share a list among many threads, from this share of the batch's units
+ * on (and never below kRefineLongMin): in kde_refine_blocks_kernel such a
+ * list held one CUDA block per group of queries longer than the whole
+ * batch took the others (n = 5e8, 1e7 queries, d = 3, one H200: 7 of 53
+ * batches' refinements took 230-490 ms against 30-100 ms). Its decisions
+ * are shared among kRefineLongChunks CUDA blocks per group. */
+constexpr int64_t kRefineLongShare = 256;
+constexpr int64_t kRefineLongMin = 8192;
+constexpr int64_t kRefineLongChunks = 32;
+
 /* count[b] and the group rows in count[blocks + 1] from the groups' mask
  * rows (count[] 0 before), scanned, and read back. A warp per list, or per
  * share of one where few blocks leave the device idle. */
@@ -61,6 +72,36 @@ cleanup:
   return -1;
 }
 
+/* The taken lists refined by the two kernels that share a list among many
+ * threads: w warps per query row for its bounds, then `chunks` shares of
+ * the list per group of queries for the decisions. */
+static int refine_shared(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_t rows,
+                         int64_t blocks, int w, int64_t chunks, list_lengths taken, int64_t words,
+                         double *remaining, int32_t *first_skipped, kde_replica *rep,
+                         kde_status *status)
+{
+  if (plan_decision(*plan) == kDecideBounds) {
+    const auto kernel = w == 1   ? kde_refine_bounds_kernel<1>
+                        : w == 2 ? kde_refine_bounds_kernel<2>
+                                 : kde_refine_bounds_kernel<4>;
+    kernel<<<dim3((unsigned) blocks, (unsigned) (kBlockQueries * w / kRefineWarps)),
+             kRefineThreads, 0, rep->stream>>>(
+        *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
+        (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr,
+        remaining, first_skipped, taken);
+    KDE_CUDA_LAUNCHED("plan refinement bounds kernel");
+  }
+  kde_refine_decide_kernel<<<dim3((unsigned) blocks, (unsigned) (chunks * kQueryGroups)),
+                             kPlanThreads, 0, rep->stream>>>(
+      *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
+      (const int64_t *) rep->visit_offset.ptr, remaining, first_skipped, words,
+      (uint32_t *) rep->plan_mask.ptr, taken);
+  KDE_CUDA_LAUNCHED("plan refinement decision kernel");
+  return 0;
+cleanup:
+  return -1;
+}
+
 int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_t rows,
                 kde_replica *rep, plan_counts *counts, kde_status *status)
 {
@@ -69,7 +110,6 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
   const size_t mask_bytes = (size_t) (blocks * kQueryGroups * words) * sizeof(uint32_t);
   double *remaining = NULL;
   int32_t *first_skipped = NULL;
-  int64_t chunks;
   if (blocks < 1) return 0;
   /* the kernels OR bits into the groups' mask rows; the count kernel
    * writes the counts and adds to the group rows after them */
@@ -77,42 +117,37 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
   KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0, mask_bytes, rep->stream));
   KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_count.ptr, 0, (size_t) (blocks + 2) * sizeof(int64_t),
                                rep->stream));
-  if (blocks >= kPlanFillBlocks) { /* enough query blocks to fill the device */
-    const auto kernel = refine_blocks_kernel_for(plan->dim);
-    kernel<<<dim3((unsigned) blocks, kRefineQueryGroups), kRefineBlockThreads, 0, rep->stream>>>(
-        *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
-        (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr, words,
-        (uint32_t *) rep->plan_mask.ptr);
-    KDE_CUDA_LAUNCHED("plan refinement kernel");
-    return count_refined(rows, words, rep, counts, status);
-  }
   if (buffer_reserve(&rep->plan_query, (size_t) ldq * (sizeof(double) + sizeof(int32_t)),
                      status) != 0)
     return -1;
   remaining = (double *) rep->plan_query.ptr;
   first_skipped = (int32_t *) (remaining + ldq);
-  if (plan_decision(*plan) == kDecideBounds) {
-    /* warps per query row: the fewest that make about kRefineFillWarps */
-    const int w = rows >= kRefineFillWarps ? 1 : 2 * rows >= kRefineFillWarps ? 2 : 4;
-    const auto kernel = w == 1   ? kde_refine_bounds_kernel<1>
-                        : w == 2 ? kde_refine_bounds_kernel<2>
-                                 : kde_refine_bounds_kernel<4>;
-    kernel<<<dim3((unsigned) blocks, (unsigned) (kBlockQueries * w / kRefineWarps)),
-             kRefineThreads, 0, rep->stream>>>(
+  if (blocks >= kPlanFillBlocks) { /* enough query blocks to fill the device */
+    int64_t longest = counts->total / kRefineLongShare;
+    if (longest < kRefineLongMin) longest = kRefineLongMin;
+    const auto kernel = refine_blocks_kernel_for(plan->dim);
+    kernel<<<dim3((unsigned) blocks, kRefineQueryGroups), kRefineBlockThreads, 0, rep->stream>>>(
         *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
-        (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr,
-        remaining, first_skipped);
-    KDE_CUDA_LAUNCHED("plan refinement bounds kernel");
+        (const int64_t *) rep->visit_offset.ptr, (const double *) rep->plan_skipped.ptr, words,
+        (uint32_t *) rep->plan_mask.ptr, list_lengths{0, longest});
+    KDE_CUDA_LAUNCHED("plan refinement kernel");
+    /* the long lists, if any: 4 warps per query, chunks of each list */
+    if (refine_shared(plan, z, ldz, rows, blocks, 4, kRefineLongChunks,
+                      list_lengths{longest + 1, INT64_MAX}, words, remaining, first_skipped,
+                      rep, status) != 0)
+      return -1;
+    return count_refined(rows, words, rep, counts, status);
   }
-  /* few blocks: their lists shared among about kPlanFillBlocks CUDA blocks
-   * per group of queries */
-  chunks = list_chunks(blocks, counts->total, kPlanFillBlocks, kPlanThreads);
-  kde_refine_decide_kernel<<<dim3((unsigned) blocks, (unsigned) (chunks * kQueryGroups)),
-                             kPlanThreads, 0, rep->stream>>>(
-      *plan, z, ldz, rows, (const int32_t *) rep->visit.ptr,
-      (const int64_t *) rep->visit_offset.ptr, remaining, first_skipped, words,
-      (uint32_t *) rep->plan_mask.ptr);
-  KDE_CUDA_LAUNCHED("plan refinement decision kernel");
+  {
+    /* warps per query row: the fewest that make about kRefineFillWarps;
+     * the lists shared among about kPlanFillBlocks CUDA blocks per group
+     * of queries */
+    const int w = rows >= kRefineFillWarps ? 1 : 2 * rows >= kRefineFillWarps ? 2 : 4;
+    const int64_t chunks = list_chunks(blocks, counts->total, kPlanFillBlocks, kPlanThreads);
+    if (refine_shared(plan, z, ldz, rows, blocks, w, chunks, kEveryList, words, remaining,
+                      first_skipped, rep, status) != 0)
+      return -1;
+  }
   return count_refined(rows, words, rep, counts, status);
 cleanup:
   return -1;

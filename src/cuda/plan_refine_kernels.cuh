@@ -69,6 +69,22 @@ constexpr int kRefineUnroll = 4;
 constexpr double kFloatExpMargin = 1e-4;
 
 
+/* The query blocks a launch refines: those whose box list holds from min
+ * to max units. plan_refine.cu sends a batch's longest lists (queries in
+ * the data's tails, whose boxes are wide) to the kernels that share a list
+ * among many threads: in kde_refine_blocks_kernel each took one CUDA block
+ * per group of queries for as long as the rest of the batch together. */
+struct list_lengths {
+  int64_t min, max;
+};
+constexpr list_lengths kEveryList = {0, INT64_MAX};
+__device__ __forceinline__ bool list_taken(const list_lengths &taken, const int64_t *offset,
+                                           int64_t b)
+{
+  const int64_t length = offset[b + 1] - offset[b];
+  return length >= taken.min && length <= taken.max;
+}
+
 /* Share `chunk` of `chunks` of a list's entries [lo, hi): [*c0, *c1), of
  * equal whole lengths but the last (short or empty). */
 __device__ __forceinline__ void list_share(int64_t lo, int64_t hi, int64_t chunks, int64_t chunk,
@@ -126,7 +142,7 @@ __global__ void __launch_bounds__(kRefineThreads)
     kde_refine_bounds_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
                              const double *block_skipped, double *remaining,
-                             int32_t *first_skipped)
+                             int32_t *first_skipped, const list_lengths taken)
 {
   static_assert(W >= 1 && kRefineWarps % W == 0, "whole rows per CUDA block");
   constexpr int kRows = kRefineWarps / W;
@@ -140,6 +156,7 @@ __global__ void __launch_bounds__(kRefineThreads)
   const int sub = warp / W, part = warp % W; /* the row in this CUDA block, its share */
   const int64_t at = (int64_t) part * 32 + lane;
   const int64_t b = blockIdx.x;
+  if (!list_taken(taken, offset, b)) return; /* the whole CUDA block */
   const int64_t row = b * kBlockQueries + (int64_t) blockIdx.y * kRows + sub;
   const bool active = row < rows; /* the row's warps alike; all reach the barriers */
   double q[kPlanMaxDim] = {};
@@ -263,7 +280,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     kde_refine_decide_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
                              const double *remaining, const int32_t *first_skipped,
-                             int64_t words, uint32_t *mask)
+                             int64_t words, uint32_t *mask, const list_lengths taken)
 {
   __shared__ double s_q[kGroupRows][kPlanMaxDim];
   __shared__ double s_rem[kGroupRows];
@@ -271,7 +288,8 @@ __global__ void __launch_bounds__(kPlanThreads)
   const int64_t b = blockIdx.x;
   const int g = (int) (blockIdx.y % kQueryGroups);
   const int64_t first_row = b * kBlockQueries + (int64_t) kGroupRows * g;
-  if (first_row >= rows) return; /* the whole block: a short block's empty group */
+  /* the whole block: a short block's empty group, or a list not taken */
+  if (first_row >= rows || !list_taken(taken, offset, b)) return;
   const int n_q = (int) (rows - first_row < kGroupRows ? rows - first_row : kGroupRows);
   const int how = plan_decision(p);
   for (int r = threadIdx.x; r < n_q; r += kPlanThreads) {
@@ -455,7 +473,8 @@ template <int D>
 __global__ void __launch_bounds__(kRefineBlockThreads, kRefineBlocksPerSM)
     kde_refine_blocks_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,
-                             const double *block_skipped, int64_t words, uint32_t *mask)
+                             const double *block_skipped, int64_t words, uint32_t *mask,
+                             const list_lengths taken)
 {
   __shared__ staged_units<D> s_units;
   constexpr int kChunk = staged_units<D>::kChunk;
@@ -469,6 +488,7 @@ __global__ void __launch_bounds__(kRefineBlockThreads, kRefineBlocksPerSM)
   const int r = tid / S, j = tid % S;
   const int64_t b = blockIdx.x, row = b * kBlockQueries + blockIdx.y * kRefineGroupRows + r;
   const bool active = row < rows;
+  if (!list_taken(taken, offset, b)) return; /* the whole CUDA block */
   const int how = plan_decision(p);
   const kde_prune_plan sp = staged_plan(p, s_units);
   const int64_t lo = offset[b], hi = offset[b + 1];

@@ -166,11 +166,20 @@ int main()
             // the refinement, as plan_refine() launches it: a few blocks' two
             // kernels (1, 2 or 4 warps per query; two chunks per block and
             // group), and many blocks' one kernel (path 2: its instance for
-            // any dimension, on long lists), whose masks and counts must be
-            // the two kernels' to the bit
+            // any dimension, on long lists; path 3: the lists longer than
+            // the median to the two kernels, 4 warps per query, as
+            // plan_refine() sends a batch's longest lists), whose masks and
+            // counts must be the two kernels' to the bit
             std::vector<uint32_t> mask_two;
             std::vector<int64_t> count_two;
-            for (int path = 0; path < (long_lists ? 3 : 2); path++) {
+            std::vector<int64_t> lengths(blocks);
+            for (int64_t b = 0; b < blocks; b++) lengths[b] = offset[b + 1] - offset[b];
+            std::nth_element(lengths.begin(), lengths.begin() + blocks / 2, lengths.end());
+            const int64_t median = lengths[blocks / 2];
+            for (int path = 0; path < 4; path++) {
+              if (path == 2 && !long_lists) continue;
+              const list_lengths short_ones = {0, path == 3 ? median : INT64_MAX};
+              const list_lengths long_ones = {path == 3 ? median + 1 : 0, INT64_MAX};
               std::vector<double> remaining(blocks * 128);
               std::vector<int32_t> first_skipped(blocks * 128);
               // a mask row per group of 32 queries; the counts, a 0, the group rows
@@ -178,6 +187,7 @@ int main()
               std::vector<int64_t> count(blocks + 2, 0);
               if (path >= 1) {
                 // the dimension as a constant (d <= 4 on the device) or not
+                // (path 3 as path 1)
                 auto *one = tol < 1e-5 && path == 1 ? d == 1   ? kde_refine_blocks_kernel<1>
                                                       : d == 2 ? kde_refine_blocks_kernel<2>
                                                       : d == 3 ? kde_refine_blocks_kernel<3>
@@ -185,11 +195,12 @@ int main()
                                                     : kde_refine_blocks_kernel<0>;
                 launch_warps(dim3((unsigned) blocks, kRefineQueryGroups), kRefineBlockThreads, [&] {
                   one(f.plan, q.data(), m, m, visit.data(), offset.data(), skipped.data(), words,
-                      mask.data());
+                      mask.data(), short_ones);
                 });
-              } else {
-                // 1, 2 or 4 warps per query row, by the dimension
-                const int w = d == 1 || d == 4 ? 1 : d == 2 ? 2 : 4;
+              }
+              if (path == 0 || path == 3) {
+                // 1, 2 or 4 warps per query row, by the dimension (path 3: 4)
+                const int w = path == 3 ? 4 : d == 1 || d == 4 ? 1 : d == 2 ? 2 : 4;
                 auto *bounds = w == 1   ? kde_refine_bounds_kernel<1>
                                : w == 2 ? kde_refine_bounds_kernel<2>
                                         : kde_refine_bounds_kernel<4>;
@@ -198,12 +209,13 @@ int main()
                                     (unsigned) (kBlockQueries * w / kRefineWarps)),
                                kRefineThreads, [&] {
                                  bounds(f.plan, q.data(), m, m, visit.data(), offset.data(),
-                                        skipped.data(), remaining.data(), first_skipped.data());
+                                        skipped.data(), remaining.data(), first_skipped.data(),
+                                        long_ones);
                                });
                 launch_warps(dim3((unsigned) blocks, 2 * kQueryGroups), kPlanThreads, [&] {
                   kde_refine_decide_kernel(f.plan, q.data(), m, m, visit.data(), offset.data(),
                                            remaining.data(), first_skipped.data(), words,
-                                           mask.data());
+                                           mask.data(), long_ones);
                 });
               }
               // two warps per list
@@ -283,7 +295,8 @@ int main()
                      ok ? "ok  " : "FAIL",
                      path == 0   ? "2 kernels"
                      : path == 1 ? "1 kernel "
-                                 : "1 kernel (any d)",
+                     : path == 2 ? "1 kernel (any d)"
+                                 : "long lists to 2",
                      kernels[kernel],
                      (long long) d, shapes[shape], tol,
                      v.adaptive   ? " adaptive"
