@@ -631,7 +631,9 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   out->units_per_block = 0;
   out->groups = 0;
   const int64_t blocks = ceil_div(n_batch, kBlockQueries);
-  /* KDEGPU_TRACE: each phase's wall time (the stream synchronised after it) */
+  /* KDEGPU_TRACE: each phase's wall time (the stream synchronised after it;
+   * the refinement's includes the box lists' fill before it), for the
+   * batches that keep a plan */
   const int trace = kde_trace_file() != NULL;
   const auto t0 = std::chrono::steady_clock::now();
   auto t_count = t0, t_refine = t0;
@@ -673,9 +675,9 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
     KDE_CUDA_TRY(cudaStreamSynchronize(rep->stream));
     const auto t_end = std::chrono::steady_clock::now();
     fprintf(kde_trace_file(),
-            "plan blocks=%lld box_units=%lld units=%lld count_ms=%.2f refine_ms=%.2f"
-            " fill_ms=%.2f\n",
-            (long long) blocks, (long long) box_total, (long long) counts.total,
+            "plan device=%d blocks=%lld box_units=%lld units=%lld count_ms=%.2f"
+            " refine_ms=%.2f fill_ms=%.2f\n",
+            rep->device, (long long) blocks, (long long) box_total, (long long) counts.total,
             kde_ms_between(t0, t_count), kde_ms_between(t_count, t_refine),
             kde_ms_between(t_refine, t_end));
   }

@@ -37,13 +37,13 @@ static int64_t list_chunks(int64_t blocks, int64_t total, int64_t fill, int64_t 
   return chunks < 1 ? 1 : chunks;
 }
 
-/* A list of the many-blocks path is long, and goes to the kernels that
- * share a list among many threads, from this share of the batch's units
- * on (and never below kRefineLongMin): in kde_refine_blocks_kernel such a
- * list held one CUDA block per group of queries longer than the whole
- * batch took the others (n = 5e8, 1e7 queries, d = 3, one H200: 7 of 53
- * batches' refinements took 230-490 ms against 30-100 ms). Its decisions
- * are shared among kRefineLongChunks CUDA blocks per group. */
+/* A list of the many-blocks path that holds more than 1/kRefineLongShare
+ * of the batch's units (and more than kRefineLongMin) is long: it goes to
+ * the kernels that share a list among many threads, its decisions among
+ * kRefineLongChunks CUDA blocks per group. In kde_refine_blocks_kernel such
+ * a list kept one CUDA block per group busy after the rest of the batch
+ * had finished (n = 5e8, 1e7 queries, d = 3, one H200: 7 of 53 batches'
+ * refinements took 230-490 ms against 30-100 ms). */
 constexpr int64_t kRefineLongShare = 256;
 constexpr int64_t kRefineLongMin = 8192;
 constexpr int64_t kRefineLongChunks = 32;

@@ -25,7 +25,8 @@
  * A batch of many query blocks takes one kernel instead, kRefineQueryGroups
  * CUDA blocks per query block (kde_refine_blocks_kernel, below): the same
  * steps, a few threads per query, the list read in chunks through shared
- * memory, then kde_refine_count_kernel counts each block's kept units.
+ * memory, then kde_refine_count_kernel counts each block's kept units;
+ * its longest lists still take the two kernels (list_lengths).
  * Sums run in fixed orders and the kept units are an OR of decisions:
  * the same plan on every run and device. plan_refine.cu launches them;
  * tools/gpu-tests/emulate/plan_refine.cpp runs them on the host (in CI),
@@ -275,7 +276,7 @@ __device__ __forceinline__ void mask_set_runs(uint32_t *mask_row, int64_t word, 
  * group g of the block's queries (rows 32 g ..) into the group's mask row,
  * which must be 0 before (the shares OR their bits: integers, in any
  * order). A group per CUDA block: four times the threads of a block per
- * CUDA block, for the few blocks of a short batch. */
+ * CUDA block, for the few blocks of a short batch or a batch's long lists. */
 __global__ void __launch_bounds__(kPlanThreads)
     kde_refine_decide_kernel(const kde_prune_plan p, const double *z, int64_t ldz, int64_t rows,
                              const int32_t *visit, const int64_t *offset,

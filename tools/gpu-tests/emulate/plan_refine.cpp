@@ -4,7 +4,8 @@
 // tolerances, leaving one out, an adaptive fit and the derivative sums'
 // plans, each block's box plan (prune.c) is refined by both of plan_refine()'s
 // paths (a few query blocks' two kernels, many blocks' one; on lists of up
-// to 320 units too, which the one kernel reads in several chunks), and then
+// to 320 units too, which the one kernel reads in several chunks; and many
+// blocks' one kernel with the longer lists sent to the two kernels), and then
 //   - the one kernel's mask rows (one per group of 32 queries) and counts
 //     are the two kernels', bit for bit;
 //   - every refined list (the OR of a block's groups) lies in its box
@@ -88,7 +89,8 @@ int main()
                            "biweight", "cosine", "optcosine", "exponential"};
   /* per path: the box plans' pairs, the refined ones per block (the union
    * of its groups' needs) and as the kernel evaluates them per group */
-  double kept_box[3] = {0, 0, 0}, kept_refined[3] = {0, 0, 0}, kept_groups[3] = {0, 0, 0};
+  double kept_box[4] = {0, 0, 0, 0}, kept_refined[4] = {0, 0, 0, 0},
+         kept_groups[4] = {0, 0, 0, 0};
   struct variant { bool adaptive; int loo; int derivative; };
   for (int kernel : {KDE_GAUSSIAN, KDE_EXPONENTIAL, KDE_EPANECHNIKOV})
     for (int64_t d = 1; d <= 4; d++)
@@ -167,19 +169,22 @@ int main()
             // kernels (1, 2 or 4 warps per query; two chunks per block and
             // group), and many blocks' one kernel (path 2: its instance for
             // any dimension, on long lists; path 3: the lists longer than
-            // the median to the two kernels, 4 warps per query, as
-            // plan_refine() sends a batch's longest lists), whose masks and
-            // counts must be the two kernels' to the bit
+            // the median, or all where they are alike, to the two kernels
+            // with 4 warps per query, as plan_refine() sends a batch's
+            // longest lists), whose masks and counts must be the two
+            // kernels' to the bit
             std::vector<uint32_t> mask_two;
             std::vector<int64_t> count_two;
             std::vector<int64_t> lengths(blocks);
             for (int64_t b = 0; b < blocks; b++) lengths[b] = offset[b + 1] - offset[b];
             std::nth_element(lengths.begin(), lengths.begin() + blocks / 2, lengths.end());
             const int64_t median = lengths[blocks / 2];
+            const int64_t split =
+                *std::max_element(lengths.begin(), lengths.end()) > median ? median : -1;
             for (int path = 0; path < 4; path++) {
               if (path == 2 && !long_lists) continue;
-              const list_lengths short_ones = {0, path == 3 ? median : INT64_MAX};
-              const list_lengths long_ones = {path == 3 ? median + 1 : 0, INT64_MAX};
+              const list_lengths short_ones = {0, path == 3 ? split : INT64_MAX};
+              const list_lengths long_ones = {path == 3 ? split + 1 : 0, INT64_MAX};
               std::vector<double> remaining(blocks * 128);
               std::vector<int32_t> first_skipped(blocks * 128);
               // a mask row per group of 32 queries; the counts, a 0, the group rows
@@ -187,12 +192,13 @@ int main()
               std::vector<int64_t> count(blocks + 2, 0);
               if (path >= 1) {
                 // the dimension as a constant (d <= 4 on the device) or not
-                // (path 3 as path 1)
-                auto *one = tol < 1e-5 && path == 1 ? d == 1   ? kde_refine_blocks_kernel<1>
-                                                      : d == 2 ? kde_refine_blocks_kernel<2>
-                                                      : d == 3 ? kde_refine_blocks_kernel<3>
-                                                               : kde_refine_blocks_kernel<4>
-                                                    : kde_refine_blocks_kernel<0>;
+                // (path 3: as the library launches it, a constant)
+                const bool constant = (tol < 1e-5 && path == 1) || path == 3;
+                auto *one = !constant  ? kde_refine_blocks_kernel<0>
+                            : d == 1   ? kde_refine_blocks_kernel<1>
+                            : d == 2   ? kde_refine_blocks_kernel<2>
+                            : d == 3   ? kde_refine_blocks_kernel<3>
+                                       : kde_refine_blocks_kernel<4>;
                 launch_warps(dim3((unsigned) blocks, kRefineQueryGroups), kRefineBlockThreads, [&] {
                   one(f.plan, q.data(), m, m, visit.data(), offset.data(), skipped.data(), words,
                       mask.data(), short_ones);
