@@ -452,6 +452,8 @@ __global__ void __launch_bounds__(kPlanThreads)
 #pragma unroll
       for (int r = 0; r < kQueryGroups; r++)
         if (r < mask_rows) bits |= row_bits[r] = rows[r * words + word];
+    /* most chunks of a large fit's rows are empty: no scan for them */
+    if (!__syncthreads_or(bits != 0u)) continue;
     int before = 0, chunk = 0;
     scan(temp).ExclusiveSum(__popc(bits), before, chunk);
     int64_t to = at + before;
