@@ -45,6 +45,13 @@ static int64_t list_chunks(int64_t blocks, int64_t total, int64_t fill, int64_t 
  * had finished (n = 5e8, 1e7 queries, d = 3, one H200: 7 of 53 batches'
  * refinements took 230-490 ms against 30-100 ms). */
 constexpr int64_t kRefineLongShare = 256;
+/* Query blocks from which a batch takes kde_refine_blocks_kernel: its
+ * kRefineQueryGroups CUDA blocks each then fill an H100 or H200 about once
+ * (kRefineBlocksPerSM per SM). From 1024 blocks down to this, at n = 1e8,
+ * d = 3, single (H200): 2e6 queries' refinement 840 -> 380 ms, 1e5
+ * queries' 224 -> 129 ms (the evaluation 2.25 -> 1.79 s and 354 -> 259
+ * ms); the same plans. Fewer (79 blocks, 1e4 queries) took 7% longer. */
+constexpr int64_t kRefineBlocksMin = 256;
 constexpr int64_t kRefineLongMin = 8192;
 constexpr int64_t kRefineLongChunks = 32;
 
@@ -122,7 +129,7 @@ int plan_refine(const kde_prune_plan *plan, const double *z, int64_t ldz, int64_
     return -1;
   remaining = (double *) rep->plan_query.ptr;
   first_skipped = (int32_t *) (remaining + ldq);
-  if (blocks >= kPlanFillBlocks) { /* enough query blocks to fill the device */
+  if (blocks >= kRefineBlocksMin) { /* enough query blocks to fill the device */
     int64_t longest = counts->total / kRefineLongShare;
     if (longest < kRefineLongMin) longest = kRefineLongMin;
     const auto kernel = refine_blocks_kernel_for(plan->dim);

@@ -452,10 +452,10 @@ static_assert(32 % kRefineSplit == 0, "a query's threads within one warp");
 static_assert(kBlockQueries % kRefineQueryGroups == 0, "whole groups of rows");
 
 /*
- * The refinement of a batch of many query blocks (at least kPlanFillBlocks,
- * so that they fill the device), in one kernel: CUDA block (b, g) takes
- * rows kRefineGroupRows g .. of query block b, threads kRefineSplit r ..
- * kRefineSplit r + kRefineSplit - 1 its row r of them. The block's list is
+ * The refinement of a batch of many query blocks (at least plan_refine.cu's
+ * kRefineBlocksMin, so that they fill the device), in one kernel: CUDA
+ * block (b, g) takes rows kRefineGroupRows g .. of query block b, threads
+ * kRefineSplit r .. kRefineSplit r + kRefineSplit - 1 its row r of them. The block's list is
  * read in chunks of refine_chunk() units into shared memory (every query
  * then reads the same unit: broadcasts) three times: each query's L_q,
  * then its bounds' bucket sums (a column of shared memory per query, its
