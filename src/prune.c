@@ -307,13 +307,27 @@ void kde_tile_centroids(const double *x, const double *weight, int64_t n, int64_
 static inline double smaller(double a, double b) { return a < b ? a : b; }
 static inline double larger(double a, double b) { return a > b ? a : b; }
 
+int64_t kde_prune_test_group_tiles(int64_t n_tiles)
+{
+  const int64_t group_tiles = (n_tiles + KDE_PRUNE_TEST_GROUPS - 1) / KDE_PRUNE_TEST_GROUPS;
+  return group_tiles < KDE_PRUNE_TEST_MIN_TILES ? KDE_PRUNE_TEST_MIN_TILES : group_tiles;
+}
+
 int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
                           const double *tile_hi, const double *log_weight,
                           const double *log_weight_rest, kde_prune_groups *g)
 {
+  return kde_prune_groups_make_sized(dim, n_tiles, kde_prune_test_group_tiles(n_tiles), tile_lo,
+                                     tile_hi, log_weight, log_weight_rest, g);
+}
+
+int kde_prune_groups_make_sized(int64_t dim, int64_t n_tiles, int64_t group_tiles,
+                                const double *tile_lo, const double *tile_hi,
+                                const double *log_weight, const double *log_weight_rest,
+                                kde_prune_groups *g)
+{
   const int64_t d = dim;
-  int64_t group_tiles = (n_tiles + KDE_PRUNE_TEST_GROUPS - 1) / KDE_PRUNE_TEST_GROUPS;
-  if (group_tiles < KDE_PRUNE_TEST_MIN_TILES) group_tiles = KDE_PRUNE_TEST_MIN_TILES;
+  if (group_tiles < 1) group_tiles = 1;
   memset(g, 0, sizeof *g);
   g->group_tiles = group_tiles;
   g->n_groups = (n_tiles + group_tiles - 1) / group_tiles;

@@ -239,6 +239,13 @@ typedef struct {
 int kde_prune_groups_make(int64_t dim, int64_t n_tiles, const double *tile_lo,
                           const double *tile_hi, const double *log_weight,
                           const double *log_weight_rest, kde_prune_groups *g);
+/* The tiles per group of kde_prune_groups_make. */
+int64_t kde_prune_test_group_tiles(int64_t n_tiles);
+/* The same with group_tiles tiles per group (the last may have fewer). */
+int kde_prune_groups_make_sized(int64_t dim, int64_t n_tiles, int64_t group_tiles,
+                                const double *tile_lo, const double *tile_hi,
+                                const double *log_weight, const double *log_weight_rest,
+                                kde_prune_groups *g);
 void kde_prune_groups_free(kde_prune_groups *g);
 
 /* 0 when the groups prove that the density's plan for the query box

@@ -18,6 +18,7 @@
 #include "kernels.cuh"
 #include "layout.cuh"
 #include "model.cuh"
+#include "plan.cuh"
 #include "data_summary.h"
 #include "prune.h"
 #include "spatial.h"
@@ -302,6 +303,7 @@ extern "C" void kde_cuda_model_free(kde_cuda_model *model)
   free(model->unit_scale_hi);
   kde_unit_spread_free(&model->spread);
   kde_prune_groups_free(&model->unit_groups);
+  kde_prune_groups_free(&model->device_groups);
   free(model);
   if (prev >= 0) (void) cudaSetDevice(prev);
 }
@@ -666,7 +668,10 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                          model->unit_log_weight, model->unit_log_rest);
     if (kde_prune_groups_make(model->dim, n_units, model->unit_lo, model->unit_hi,
                               model->unit_log_weight, model->unit_log_rest,
-                              &model->unit_groups) != 0) {
+                              &model->unit_groups) != 0 ||
+        kde_prune_groups_make_sized(model->dim, n_units, plan_group_tiles(n_units),
+                                    model->unit_lo, model->unit_hi, model->unit_log_weight,
+                                    model->unit_log_rest, &model->device_groups) != 0) {
       kde_status_set(status, KDE_ERR_ALLOC, "out of host memory for the units' groups");
       goto cleanup;
     }
@@ -712,7 +717,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                                 weight_bytes, cudaMemcpyHostToDevice));
       }
       /* the groups, for the grouped plan */
-      const kde_prune_groups *g = &model->unit_groups;
+      const kde_prune_groups *g = &model->device_groups;
       const size_t group_box = (size_t) (g->n_groups * model->dim) * sizeof(double),
                    group_weight = (size_t) g->n_groups * sizeof(double);
       KDE_CUDA_TRY(cudaMalloc((void **) &rep->groups, 2 * group_box + 2 * group_weight));

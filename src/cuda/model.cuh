@@ -41,7 +41,7 @@ typedef struct {
    * unit_centroid, unit_spread2, in one allocation (NULL when the model
    * visits every unit). */
   double *units;
-  /* the model's unit_groups on this device, for the grouped plan
+  /* the model's device_groups on this device, for the grouped plan
    * (plan_grouped_kernels.cuh): n_groups x dim boxes' lo, hi, then the
    * groups' log total and log rest weights (NULL where units is) */
   double *groups;
@@ -157,6 +157,10 @@ struct kde_cuda_model {
   int whitening_serial; /* bumped when it changes; 0: none yet */
   int n_devices;
   kde_replica *rep;
+  /* the device plan's groups of units (plan.cuh's plan_group_tiles: finer
+   * than unit_groups at large n), on each replica (groups); empty where
+   * unit_groups is */
+  kde_prune_groups device_groups;
 };
 
 namespace kdegpu {

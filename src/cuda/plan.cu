@@ -417,7 +417,7 @@ static plan_chunks choose_chunks(int64_t blocks, int64_t words)
 /* The model's groups of units on rep's device (none: lo NULL). */
 static plan_groups replica_groups(const kde_cuda_model *model, const kde_replica *rep)
 {
-  const kde_prune_groups *g = &model->unit_groups;
+  const kde_prune_groups *g = &model->device_groups;
   const int64_t box = g->n_groups * model->dim;
   plan_groups out;
   memset(&out, 0, sizeof out);
@@ -500,7 +500,7 @@ int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const do
     return -1;
 
   chunked = choose_chunks(blocks, words);
-  if (chunked.chunks == 1 && plan_groups_apply(*plan, groups)) {
+  if (blocks >= kPlanGroupedMinBlocks && plan_groups_apply(*plan, groups)) {
     /* the groups first, then the units of the groups near each block */
     kde_plan_grouped_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
         *plan, groups, box, words, (uint32_t *) rep->plan_mask.ptr, count,

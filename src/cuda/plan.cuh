@@ -56,6 +56,27 @@ constexpr double kPlanDropShare = 0.9;
  * unit sweeps them unrefined. */
 constexpr int64_t kRefineMinBlocks = 8;
 
+/* The device plan's groups of units (plan_grouped_kernels.cuh): the host's
+ * (kde_prune_groups_make: 256 groups) up to 256 x kPlanGroupTiles units,
+ * beyond that groups of kPlanGroupTiles units, at most kPlanMaxGroups of
+ * them. A query block looks into the groups near it unit by unit, whole:
+ * at n = 5e8 the host's groups (7,600 units, about 7 bandwidths wide at
+ * the data's centre) had a block look at 10 times the units its box kept. */
+constexpr int64_t kPlanGroupTiles = 256;
+/* A batch of this many query blocks takes the grouped plan (one CUDA block
+ * each) rather than the chunks' sweep of every unit: at n = 1e8, 2e6
+ * queries (977 blocks a batch), the plan's count 160 -> 88 ms, the
+ * evaluation 1.79 -> 1.71 s (H200); at 270 blocks it took a tenth longer. */
+constexpr int64_t kPlanGroupedMinBlocks = 512;
+constexpr int64_t kPlanMaxGroups = 2048;
+inline int64_t plan_group_tiles(int64_t n_units)
+{
+  const int64_t host = kde_prune_test_group_tiles(n_units);
+  int64_t tiles = (n_units + kPlanMaxGroups - 1) / kPlanMaxGroups;
+  if (tiles < kPlanGroupTiles) tiles = kPlanGroupTiles;
+  return tiles < host ? tiles : host;
+}
+
 /* The groups (bit g: rows 32 g ..) whose mask words, one per group, have
  * bit `bit` set. */
 __host__ __device__ inline unsigned groups_of_bit(const uint32_t *group_words, int bit)

@@ -1,7 +1,7 @@
 /*
  * plan_grouped_kernels.cuh: a query block's box plan from the units'
  * groups first (prune.c's kde_tiles_to_visit_grouped, whose proof it
- * follows): the bounds of about 256 groups, then the units of the groups
+ * follows): the bounds of 256 to 2048 groups, then the units of the groups
  * near the block only, so that a block's plan costs the groups plus the
  * units that may matter, not a sweep of every unit (at n = m = 1e8 those
  * sweeps took 15 s of the evaluation's 90; at 1e9 they would take hours).
@@ -42,8 +42,8 @@ namespace kdegpu {
 
 constexpr int kPlanWarps = kPlanThreads / 32;
 
-/* The units' groups on a device (kde_prune_groups: n_groups <=
- * KDE_PRUNE_TEST_GROUPS), NULL lo where the model has none. */
+/* The units' groups on a device (the model's device_groups: n_groups <=
+ * kPlanMaxGroups), NULL lo where the model has none. */
 struct plan_groups {
   int64_t n_groups, group_tiles;
   const double *lo, *hi;       /* n_groups x dim, group-major */
@@ -53,7 +53,7 @@ struct plan_groups {
 /* Whether a plan may take the groups (kde_tiles_to_visit_grouped's rule). */
 __host__ __device__ inline bool plan_groups_apply(const kde_prune_plan &p, const plan_groups &g)
 {
-  return g.lo != NULL && g.n_groups >= 1 && g.n_groups <= KDE_PRUNE_TEST_GROUPS &&
+  return g.lo != NULL && g.n_groups >= 1 && g.n_groups <= kPlanMaxGroups &&
          2 * g.n_groups <= p.n_tiles && p.inv_scale2_lo == NULL &&
          !(p.leave_one_out && g.log_rest_sum == NULL) && p.derivative == KDE_PRUNE_DENSITY &&
          plan_decision(p) != kDecideAll;
@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(kPlanThreads)
                             int64_t words, uint32_t *mask, int64_t *count, double *skipped)
 {
   __shared__ double s_box[2 * kPlanMaxDim];
-  __shared__ double s_key[KDE_PRUNE_TEST_GROUPS], s_lower[KDE_PRUNE_TEST_GROUPS];
-  __shared__ int s_fate[KDE_PRUNE_TEST_GROUPS];
+  __shared__ double s_key[kPlanMaxGroups], s_lower[kPlanMaxGroups];
+  __shared__ uint8_t s_fate[kPlanMaxGroups];
   __shared__ double s_max[kPlanWarps], s_sum[kPlanWarps];
   __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
   __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];

@@ -42,13 +42,15 @@ int main()
     for (int64_t d = 1; d <= 4; d++)
       for (int shape = 0; shape < 3; shape++)
         for (double tol : {1e-7, 1e-3})
-          for (int variant = 0; variant < 3; variant++) {
+          for (int variant = 0; variant < 4; variant++) {
             /* leaving one out (variant 1): the Gaussian at d = 3; "large"
              * (variant 2): at d = 2, 10,247 units in groups of 41, so that
              * mask words lie inside groups, others reach across two, and
-             * the last is partial; a looser tolerance at d = 2 */
+             * the last is partial; "fine" (variant 3): the same units in
+             * 1,281 groups of 8, as the device's groups (plan.cuh's
+             * kPlanMaxGroups) can be; a looser tolerance at d = 2 */
             const int loo = variant == 1;
-            const bool large = variant == 2;
+            const bool fine = variant == 3, large = variant == 2 || fine;
             if (tol == 1e-3 && (d != 2 || variant != 0)) continue;
             if (loo && !(d == 3 && kernel == KDE_GAUSSIAN)) continue;
             if (large && !(d == 2 && ((kernel == KDE_GAUSSIAN && shape == 0) ||
@@ -60,8 +62,9 @@ int main()
             fit f;
             make_fit(kernel, d, shape, false, tol, loo, n, rng, f);
             kde_prune_groups groups;
-            if (kde_prune_groups_make(d, f.n_units, f.lo.data(), f.hi.data(), f.lw.data(),
-                                      f.rest.data(), &groups) != 0)
+            if (kde_prune_groups_make_sized(
+                    d, f.n_units, fine ? 8 : kde_prune_test_group_tiles(f.n_units), f.lo.data(),
+                    f.hi.data(), f.lw.data(), f.rest.data(), &groups) != 0)
               return 2;
             plan_groups pg;
             pg.n_groups = groups.n_groups;
@@ -182,7 +185,7 @@ int main()
                    "beyond the bound %.1e, above %.1e, skipped understated %.1e, bad lists "
                    "%lld, blocks unlike prune.c's %lld of %lld\n",
                    ok ? "ok  " : "FAIL", kernels[kernel], (long long) d, shapes[shape], tol,
-                   loo ? " leave-one-out" : large ? " large" : "", (long long) groups.n_groups,
+                   loo ? " leave-one-out" : fine ? " fine" : large ? " large" : "", (long long) groups.n_groups,
                    (long long) listed_units, (long long) (blocks * f.n_units), worst_low,
                    worst_high, worst_skipped, (long long) bad_lists, (long long) differing,
                    (long long) blocks);
