@@ -1,8 +1,10 @@
 // Checks the device's grouped plan (src/cuda/plan_grouped_kernels.cuh, the
 // real kernel run on the host): on normal, clustered and widely spread
 // data, d = 1..4, the Gaussian, exponential and Epanechnikov kernels (a
-// looser tolerance at d = 2, leaving one out at d = 3), each query block's list is made from
-// the units' groups (prune.c's kde_prune_groups_make), and then
+// looser tolerance at d = 2, leaving one out at d = 3), each query block's
+// list is made from the units' groups (prune.c's kde_prune_groups_make; on
+// "large" fits of 10,247 units, groups of 8 to 256 units:
+// kde_prune_groups_make_sized, as the device's can be), and then
 //   - each block's count is its mask row's;
 //   - every query's sum over its block's list is within relative tolerance
 //     of its full sum and never above it (compact kernels: equal), against
@@ -42,20 +44,30 @@ int main()
     for (int64_t d = 1; d <= 4; d++)
       for (int shape = 0; shape < 3; shape++)
         for (double tol : {1e-7, 1e-3})
-          for (int variant = 0; variant < 4; variant++) {
+          for (int variant = 0; variant < 6; variant++) {
             /* leaving one out (variant 1): the Gaussian at d = 3; "large"
-             * (variant 2): at d = 2, 10,247 units in groups of 41, so that
-             * mask words lie inside groups, others reach across two, and
-             * the last is partial; "fine" (variant 3): the same units in
-             * 1,281 groups of 8, as the device's groups (plan.cuh's
-             * kPlanMaxGroups) can be; a looser tolerance at d = 2 */
+             * (2 to 5): at d = 2, 10,247 units in groups of 41 (words
+             * inside groups, others across two, the last word partial), 8
+             * (1,281 groups: past the host's 256), 256 (whole words, as
+             * the device's groups at large n) or 100; a looser tolerance
+             * at d = 2 */
             const int loo = variant == 1;
-            const bool fine = variant == 3, large = variant == 2 || fine;
+            const int64_t large_tiles[] = {0, 0, 41, 8, 256, 100};
+            const int64_t group_tiles = large_tiles[variant];
+            const bool large = group_tiles > 0;
             if (tol == 1e-3 && (d != 2 || variant != 0)) continue;
             if (loo && !(d == 3 && kernel == KDE_GAUSSIAN)) continue;
-            if (large && !(d == 2 && ((kernel == KDE_GAUSSIAN && shape == 0) ||
-                                      (kernel == KDE_EPANECHNIKOV && shape == 1))))
-              continue;
+            if (large) {
+              const bool gaussian = kernel == KDE_GAUSSIAN;
+              const bool picked =
+                  variant <= 3 ? (gaussian && shape == 0) ||
+                                     (kernel == KDE_EPANECHNIKOV && shape == 1)
+                  : variant == 4 ? (gaussian && shape == 2) ||
+                                       (kernel == KDE_EXPONENTIAL && shape == 1)
+                                 : (gaussian && shape == 1) ||
+                                       (kernel == KDE_EPANECHNIKOV && shape == 0);
+              if (d != 2 || !picked) continue;
+            }
             std::mt19937_64 rng(37 + 100 * kernel + 10 * d + shape);
             std::normal_distribution<double> N(0, 1);
             const int64_t n = large ? kUnit * 10247 : loo ? kUnit * 24 : kUnit * 160;
@@ -63,8 +75,8 @@ int main()
             make_fit(kernel, d, shape, false, tol, loo, n, rng, f);
             kde_prune_groups groups;
             if (kde_prune_groups_make_sized(
-                    d, f.n_units, fine ? 8 : kde_prune_test_group_tiles(f.n_units), f.lo.data(),
-                    f.hi.data(), f.lw.data(), f.rest.data(), &groups) != 0)
+                    d, f.n_units, large ? group_tiles : kde_prune_test_group_tiles(f.n_units),
+                    f.lo.data(), f.hi.data(), f.lw.data(), f.rest.data(), &groups) != 0)
               return 2;
             plan_groups pg;
             pg.n_groups = groups.n_groups;
@@ -185,7 +197,8 @@ int main()
                    "beyond the bound %.1e, above %.1e, skipped understated %.1e, bad lists "
                    "%lld, blocks unlike prune.c's %lld of %lld\n",
                    ok ? "ok  " : "FAIL", kernels[kernel], (long long) d, shapes[shape], tol,
-                   loo ? " leave-one-out" : fine ? " fine" : large ? " large" : "", (long long) groups.n_groups,
+                   loo ? " leave-one-out" : large ? " large" : "",
+                   (long long) groups.n_groups,
                    (long long) listed_units, (long long) (blocks * f.n_units), worst_low,
                    worst_high, worst_skipped, (long long) bad_lists, (long long) differing,
                    (long long) blocks);
