@@ -32,6 +32,12 @@
  *   W_G k(min2_G) bounds the group's tiles' upper bounds together and
  *   W_G k(max2_G) is at most their share of L. kde_tiles_to_visit_grouped
  *   puts groups (whole) and tiles in the same buckets: the same proof.
+ *   Where the box is one query's point, a tile's share of L may be Jensen's
+ *   bound (below).
+ * - Per-query plans (a few query blocks on the device,
+ *   src/cuda/plan_query.cu): each query's own grouped plan, its point as
+ *   the box; a group of queries visits the union of its queries' lists, so
+ *   each query visits at least what its own plan proves it needs.
  * - Per-query refinement (the device plan, src/cuda/plan_refine.cu): a
  *   block's plan skips tiles whose upper bounds add up to S <= tolerance *
  *   L. Each query q of the block then bounds its own sum from its own
@@ -167,7 +173,9 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
                           KDE_PRUNE_GROUPED_CUT;
   if (!(open_cut > -INFINITY)) return kde_tiles_to_visit(plan, q_lo, q_hi, scratch, visit);
   /* the groups that may matter, tile by tile: their tiles' bounds, and L
-   * again with their tiles' own corners (each at most the group's) */
+   * again with their tiles' own corners (each at most the group's), or
+   * for a point also Jensen's bound */
+  const double *point = kde_box_point(q_lo, q_hi, d);
   lower = kde_lse_empty();
   for (int64_t k = 0; k < n_groups; k++) {
     if (!(group_key[k] > open_cut)) {
@@ -179,7 +187,7 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
       double min2, max2;
       kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
       key[t] = kde_prune_log_upper(plan, t, min2, max2);
-      lower = kde_lse_add(lower, kde_prune_log_lower(plan, t, max2));
+      lower = kde_lse_add(lower, kde_prune_log_lower_box(plan, t, max2, point, d));
     }
   }
   const double log_budget = log(plan->tolerance) + kde_lse_log(lower);

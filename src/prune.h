@@ -125,6 +125,24 @@ KDE_HD double kde_prune_log_lower_query(const kde_prune_plan *p, int64_t t, doub
   return jensen > corner ? jensen : corner;
 }
 
+/* Tile t's share of L for a box (q_lo, q_hi of kde_tiles_to_visit_grouped)
+ * that is `point` (its one point) or not (NULL): a query's own plan takes
+ * Jensen's bound as the refinement does, a block's box the corner. */
+KDE_HD double kde_prune_log_lower_box(const kde_prune_plan *p, int64_t t, double max2,
+                                      const double *point, int64_t dim)
+{
+  return point != NULL ? kde_prune_log_lower_query(p, t, max2, point, dim)
+                       : kde_prune_log_lower(p, t, max2);
+}
+
+/* q_lo itself where the box (q_lo, q_hi) is one point, else NULL. */
+KDE_HD const double *kde_box_point(const double *q_lo, const double *q_hi, int64_t dim)
+{
+  for (int64_t k = 0; k < dim; k++)
+    if (!(q_lo[k] == q_hi[k])) return NULL;
+  return q_lo;
+}
+
 /* A tile is beyond a compact kernel's support when min2 exceeds 1 by more
  * than the rounding of min2 and of any pair's s^2 (both about d * 1e-16
  * relative): its pairs then evaluate to exactly 0 as well. */

@@ -163,9 +163,11 @@ static void put_rows_in_order(in_caller_order *put, const double *sorted, int64_
 /* Whether a plan can pay for the ordered queries: not where they are few
  * (ordered on the host) and the units' groups prove that each of their
  * query blocks would visit at least the share of the units at which a plan
- * is dropped (prune.h's kde_plan_may_pay); then the plan would be all cost
- * (for one query block against 1e7 points, 8% of the whole sum on an
- * H200). */
+ * is dropped (prune.h's kde_plan_may_pay), and, where they are planned
+ * query by query (plan_query_applies), so would each of up to
+ * kPayTestQueries queries spread over them; then the plan would be all cost (for one
+ * query block against 1e7 points, 8% of the whole sum on an H200). */
+constexpr int64_t kPayTestQueries = 32;
 static int plan_can_pay(const kde_cuda_model *model, const kde_prune_plan *plan,
                         const ordered_queries &oq, int64_t m)
 {
@@ -176,6 +178,14 @@ static int plan_can_pay(const kde_cuda_model *model, const kde_prune_plan *plan,
     const int64_t end = begin + kBlockQueries < m ? begin + kBlockQueries : m;
     kde_rows_box(oq.z, m, d, begin, end, box, box + d);
     if (kde_plan_may_pay(plan, &model->unit_groups, box, box + d, kPlanDropShare)) return 1;
+  }
+  const int64_t tested = m < kPayTestQueries ? m : kPayTestQueries;
+  if (m < 2 || !plan_query_applies(ceil_div(m, kBlockQueries), model->device_groups.group_tiles))
+    return 0;
+  for (int64_t j = 0; j < tested; j++) {
+    const int64_t row = j * m / tested;
+    for (int64_t k = 0; k < d; k++) box[k] = oq.z[k * m + row];
+    if (kde_plan_may_pay(plan, &model->unit_groups, box, box, kPlanDropShare)) return 1;
   }
   return 0;
 }

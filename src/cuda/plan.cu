@@ -18,7 +18,9 @@
  *           takes the same steps in chunks of units, one CUDA block each,
  *           so that its plan costs microseconds, not a block's sweep of
  *           every unit (choose_chunks); a density's many blocks take the
- *           units' groups first (plan_grouped_kernels.cuh);
+ *           units' groups first (plan_grouped.cu), and a batch of
+ *           few query blocks may be planned query by query from them
+ *           (plan_query);
  *   scan:   CUB's exclusive sum of the counts: where each block's list
  *           starts (visit_offset);
  *   fill:   one CUDA block per query block: the set bits of its mask row in
@@ -42,7 +44,7 @@
 #include "kde_cuda_common.h"
 #include "model.cuh"
 #include "plan.cuh"
-#include "plan_grouped_kernels.cuh"
+#include "plan_reduce.cuh"
 #include "prune.h"
 #include "spatial.h"
 #include "tuning.cuh"
@@ -414,8 +416,7 @@ static plan_chunks choose_chunks(int64_t blocks, int64_t words)
   return c;
 }
 
-/* The model's groups of units on rep's device (none: lo NULL). */
-static plan_groups replica_groups(const kde_cuda_model *model, const kde_replica *rep)
+plan_groups replica_groups(const kde_cuda_model *model, const kde_replica *rep)
 {
   const kde_prune_groups *g = &model->device_groups;
   const int64_t box = g->n_groups * model->dim;
@@ -469,13 +470,28 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
+int plan_reserve_counts(int64_t blocks, kde_replica *rep, kde_status *status)
+{
+  size_t temp_bytes = 0;
+  if (/* the counts, a 0 after them (the scan's total) and the group rows */
+      buffer_reserve(&rep->plan_count, (size_t) (blocks + 2) * sizeof(int64_t), status) != 0 ||
+      buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0 ||
+      buffer_reserve(&rep->plan_skipped, (size_t) blocks * sizeof(double), status) != 0)
+    return -1;
+  KDE_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, (int64_t *) rep->plan_count.ptr,
+                                             (int64_t *) rep->visit_offset.ptr, blocks + 1,
+                                             rep->stream));
+  return buffer_reserve(&rep->plan_temp, temp_bytes > 0 ? temp_bytes : 1, status);
+cleanup:
+  return -1;
+}
+
 int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const double *box,
                int64_t blocks, kde_replica *rep, plan_counts *counts, kde_status *status)
 {
   const int64_t words = ceil_div(plan->n_tiles, 32);
   const plan_groups groups = replica_groups(model, rep);
-  size_t temp_bytes = 0;
-  int64_t *count, *offset;
+  int64_t *count;
   plan_chunks chunked;
   counts->blocks = blocks;
   counts->total = counts->last_count = counts->group_rows = 0;
@@ -487,26 +503,13 @@ int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const do
   }
   if (buffer_reserve(&rep->plan_mask, (size_t) (blocks * words) * sizeof(uint32_t),
                      status) != 0 ||
-      /* the counts, a 0 after them (the scan's total) and plan_refine's group rows */
-      buffer_reserve(&rep->plan_count, (size_t) (blocks + 2) * sizeof(int64_t), status) != 0 ||
-      buffer_reserve(&rep->visit_offset, (size_t) (blocks + 1) * sizeof(int64_t), status) != 0 ||
-      buffer_reserve(&rep->plan_skipped, (size_t) blocks * sizeof(double), status) != 0)
+      plan_reserve_counts(blocks, rep, status) != 0)
     return -1;
   count = (int64_t *) rep->plan_count.ptr;
-  offset = (int64_t *) rep->visit_offset.ptr;
-  KDE_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, count, offset, blocks + 1,
-                                             rep->stream));
-  if (buffer_reserve(&rep->plan_temp, temp_bytes > 0 ? temp_bytes : 1, status) != 0)
-    return -1;
-
   chunked = choose_chunks(blocks, words);
   if (blocks >= kPlanGroupedMinBlocks && plan_groups_apply(*plan, groups)) {
     /* the groups first, then the units of the groups near each block */
-    kde_plan_grouped_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
-        *plan, groups, box, words, (uint32_t *) rep->plan_mask.ptr, count,
-        (double *) rep->plan_skipped.ptr);
-    KDE_CUDA_LAUNCHED("grouped plan kernel");
-    KDE_CUDA_TRY(cudaMemsetAsync(count + blocks, 0, sizeof(int64_t), rep->stream));
+    if (plan_grouped_boxes(groups, plan, box, blocks, rep, status) != 0) return -1;
   } else if (chunked.chunks == 1) {
     kde_plan_count_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
         *plan, box, words, (uint32_t *) rep->plan_mask.ptr, count,
@@ -554,6 +557,17 @@ int plan_scan_counts(int64_t blocks, kde_replica *rep, plan_counts *counts, kde_
   counts->total = tail[1];
   counts->last_count = tail[1] - tail[0];
   return 0;
+cleanup:
+  return -1;
+}
+
+int plan_scan_group_counts(int64_t blocks, kde_replica *rep, plan_counts *counts,
+                           kde_status *status)
+{
+  /* pageable: returns once copied, after the kernels before it */
+  KDE_CUDA_TRY(cudaMemcpyAsync(&counts->group_rows, (int64_t *) rep->plan_count.ptr + blocks + 1,
+                               sizeof(int64_t), cudaMemcpyDeviceToHost, rep->stream));
+  return plan_scan_counts(blocks, rep, counts, status);
 cleanup:
   return -1;
 }
@@ -610,6 +624,14 @@ static int refine_enabled(void)
   return enabled;
 }
 
+/* KDEGPU_PLAN_PER_QUERY=0: a few query blocks are planned from their
+ * boxes and refined (no per-query plans); for A/B measurements. Read once. */
+static int per_query_enabled(void)
+{
+  static const int enabled = kde_env_switch("KDEGPU_PLAN_PER_QUERY");
+  return enabled;
+}
+
 /* KDEGPU_PLAN_GROUPS=0: the kernels evaluate a block's whole list for all
  * of its queries (no per-group skipping); for A/B measurements. Read once. */
 static int groups_enabled(void)
@@ -640,16 +662,24 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   const auto t0 = std::chrono::steady_clock::now();
   auto t_count = t0, t_refine = t0;
   int64_t box_total = 0;
-  if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, blocks, rep, &counts,
-                 status) != 0)
-    return -1;
-  t_count = t_refine = std::chrono::steady_clock::now();
-  box_total = counts.total;
-  if (counts.blocks < 1) return 0;
+  const plan_groups groups = replica_groups(model, rep);
   /* one query's box is the query: refining cannot narrow it; without a
    * lower bound (a discrete column's factor can be 0) nothing is skipped */
-  if (refine_enabled() && n_batch > 1 && counts.total > 0 &&
-      plan_decision(plan) != kDecideAll && plan.log_lower_factor > -INFINITY &&
+  const int per_query = refine_enabled() && n_batch > 1 && plan.log_lower_factor > -INFINITY;
+  if (per_query && per_query_enabled() && plan_query_applies(blocks, groups.group_tiles) &&
+      plan_groups_apply(plan, groups)) {
+    if (plan_query(groups, &plan, z, ldz, n_batch, rep, &counts, status) != 0) return -1;
+    refined = 1;
+    t_count = t_refine = std::chrono::steady_clock::now();
+  } else {
+    if (plan_count(model, &plan, (const double *) rep->plan_box.ptr, blocks, rep, &counts,
+                   status) != 0)
+      return -1;
+    t_count = t_refine = std::chrono::steady_clock::now();
+    box_total = counts.total;
+  }
+  if (counts.blocks < 1) return 0;
+  if (!refined && per_query && counts.total > 0 && plan_decision(plan) != kDecideAll &&
       (counts.blocks >= kRefineMinBlocks ||
        !nearly_all(counts.total, counts.blocks, plan.n_tiles))) {
     if (plan_fill(&plan, &counts, 1, 0, rep, status) != 0 ||

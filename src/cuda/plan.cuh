@@ -143,6 +143,23 @@ __host__ __device__ inline int plan_decision(const kde_prune_plan &p)
                                          : kDecideAll;
 }
 
+/* The units' groups on a device (the model's device_groups: n_groups <=
+ * kPlanMaxGroups), NULL lo where the model has none. */
+struct plan_groups {
+  int64_t n_groups, group_tiles;
+  const double *lo, *hi;       /* n_groups x dim, group-major */
+  const double *log_weight_sum, *log_rest_sum;
+};
+
+/* Whether a plan may take the groups (kde_tiles_to_visit_grouped's rule). */
+__host__ __device__ inline bool plan_groups_apply(const kde_prune_plan &p, const plan_groups &g)
+{
+  return g.lo != NULL && g.n_groups >= 1 && g.n_groups <= kPlanMaxGroups &&
+         2 * g.n_groups <= p.n_tiles && p.inv_scale2_lo == NULL &&
+         !(p.leave_one_out && g.log_rest_sum == NULL) && p.derivative == KDE_PRUNE_DENSITY &&
+         plan_decision(p) != kDecideAll;
+}
+
 /* The decision's inputs on one replica (prune.c's kde_prune_plan, its
  * arrays on that device; uploaded with the model). */
 kde_prune_plan device_prune_plan(const kde_cuda_model *model, const kde_replica *rep,
@@ -174,10 +191,53 @@ typedef struct {
 int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const double *box,
                int64_t blocks, kde_replica *rep, plan_counts *counts, kde_status *status);
 
+/* The model's groups of units on rep's device (none: lo NULL). */
+plan_groups replica_groups(const kde_cuda_model *model, const kde_replica *rep);
+
+/* rep's buffers for the counts of `blocks` query blocks, their scan and
+ * what each skipped (a mask is the caller's). */
+int plan_reserve_counts(int64_t blocks, kde_replica *rep, kde_status *status);
+
+/* plan_count's grouped plan of `blocks` query blocks with boxes `box`
+ * (plan_grouped.cu), its buffers reserved. */
+int plan_grouped_boxes(const plan_groups &groups, const kde_prune_plan *plan,
+                       const double *box, int64_t blocks, kde_replica *rep, kde_status *status);
+
+/* The plan of a batch of fewer than kPlanQueryMaxBlocks query blocks made
+ * query by query from the units' groups (plan_grouped.cu; prune.c's
+ * "per-query plans"), where plan_groups_apply allows: each query's own
+ * grouped plan ORed into its group's mask row (plan_refine's layout),
+ * each block's kept units and the rows that evaluate them counted and
+ * scanned into rep->visit_offset and `counts` (with counts->group_rows).
+ * No box plan before it; plan_fill then writes the lists. The queries:
+ * rows [0, rows) of z as for plan_refine. A few queries' boxes keep nearly
+ * every unit where their own plans keep a few: at n = 1e8, 1,000 queries
+ * refined from their blocks' boxes took 21 ms of plan for 6 ms of kernels
+ * (H200). */
+constexpr int64_t kPlanQueryMaxBlocks = 256;
+/* ... and where the groups hold kPlanGroupTiles units or more (fits of
+ * more than 256 x kPlanGroupTiles units, 16.7M points): a query looks
+ * into a group with a CUDA block's threads a unit each, and smaller groups
+ * left them idle (n = 1e7, 153 units a group, d = 3, single, H200: 10 and
+ * 100 sparse queries took 1.49x and 1.91x the full sum's time; 1e4
+ * queries 1.08x the box plan's). */
+inline bool plan_query_applies(int64_t blocks, int64_t group_tiles)
+{
+  return blocks < kPlanQueryMaxBlocks && group_tiles >= kPlanGroupTiles;
+}
+int plan_query(const plan_groups &groups, const kde_prune_plan *plan, const double *z,
+               int64_t ldz, int64_t rows, kde_replica *rep, plan_counts *counts,
+               kde_status *status);
+
 /* The exclusive scan of the blocks' counts in rep->plan_count into
  * rep->visit_offset, and the total read back into `counts` (a synchronising
  * copy). */
 int plan_scan_counts(int64_t blocks, kde_replica *rep, plan_counts *counts, kde_status *status);
+/* The same after reading back the rows that evaluate the groups' units
+ * (plan_count[blocks + 1], added there by the count kernels of plan_refine
+ * and plan_query) into counts->group_rows. */
+int plan_scan_group_counts(int64_t blocks, kde_replica *rep, plan_counts *counts,
+                           kde_status *status);
 
 /* Each block's list narrowed to the units its queries need, each query
  * from its own distances (plan_refine.cu; prune.c's per-query

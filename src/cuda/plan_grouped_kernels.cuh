@@ -6,23 +6,26 @@
  * units that may matter, not a sweep of every unit (at n = m = 1e8 those
  * sweeps took 15 s of the evaluation's 90; at 1e9 they would take hours).
  *
- * One CUDA block per query block:
+ * One CUDA block per query block (kde_plan_grouped_kernel), or per query
+ * with its point as the box, its visits ORed into its group's row
+ * (kde_plan_query_grouped_kernel: prune.c's per-query plans):
  *   groups:  each group's upper bound (its total weight at its box's
  *            nearest point) and lower term (at its farthest), L's first
  *            bound from the groups (compact kernels: the groups within the
  *            support);
  *   opened:  the groups whose bound is above tolerance * L / n_groups / e^3
  *            are looked into unit by unit: L again from their units' own
- *            corners and the other groups' terms;
+ *            corners (a point's also Jensen's bound) and the other
+ *            groups' terms;
  *   buckets: the unopened groups (whole) and the opened groups' units in
  *            one set of buckets, the first skipped bucket;
  *   decide:  the mask words group by group: those within an unopened
  *            group a thread each, the others a warp each, unit by unit;
  *            and the block's count.
  * Sums run in fixed orders: the same plan on every run and device.
- * plan.cu launches it where the model has groups on the device and the
- * plan allows them (plan_groups_apply); tools/gpu-tests/emulate/
- * plan_grouped.cpp runs it on the host (in CI), checking the guarantee
+ * plan_grouped.cu launches them where the model has groups on the device
+ * and the plan allows them (plan_groups_apply); tools/gpu-tests/emulate/
+ * plan_grouped.cpp runs them on the host (in CI), checking the guarantee
  * against exact sums.
  */
 #ifndef KDEGPU_CUDA_PLAN_GROUPED_KERNELS_CUH
@@ -35,120 +38,45 @@
 
 #include "kdegpu/kernels.h"
 #include "plan.cuh"
+#include "plan_reduce.cuh"
 #include "prune.h"
 #include "spatial.h"
 
 namespace kdegpu {
 
-constexpr int kPlanWarps = kPlanThreads / 32;
-
-/* The units' groups on a device (the model's device_groups: n_groups <=
- * kPlanMaxGroups), NULL lo where the model has none. */
-struct plan_groups {
-  int64_t n_groups, group_tiles;
-  const double *lo, *hi;       /* n_groups x dim, group-major */
-  const double *log_weight_sum, *log_rest_sum;
-};
-
-/* Whether a plan may take the groups (kde_tiles_to_visit_grouped's rule). */
-__host__ __device__ inline bool plan_groups_apply(const kde_prune_plan &p, const plan_groups &g)
-{
-  return g.lo != NULL && g.n_groups >= 1 && g.n_groups <= kPlanMaxGroups &&
-         2 * g.n_groups <= p.n_tiles && p.inv_scale2_lo == NULL &&
-         !(p.leave_one_out && g.log_rest_sum == NULL) && p.derivative == KDE_PRUNE_DENSITY &&
-         plan_decision(p) != kDecideAll;
-}
-
 /* A group's fate in a block's plan. */
 enum { kGroupSkipped = 0, kGroupVisited = 1, kGroupOpened = 2 };
 
-/* The log-sum-exp of the block's states, merged in a fixed order (lanes by
- * xor-butterfly, then warps in turn), known to every thread; s_max and
- * s_sum (kPlanWarps each, shared) free again on return. Every thread of
- * the block calls it (plan.cu's decisions too). */
-__device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s_sum)
-{
-  s = warp_lse(s);
-  if (threadIdx.x % 32 == 0) {
-    s_max[threadIdx.x / 32] = s.max;
-    s_sum[threadIdx.x / 32] = s.sum;
-  }
-  __syncthreads();
-  s = kde_lse_make(s_max[0], s_sum[0]);
-  for (int w = 1; w < kPlanWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
-  __syncthreads(); /* s_max, s_sum are reused */
-  return s;
-}
+/* A plan's shared memory (one per CUDA block). */
+struct grouped_shared {
+  double box[2 * kPlanMaxDim];
+  double key[kPlanMaxGroups], lower[kPlanMaxGroups];
+  uint8_t fate[kPlanMaxGroups];
+  double max[kPlanWarps], sum[kPlanWarps];
+  double bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
+  double sum_bucket[KDE_PRUNE_BUCKETS];
+  long long visits[kPlanWarps];
+};
 
-/* A warp's terms (key relative to the budget; no term: a non-finite key or
- * a bound alone above the budget, which is visited) added to its lanes'
- * buckets: lane l owns buckets l and l + 32. A bucket that several of the
- * warp's terms share takes their sum at once (a butterfly: every lane gets
- * the same bits), its first kBucketRounds buckets so; the rest, lane by
- * lane. A warp's 32 neighbouring units fall into a few buckets: where each
- * term took its own round of shuffles, a plan's bucket pass took 3.8 times
- * its pass for L (ncu, n = 1e8, 2e6 queries, d = 3, H200). The order is
- * fixed by the terms: the same sums on every run. Called by every lane of
- * the warp together. */
-constexpr int kBucketRounds = 8;
-__device__ __forceinline__ void bucket_add(double key, bool has, double &own_lo, double &own_hi)
-{
-  const int lane = threadIdx.x % 32;
-  const int bucket = has ? kde_prune_bucket(key) : -1;
-  const double value = bucket >= 0 ? exp(key) : 0.0;
-  unsigned left = __ballot_sync(0xffffffffu, bucket >= 0);
-  for (int round = 0; left != 0u && round < kBucketRounds; round++) {
-    const int b = __shfl_sync(0xffffffffu, bucket, __ffs((int) left) - 1);
-    double sum = bucket == b ? value : 0.0;
-    for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-    if (lane == b % 32) (b < 32 ? own_lo : own_hi) += sum;
-    left &= ~__ballot_sync(0xffffffffu, bucket == b);
-  }
-  while (left != 0u) {
-    const int src = __ffs((int) left) - 1;
-    left &= left - 1u;
-    const int sb = __shfl_sync(0xffffffffu, bucket, src);
-    const double sv = __shfl_sync(0xffffffffu, value, src);
-    if (sb == lane) own_lo += sv;
-    if (sb == lane + 32) own_hi += sv;
-  }
-}
+/* What a plan found, known to every thread. */
+struct grouped_found {
+  long long visits; /* units visited (kWrite only) */
+  double skipped;   /* log of the bounds skipped, -inf: none */
+};
 
-/* The warps' bucket sums (bucket_add's own_lo, own_hi of every lane)
- * added per bucket, warps in turn, into sum[0 .. KDE_PRUNE_BUCKETS)
- * (shared): known to every thread on return. */
-__device__ __forceinline__ void block_bucket_sums(double own_lo, double own_hi,
-                                                  double (*s_bucket)[KDE_PRUNE_BUCKETS],
-                                                  double *sum)
+/* The plan of the box in s.box (q_lo, then q_hi; every thread reads it)
+ * into mask_row: kWrite writes every word of the row (a query block's own
+ * row) and counts the visits; otherwise the visited bits are ORed into the
+ * row (a query's point into its group's row, which must be 0 before). */
+template <bool kWrite>
+__device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &p,
+                                                          const plan_groups &g,
+                                                          uint32_t *mask_row, grouped_shared &s)
 {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  s_bucket[warp][lane] = own_lo;
-  s_bucket[warp][lane + 32] = own_hi;
-  __syncthreads();
-  if (threadIdx.x < KDE_PRUNE_BUCKETS) {
-    double total = s_bucket[0][threadIdx.x];
-    for (int w = 1; w < kPlanWarps; w++) total += s_bucket[w][threadIdx.x];
-    sum[threadIdx.x] = total;
-  }
-  __syncthreads();
-}
-
-__global__ void __launch_bounds__(kPlanThreads)
-    kde_plan_grouped_kernel(const kde_prune_plan p, const plan_groups g, const double *box,
-                            int64_t words, uint32_t *mask, int64_t *count, double *skipped)
-{
-  __shared__ double s_box[2 * kPlanMaxDim];
-  __shared__ double s_key[kPlanMaxGroups], s_lower[kPlanMaxGroups];
-  __shared__ uint8_t s_fate[kPlanMaxGroups];
-  __shared__ double s_max[kPlanWarps], s_sum[kPlanWarps];
-  __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
-  __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
-  __shared__ long long s_visits[kPlanWarps];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t b = blockIdx.x, d = p.dim, n_units = p.n_tiles, gt = g.group_tiles;
-  for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s_box[i] = box[b * 2 * d + i];
-  __syncthreads();
-  const double *q_lo = s_box, *q_hi = s_box + d;
+  const int64_t d = p.dim, n_units = p.n_tiles, gt = g.group_tiles;
+  const double *q_lo = s.box, *q_hi = s.box + d;
+  const double *point = kde_box_point(q_lo, q_hi, d);
   const bool compact = plan_decision(p) == kDecideSupport;
   const double *group_lower_weight = p.leave_one_out ? g.log_rest_sum : g.log_weight_sum;
 
@@ -158,42 +86,43 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) {
     double min2, max2;
     kde_box_distances(q_lo, q_hi, g.lo + k * d, g.hi + k * d, d, &min2, &max2);
-    s_key[k] = g.log_weight_sum[k] + kde_log_profile(p.kernel, min2);
-    s_lower[k] = group_lower_weight[k] + kde_log_profile(p.kernel, max2) + p.log_lower_factor;
-    s_fate[k] = compact ? (min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN ? kGroupOpened : kGroupSkipped)
+    s.key[k] = g.log_weight_sum[k] + kde_log_profile(p.kernel, min2);
+    s.lower[k] = group_lower_weight[k] + kde_log_profile(p.kernel, max2) + p.log_lower_factor;
+    s.fate[k] = compact ? (min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN ? kGroupOpened : kGroupSkipped)
                         : kGroupSkipped;
-    lower = kde_lse_add(lower, s_lower[k]);
+    lower = kde_lse_add(lower, s.lower[k]);
   }
   __syncthreads();
   double log_budget = -INFINITY;
   int first_skipped = KDE_PRUNE_BUCKETS;
   bool every_unit = false; /* no bound from the groups: the plain plan's sweep */
   if (!compact) {
-    lower = block_lse(lower, s_max, s_sum);
+    lower = block_lse(lower, s.max, s.sum);
     const double open_cut = log(p.tolerance) + kde_lse_log(lower) -
                             log((double) g.n_groups) - KDE_PRUNE_GROUPED_CUT;
     every_unit = !(open_cut > -INFINITY);
     /* the groups that may matter, unit by unit; L again from their units'
-     * corners (each at most its group's) and the other groups' terms (a
-     * thread's groups in block-stride, as the first bound's) */
+     * corners (each at most its group's; a point's also Jensen's) and the
+     * other groups' terms (a thread's groups in block-stride, as the first
+     * bound's) */
     lower = kde_lse_empty();
     for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
-      if (!(every_unit || s_key[k] > open_cut)) lower = kde_lse_add(lower, s_lower[k]);
+      if (!(every_unit || s.key[k] > open_cut)) lower = kde_lse_add(lower, s.lower[k]);
     for (int64_t k = 0; k < g.n_groups; k++) {
-      if (!(every_unit || s_key[k] > open_cut)) continue;
+      if (!(every_unit || s.key[k] > open_cut)) continue;
       const int64_t t1 = (k + 1) * gt < n_units ? (k + 1) * gt : n_units;
       for (int64_t t = k * gt + threadIdx.x; t < t1; t += kPlanThreads) {
         double min2, max2;
         kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
-        lower = kde_lse_add(lower, kde_prune_log_lower(&p, t, max2));
+        lower = kde_lse_add(lower, kde_prune_log_lower_box(&p, t, max2, point, d));
       }
     }
     __syncthreads();
     for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
-      s_fate[k] = every_unit || s_key[k] > open_cut ? kGroupOpened : kGroupSkipped;
-    log_budget = log(p.tolerance) + kde_lse_log(block_lse(lower, s_max, s_sum));
+      s.fate[k] = every_unit || s.key[k] > open_cut ? kGroupOpened : kGroupSkipped;
+    log_budget = log(p.tolerance) + kde_lse_log(block_lse(lower, s.max, s.sum));
     if (!(log_budget > -INFINITY)) { /* no lower bound: every unit visited */
-      for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) s_fate[k] = kGroupVisited;
+      for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) s.fate[k] = kGroupVisited;
       __syncthreads();
     } else {
       /* the unopened groups (whole) and the opened groups' units in one
@@ -201,11 +130,11 @@ __global__ void __launch_bounds__(kPlanThreads)
       double own_lo = 0.0, own_hi = 0.0;
       for (int64_t c = 0; c < g.n_groups; c += kPlanThreads) {
         const int64_t k = c + threadIdx.x;
-        const bool has = k < g.n_groups && s_fate[k] == kGroupSkipped;
-        bucket_add(has ? s_key[k] - log_budget : 0.0, has, own_lo, own_hi);
+        const bool has = k < g.n_groups && s.fate[k] == kGroupSkipped;
+        bucket_add(has ? s.key[k] - log_budget : 0.0, has, own_lo, own_hi);
       }
       for (int64_t k = 0; k < g.n_groups; k++) {
-        if (s_fate[k] != kGroupOpened) continue;
+        if (s.fate[k] != kGroupOpened) continue;
         const int64_t t1 = (k + 1) * gt < n_units ? (k + 1) * gt : n_units;
         for (int64_t c = k * gt; c < t1; c += kPlanThreads) {
           const int64_t t = c + threadIdx.x;
@@ -218,13 +147,13 @@ __global__ void __launch_bounds__(kPlanThreads)
           bucket_add(key, t < t1, own_lo, own_hi);
         }
       }
-      block_bucket_sums(own_lo, own_hi, s_bucket, s_sum_bucket);
-      first_skipped = kde_prune_first_skipped(s_sum_bucket);
+      block_bucket_sums(own_lo, own_hi, s.bucket, s.sum_bucket);
+      first_skipped = kde_prune_first_skipped(s.sum_bucket);
       /* an unopened group is visited whole where its bound's bucket is */
       for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
-        if (s_fate[k] == kGroupSkipped &&
-            kde_prune_bucket(s_key[k] - log_budget + kKeySlack) < first_skipped)
-          s_fate[k] = kGroupVisited;
+        if (s.fate[k] == kGroupSkipped &&
+            kde_prune_bucket(s.key[k] - log_budget + kKeySlack) < first_skipped)
+          s.fate[k] = kGroupVisited;
       __syncthreads();
     }
   }
@@ -234,7 +163,11 @@ __global__ void __launch_bounds__(kPlanThreads)
    * a word; the opened groups' words and those that reach into the next
    * group unit by unit, a warp a word. A warp for every word cost 14% of
    * the count at n = 1e8 (12k words a block, most of them in groups not
-   * looked into; 1e7 queries, H200). */
+   * looked into; 1e7 queries, H200). ORing, a word of no visit is left. */
+  const auto put = [&](int64_t word, uint32_t bits) {
+    if (kWrite) mask_row[word] = bits;
+    else if (bits != 0u) atomicOr(mask_row + word, bits);
+  };
   long long visits = 0; /* this thread's words; a warp's words in its lane 0 */
   for (int64_t k = 0; k < g.n_groups; k++) {
     const int64_t t0 = k * gt, t1 = (k + 1) * gt < n_units ? (k + 1) * gt : n_units;
@@ -242,24 +175,25 @@ __global__ void __launch_bounds__(kPlanThreads)
     /* words [w0, w_inner) end within the group (the last unit's word
      * ends the last group) */
     const int64_t w_inner = t1 == n_units ? w_end : t1 / 32;
-    const int fate = s_fate[k];
+    const int fate = s.fate[k];
     int64_t w_units = w0; /* the first word decided unit by unit */
     if (fate != kGroupOpened) {
-      for (int64_t word = w0 + threadIdx.x; word < w_inner; word += kPlanThreads) {
-        const int64_t used = n_units - word * 32; /* units in the word */
-        const uint32_t bits = fate == kGroupSkipped ? 0u
-                              : used >= 32          ? 0xffffffffu
-                                                    : (1u << used) - 1u;
-        mask[b * words + word] = bits;
-        visits += __popc(bits);
-      }
+      if (kWrite || fate == kGroupVisited)
+        for (int64_t word = w0 + threadIdx.x; word < w_inner; word += kPlanThreads) {
+          const int64_t used = n_units - word * 32; /* units in the word */
+          const uint32_t bits = fate == kGroupSkipped ? 0u
+                                : used >= 32          ? 0xffffffffu
+                                                      : (1u << used) - 1u;
+          put(word, bits);
+          visits += __popc(bits);
+        }
       w_units = w_inner > w0 ? w_inner : w0;
     }
     for (int64_t word = w_units + warp; word < w_end; word += kPlanWarps) {
       const int64_t t = word * 32 + lane;
       bool v = false;
       if (t < n_units) {
-        const int own = s_fate[t / gt];
+        const int own = s.fate[t / gt];
         if (own == kGroupVisited) {
           v = true;
         } else if (own == kGroupOpened) {
@@ -272,21 +206,95 @@ __global__ void __launch_bounds__(kPlanThreads)
       }
       const uint32_t bits = __ballot_sync(0xffffffffu, v);
       if (lane == 0) {
-        mask[b * words + word] = bits;
+        put(word, bits);
         visits += __popc(bits);
       }
     }
   }
-  for (int s = 16; s > 0; s >>= 1) visits += __shfl_xor_sync(0xffffffffu, visits, s);
-  if (lane == 0) s_visits[warp] = visits;
+  grouped_found found;
+  found.skipped = compact || !(log_budget > -INFINITY)
+                      ? -INFINITY
+                      : log_budget + log(kde_prune_skipped_sum(s.sum_bucket, first_skipped));
+  found.visits = 0;
+  if (kWrite) {
+    for (int o = 16; o > 0; o >>= 1) visits += __shfl_xor_sync(0xffffffffu, visits, o);
+    if (lane == 0) s.visits[warp] = visits;
+    __syncthreads();
+    for (int w = 0; w < kPlanWarps; w++) found.visits += s.visits[w];
+  }
+  return found;
+}
+
+/* One CUDA block per query block b: its box's plan into mask row b, its
+ * count and what it skipped. */
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_grouped_kernel(const kde_prune_plan p, const plan_groups g, const double *box,
+                            int64_t words, uint32_t *mask, int64_t *count, double *skipped)
+{
+  __shared__ grouped_shared s;
+  const int64_t b = blockIdx.x, d = p.dim;
+  for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s.box[i] = box[b * 2 * d + i];
+  __syncthreads();
+  const grouped_found found = plan_grouped_box<true>(p, g, mask + b * words, s);
+  if (threadIdx.x == 0) {
+    count[b] = found.visits;
+    skipped[b] = found.skipped;
+  }
+}
+
+/* One CUDA block per query row r of z (rows [0, rows)): the row's own
+ * plan, its point as the box, ORed into the mask row of its group of
+ * kGroupRows (row r / kGroupRows: plan_refine's layout), 0 before. */
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_query_grouped_kernel(const kde_prune_plan p, const plan_groups g, const double *z,
+                                  int64_t ldz, int64_t words, uint32_t *mask)
+{
+  __shared__ grouped_shared s;
+  const int64_t row = blockIdx.x, d = p.dim;
+  for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s.box[i] = z[(i % d) * ldz + row];
+  __syncthreads();
+  plan_grouped_box<false>(p, g, mask + row / kGroupRows * words, s);
+}
+
+/* count[b]: the units that some group's row of query block b keeps (the
+ * OR of its kQueryGroups rows), and, added into *group_rows, the query
+ * rows that evaluate them (those of the groups that keep each): a CUDA
+ * block per query block, the words in block-stride. rows: the batch's.
+ * Integers: the same sums in any order. */
+__global__ void __launch_bounds__(kPlanThreads)
+    kde_plan_rows_count_kernel(const uint32_t *mask, int64_t words, int64_t rows,
+                               int64_t *count, unsigned long long *group_rows)
+{
+  __shared__ unsigned long long s_kept[kPlanWarps], s_evaluated[kPlanWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t b = blockIdx.x, block_rows = rows - b * kBlockQueries;
+  const uint32_t *row = mask + b * kQueryGroups * words;
+  unsigned long long kept = 0, evaluated = 0;
+  for (int64_t word = threadIdx.x; word < words; word += kPlanThreads) {
+    uint32_t any = 0u;
+    for (int g = 0; g < kQueryGroups; g++) {
+      const uint32_t bits = row[g * words + word];
+      any |= bits;
+      evaluated += (unsigned long long) __popc(bits) * (unsigned long long) group_rows_in(block_rows, g);
+    }
+    kept += (unsigned long long) __popc(any);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    kept += __shfl_xor_sync(0xffffffffu, kept, o);
+    evaluated += __shfl_xor_sync(0xffffffffu, evaluated, o);
+  }
+  if (lane == 0) {
+    s_kept[warp] = kept;
+    s_evaluated[warp] = evaluated;
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
-    long long total = 0;
-    for (int w = 0; w < kPlanWarps; w++) total += s_visits[w];
-    count[b] = total;
-    skipped[b] = compact || !(log_budget > -INFINITY)
-                     ? -INFINITY
-                     : log_budget + log(kde_prune_skipped_sum(s_sum_bucket, first_skipped));
+    for (int w = 1; w < kPlanWarps; w++) {
+      kept += s_kept[w];
+      evaluated += s_evaluated[w];
+    }
+    count[b] = (int64_t) kept;
+    if (evaluated > 0) atomicAdd(group_rows, evaluated);
   }
 }
 

@@ -71,10 +71,7 @@ static int count_refined(int64_t rows, int64_t words, kde_replica *rep, plan_cou
       rows, words, (const uint32_t *) rep->plan_mask.ptr, count,
       (unsigned long long *) (count + blocks + 1));
   KDE_CUDA_LAUNCHED("plan refinement count kernel");
-  /* pageable: returns once copied, after the kernel */
-  KDE_CUDA_TRY(cudaMemcpyAsync(&counts->group_rows, count + blocks + 1, sizeof(int64_t),
-                               cudaMemcpyDeviceToHost, rep->stream));
-  return plan_scan_counts(blocks, rep, counts, status);
+  return plan_scan_group_counts(blocks, rep, counts, status);
 cleanup:
   return -1;
 }

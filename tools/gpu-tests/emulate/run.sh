@@ -14,10 +14,12 @@
 #                     src/cuda/plan_refine_kernels.cuh on prune.c's box plans):
 #                     refined lists within the box lists, every query's sum
 #                     over them within tolerance of its full sum, never above
-#   plan_grouped      the device's grouped plan (the real kernel of
-#                     src/cuda/plan_grouped_kernels.cuh): lists the same as
-#                     prune.c's grouped plan, every query's sum within
-#                     tolerance of its full sum, what each block skipped
+#   plan_grouped      the device's grouped plans (the real kernels of
+#                     src/cuda/plan_grouped_kernels.cuh), of a block's box
+#                     and of each query's point (ORed per group of 32, and
+#                     counted): lists the same as prune.c's grouped plan,
+#                     every query's sum within tolerance of its full sum,
+#                     what each block skipped
 #   plan_pays         prune.c's test of whether a few queries' plan can pay:
 #                     never "no" where the exact plan skips more than 10%;
 #                     the groups' share estimate (kde_prune_groups_local_share)

@@ -47,9 +47,12 @@ inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32]->bar.
 /* every lane's predicate as the warp's bits, lane l in bit l */
 inline unsigned __ballot_sync(unsigned, int predicate)
 {
+  emulated_warp &w = *g_warps[threadIdx.x / 32];
+  w.slot[threadIdx.x % 32][0] = predicate ? 1 : 0;
+  w.bar.arrive_and_wait();
   unsigned bits = 0u;
-  for (int src = 0; src < 32; src++)
-    bits |= (emulated_shuffle(predicate ? 1u : 0u, src) & 1u) << src;
+  for (int src = 0; src < 32; src++) bits |= (unsigned) (w.slot[src][0] & 1u) << src;
+  w.bar.arrive_and_wait();
   return bits;
 }
 inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
