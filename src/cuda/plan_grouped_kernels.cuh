@@ -47,15 +47,20 @@ namespace kdegpu {
 /* A group's fate in a block's plan. */
 enum { kGroupSkipped = 0, kGroupVisited = 1, kGroupOpened = 2 };
 
-/* A plan's shared memory (one per CUDA block). */
+/* A plan's shared memory (one per CUDA block): 40 KB. */
 struct grouped_shared {
   double box[2 * kPlanMaxDim];
-  double key[kPlanMaxGroups], lower[kPlanMaxGroups];
+  double key[kPlanMaxGroups];
+  union {
+    double lower[kPlanMaxGroups]; /* the groups' terms of L, then */
+    int32_t open[kPlanMaxGroups]; /* the opened groups, ascending */
+  };
   uint8_t fate[kPlanMaxGroups];
   double max[kPlanWarps], sum[kPlanWarps];
   double bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
   double sum_bucket[KDE_PRUNE_BUCKETS];
   long long visits[kPlanWarps];
+  int warp_count[kPlanWarps];
 };
 
 /* What a plan found, known to every thread. */
@@ -64,10 +69,58 @@ struct grouped_found {
   double skipped;   /* log of the bounds skipped, -inf: none */
 };
 
+/* The opened groups in ascending order into s.open (over s.lower, which
+ * must be free): their count, known to every thread. Every thread calls
+ * it. */
+__device__ __forceinline__ int64_t list_opened(int64_t n_groups, grouped_shared &s)
+{
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int64_t listed = 0;
+  for (int64_t c = 0; c < n_groups; c += kPlanThreads) {
+    const int64_t k = c + threadIdx.x;
+    const bool opened = k < n_groups && s.fate[k] == kGroupOpened;
+    const unsigned bits = __ballot_sync(0xffffffffu, opened);
+    if (lane == 0) s.warp_count[warp] = __popc(bits);
+    __syncthreads();
+    const int64_t before = listed + __popc(bits & ((1u << lane) - 1u));
+    int64_t earlier = 0; /* the earlier warps' */
+    for (int w = 0; w < kPlanWarps; w++) {
+      if (w < warp) earlier += s.warp_count[w];
+      listed += s.warp_count[w];
+    }
+    if (opened) s.open[before + earlier] = (int32_t) k;
+    __syncthreads(); /* warp_count is reused */
+  }
+  return listed;
+}
+
+/* A thread's walk over the opened groups' units in block-stride: step u of
+ * the walk is unit gt open[j] + off of opened group j (j < n_open; past
+ * the last unit where the last group is short). */
+struct opened_walk {
+  int64_t j, off;
+};
+__device__ __forceinline__ opened_walk walk_from(int64_t u, int64_t gt)
+{
+  return opened_walk{u / gt, u % gt};
+}
+__device__ __forceinline__ void walk_on(opened_walk &w, int64_t gt)
+{
+  w.off += kPlanThreads;
+  while (w.off >= gt) {
+    w.off -= gt;
+    w.j++;
+  }
+}
+
 /* The plan of the box in s.box (q_lo, then q_hi; every thread reads it)
  * into mask_row: kWrite writes every word of the row (a query block's own
  * row) and counts the visits; otherwise the visited bits are ORed into the
- * row (a query's point into its group's row, which must be 0 before). */
+ * row (a query's point into its group's row, which must be 0 before).
+ * The units of the opened groups are walked in block-stride, as one run:
+ * a loop over every group, each opened one in turn, kept a CUDA block's
+ * warps on the groups' bookkeeping (2.3M warp instructions per query at n
+ * = 1e8, d = 3, IPC 3.3: ncu, H200). */
 template <bool kWrite>
 __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &p,
                                                           const plan_groups &g,
@@ -75,6 +128,7 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
 {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t d = p.dim, n_units = p.n_tiles, gt = g.group_tiles;
+  const int64_t words = (n_units + 31) / 32;
   const double *q_lo = s.box, *q_hi = s.box + d;
   const double *point = kde_box_point(q_lo, q_hi, d);
   const bool compact = plan_decision(p) == kDecideSupport;
@@ -95,34 +149,37 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
   __syncthreads();
   double log_budget = -INFINITY;
   int first_skipped = KDE_PRUNE_BUCKETS;
-  bool every_unit = false; /* no bound from the groups: the plain plan's sweep */
-  if (!compact) {
+  int64_t n_open = 0;
+  if (compact) {
+    n_open = list_opened(g.n_groups, s);
+  } else {
     lower = block_lse(lower, s.max, s.sum);
     const double open_cut = log(p.tolerance) + kde_lse_log(lower) -
                             log((double) g.n_groups) - KDE_PRUNE_GROUPED_CUT;
-    every_unit = !(open_cut > -INFINITY);
-    /* the groups that may matter, unit by unit; L again from their units'
-     * corners (each at most its group's; a point's also Jensen's) and the
-     * other groups' terms (a thread's groups in block-stride, as the first
-     * bound's) */
+    /* no bound from the groups: every unit looked into (the plain plan) */
+    const bool every_unit = !(open_cut > -INFINITY);
+    /* the groups that may matter, unit by unit; L again from the other
+     * groups' terms and from their units' corners (each at most its
+     * group's; a point's also Jensen's bound) */
     lower = kde_lse_empty();
-    for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
-      if (!(every_unit || s.key[k] > open_cut)) lower = kde_lse_add(lower, s.lower[k]);
-    for (int64_t k = 0; k < g.n_groups; k++) {
-      if (!(every_unit || s.key[k] > open_cut)) continue;
-      const int64_t t1 = (k + 1) * gt < n_units ? (k + 1) * gt : n_units;
-      for (int64_t t = k * gt + threadIdx.x; t < t1; t += kPlanThreads) {
-        double min2, max2;
-        kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
-        lower = kde_lse_add(lower, kde_prune_log_lower_box(&p, t, max2, point, d));
-      }
+    for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) {
+      const bool opened = every_unit || s.key[k] > open_cut;
+      if (!opened) lower = kde_lse_add(lower, s.lower[k]);
+      s.fate[k] = opened ? kGroupOpened : kGroupSkipped;
     }
-    __syncthreads();
-    for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
-      s.fate[k] = every_unit || s.key[k] > open_cut ? kGroupOpened : kGroupSkipped;
+    __syncthreads(); /* s.lower read, the fates set */
+    n_open = list_opened(g.n_groups, s);
+    for (opened_walk w = walk_from(threadIdx.x, gt); w.j < n_open; walk_on(w, gt)) {
+      const int64_t t = s.open[w.j] * gt + w.off;
+      if (t >= n_units) continue;
+      double min2, max2;
+      kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+      lower = kde_lse_add(lower, kde_prune_log_lower_box(&p, t, max2, point, d));
+    }
     log_budget = log(p.tolerance) + kde_lse_log(block_lse(lower, s.max, s.sum));
     if (!(log_budget > -INFINITY)) { /* no lower bound: every unit visited */
       for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) s.fate[k] = kGroupVisited;
+      n_open = 0;
       __syncthreads();
     } else {
       /* the unopened groups (whole) and the opened groups' units in one
@@ -133,19 +190,16 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
         const bool has = k < g.n_groups && s.fate[k] == kGroupSkipped;
         bucket_add(has ? s.key[k] - log_budget : 0.0, has, own_lo, own_hi);
       }
-      for (int64_t k = 0; k < g.n_groups; k++) {
-        if (s.fate[k] != kGroupOpened) continue;
-        const int64_t t1 = (k + 1) * gt < n_units ? (k + 1) * gt : n_units;
-        for (int64_t c = k * gt; c < t1; c += kPlanThreads) {
-          const int64_t t = c + threadIdx.x;
-          double key = 0.0;
-          if (t < t1) {
-            double min2, max2;
-            kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
-            key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
-          }
-          bucket_add(key, t < t1, own_lo, own_hi);
+      opened_walk w = walk_from(threadIdx.x, gt);
+      for (int64_t c = 0; c < n_open * gt; c += kPlanThreads, walk_on(w, gt)) {
+        const int64_t t = w.j < n_open ? s.open[w.j] * gt + w.off : n_units;
+        double key = 0.0;
+        if (t < n_units) {
+          double min2, max2;
+          kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+          key = kde_prune_log_upper(&p, t, min2, max2) - log_budget;
         }
+        bucket_add(key, t < n_units, own_lo, own_hi);
       }
       block_bucket_sums(own_lo, own_hi, s.bucket, s.sum_bucket);
       first_skipped = kde_prune_first_skipped(s.sum_bucket);
@@ -158,42 +212,46 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
     }
   }
 
-  /* the decisions, group by group (a mask word belongs to the group of
-   * its first unit): the words within an unopened group at once, a thread
-   * a word; the opened groups' words and those that reach into the next
-   * group unit by unit, a warp a word. A warp for every word cost 14% of
-   * the count at n = 1e8 (12k words a block, most of them in groups not
-   * looked into; 1e7 queries, H200). ORing, a word of no visit is left. */
+  /* the decisions: a mask word that no opened group reaches, a thread
+   * each from its groups' fates; the words of each opened group unit by
+   * unit, a warp each (a word that several opened groups reach, by the
+   * first of them). ORing, a word of no visit is left. */
   const auto put = [&](int64_t word, uint32_t bits) {
     if (kWrite) mask_row[word] = bits;
     else if (bits != 0u) atomicOr(mask_row + word, bits);
   };
+  const uint32_t units32 = (uint32_t) n_units, gt32 = (uint32_t) gt; /* units < 2^31 */
   long long visits = 0; /* this thread's words; a warp's words in its lane 0 */
-  for (int64_t k = 0; k < g.n_groups; k++) {
-    const int64_t t0 = k * gt, t1 = (k + 1) * gt < n_units ? (k + 1) * gt : n_units;
-    const int64_t w0 = (t0 + 31) / 32, w_end = (t1 + 31) / 32;
-    /* words [w0, w_inner) end within the group (the last unit's word
-     * ends the last group) */
-    const int64_t w_inner = t1 == n_units ? w_end : t1 / 32;
-    const int fate = s.fate[k];
-    int64_t w_units = w0; /* the first word decided unit by unit */
-    if (fate != kGroupOpened) {
-      if (kWrite || fate == kGroupVisited)
-        for (int64_t word = w0 + threadIdx.x; word < w_inner; word += kPlanThreads) {
-          const int64_t used = n_units - word * 32; /* units in the word */
-          const uint32_t bits = fate == kGroupSkipped ? 0u
-                                : used >= 32          ? 0xffffffffu
-                                                      : (1u << used) - 1u;
-          put(word, bits);
-          visits += __popc(bits);
-        }
-      w_units = w_inner > w0 ? w_inner : w0;
+  for (int64_t word = threadIdx.x; word < words; word += kPlanThreads) {
+    const uint32_t t0 = (uint32_t) word * 32u;
+    const uint32_t t_end = t0 + 32u < units32 ? t0 + 32u : units32;
+    const uint32_t k0 = t0 / gt32, k1 = (t_end - 1u) / gt32;
+    bool reached = false; /* by an opened group */
+    for (uint32_t k = k0; k <= k1; k++) reached = reached || s.fate[k] == kGroupOpened;
+    if (reached) continue;
+    uint32_t bits = 0u;
+    for (uint32_t k = k0; k <= k1; k++) {
+      if (s.fate[k] != kGroupVisited) continue;
+      const uint32_t from = k * gt32 > t0 ? k * gt32 - t0 : 0u;
+      const uint32_t to = (k + 1u) * gt32 < t_end ? (k + 1u) * gt32 - t0 : t_end - t0;
+      bits |= (to >= 32u ? 0xffffffffu : (1u << to) - 1u) & ~((1u << from) - 1u);
     }
-    for (int64_t word = w_units + warp; word < w_end; word += kPlanWarps) {
-      const int64_t t = word * 32 + lane;
+    put(word, bits);
+    visits += __popc(bits);
+  }
+  for (int64_t j = 0; j < n_open; j++) {
+    const uint32_t k = (uint32_t) s.open[j];
+    const uint32_t t0 = k * gt32, t1 = t0 + gt32 < units32 ? t0 + gt32 : units32;
+    for (uint32_t word = t0 / 32u + warp; word <= (t1 - 1u) / 32u; word += kPlanWarps) {
+      /* the groups before k that reach this word (uniform in the warp) */
+      bool first = true;
+      for (uint32_t kk = word * 32u / gt32; kk < k; kk++)
+        first = first && s.fate[kk] != kGroupOpened;
+      if (!first) continue;
+      const uint32_t t = word * 32u + lane;
       bool v = false;
-      if (t < n_units) {
-        const int own = s.fate[t / gt];
+      if (t < units32) {
+        const int own = s.fate[t / gt32];
         if (own == kGroupVisited) {
           v = true;
         } else if (own == kGroupOpened) {
