@@ -35,7 +35,7 @@
  *   Where the box is one query's point, a tile's share of L may be Jensen's
  *   bound (below).
  * - Per-query plans (a few query blocks on the device,
- *   src/cuda/plan_query.cu): each query's own grouped plan, its point as
+ *   src/cuda/plan_grouped.cu): each query's own grouped plan, its point as
  *   the box; a group of queries visits the union of its queries' lists, so
  *   each query visits at least what its own plan proves it needs.
  * - Per-query refinement (the device plan, src/cuda/plan_refine.cu): a

@@ -37,7 +37,8 @@ std::vector<std::unique_ptr<emulated_warp>> g_warps;
 // as its box, ORed into its group's row; kde_plan_rows_count_kernel):
 //   - each group's row is the union of its queries' lists from prune.c's
 //     kde_tiles_to_visit_grouped (the same proof, sums in another order:
-//     counted where they differ);
+//     rows that differ are counted, and more than 0.5% of the units
+//     differing, or 2, fail);
 //   - each block's count is the OR of its rows', the rows evaluated are
 //     the rows' bits times their queries;
 //   - every query's sum over its group's row is within relative tolerance
@@ -69,7 +70,7 @@ static bool check_per_query(const fit &f, const kde_prune_groups &groups, const 
     kde_plan_rows_count_kernel(mask.data(), words, m, count.data(),
                                (unsigned long long *) (count.data() + blocks + 1));
   });
-  int64_t bad = 0, differing = 0, evaluated = 0;
+  int64_t bad = 0, differing = 0, evaluated = 0, bits_unlike = 0, host_bits = 0;
   std::vector<std::vector<int32_t>> units(rows);
   std::vector<double> scratch(2 * f.n_units + 2 * groups.n_groups), point(d);
   std::vector<int64_t> tiles(f.n_units);
@@ -92,6 +93,8 @@ static bool check_per_query(const fit &f, const kde_prune_groups &groups, const 
       }
       if (bit) units[r].push_back((int32_t) t);
       same = same && bit == (host[t] != 0);
+      bits_unlike += bit != (host[t] != 0);
+      host_bits += host[t] != 0;
     }
     differing += !same;
     evaluated += (int64_t) units[r].size() * std::max<int64_t>(0, last - first);
@@ -119,7 +122,10 @@ static bool check_per_query(const fit &f, const kde_prune_groups &groups, const 
     worst_low = std::max(worst_low, (full[i] - kept) - allowed);
     worst_high = std::max(worst_high, kept - full[i]);
   }
-  const bool ok = bad == 0 && worst_low <= 1e-12 && worst_high <= 1e-12;
+  /* the same proof as prune.c's, its sums in another order: a unit whose
+   * bound sits at a bucket's edge may differ, a few at most (none seen) */
+  const bool ok = bad == 0 && worst_low <= 1e-12 && worst_high <= 1e-12 &&
+                  (double) bits_unlike <= std::max(2.0, 0.005 * (double) host_bits);
   printf("%s   per query: rows' pairs %.3f of all, beyond the bound %.1e, above %.1e, bad "
          "counts %lld, rows unlike prune.c's %lld of %lld\n",
          ok ? "ok  " : "FAIL", (double) evaluated / ((double) m * (double) f.n_units),
