@@ -470,6 +470,14 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
+int plan_dim_unserved(const kde_prune_plan *plan, kde_status *status)
+{
+  if (plan->dim <= kPlanMaxDim) return 0;
+  kde_status_set(status, KDE_ERR_ARGUMENT, "internal: the device plan serves d <= %d",
+                 kPlanMaxDim);
+  return 1;
+}
+
 int plan_reserve_counts(int64_t blocks, kde_replica *rep, kde_status *status)
 {
   size_t temp_bytes = 0;
@@ -496,11 +504,7 @@ int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const do
   counts->blocks = blocks;
   counts->total = counts->last_count = counts->group_rows = 0;
   if (blocks < 1) return 0;
-  if (plan->dim > kPlanMaxDim) {
-    kde_status_set(status, KDE_ERR_ARGUMENT, "internal: the device plan serves d <= %d",
-                   kPlanMaxDim);
-    return -1;
-  }
+  if (plan_dim_unserved(plan, status)) return -1;
   if (buffer_reserve(&rep->plan_mask, (size_t) (blocks * words) * sizeof(uint32_t),
                      status) != 0 ||
       plan_reserve_counts(blocks, rep, status) != 0)

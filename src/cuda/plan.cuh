@@ -194,6 +194,10 @@ int plan_count(const kde_cuda_model *model, const kde_prune_plan *plan, const do
 /* The model's groups of units on rep's device (none: lo NULL). */
 plan_groups replica_groups(const kde_cuda_model *model, const kde_replica *rep);
 
+/* 1 with the status set where the plan's dimension is past what the
+ * device plan serves (kPlanMaxDim), else 0. */
+int plan_dim_unserved(const kde_prune_plan *plan, kde_status *status);
+
 /* rep's buffers for the counts of `blocks` query blocks, their scan and
  * what each skipped (a mask is the caller's). */
 int plan_reserve_counts(int64_t blocks, kde_replica *rep, kde_status *status);

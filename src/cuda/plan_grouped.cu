@@ -50,11 +50,7 @@ int plan_query(const plan_groups &groups, const kde_prune_plan *plan, const doub
   counts->blocks = blocks;
   counts->total = counts->last_count = counts->group_rows = 0;
   if (blocks < 1) return 0;
-  if (plan->dim > kPlanMaxDim) {
-    kde_status_set(status, KDE_ERR_ARGUMENT, "internal: the device plan serves d <= %d",
-                   kPlanMaxDim);
-    return -1;
-  }
+  if (plan_dim_unserved(plan, status)) return -1;
   if (buffer_reserve(&rep->plan_mask, mask_bytes, status) != 0 ||
       plan_reserve_counts(blocks, rep, status) != 0)
     return -1;
