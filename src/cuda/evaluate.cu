@@ -180,7 +180,7 @@ static int plan_can_pay(const kde_cuda_model *model, const kde_prune_plan *plan,
     if (kde_plan_may_pay(plan, &model->unit_groups, box, box + d, kPlanDropShare)) return 1;
   }
   const int64_t tested = m < kPayTestQueries ? m : kPayTestQueries;
-  if (m < 2 || !plan_query_applies(ceil_div(m, kBlockQueries), model->device_groups.group_tiles))
+  if (m < 2 || !plan_query_applies(m, model->device_groups.group_tiles))
     return 0;
   for (int64_t j = 0; j < tested; j++) {
     const int64_t row = j * m / tested;

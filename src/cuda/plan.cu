@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kPlanThreads)
                           uint32_t *mask, int64_t *count, double *skipped)
 {
   __shared__ double s_box[2 * kPlanMaxDim];
-  __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
+  __shared__ double s_bucket[kBucketSlots][KDE_PRUNE_BUCKETS];
   __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
   __shared__ double s_max[kPlanWarps], s_sum[kPlanWarps];
   __shared__ long long s_visits[kPlanWarps];
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     kde_plan_bucket_kernel(const kde_prune_plan p, const double *box, const plan_chunks c)
 {
   __shared__ double s_box[2 * kPlanMaxDim];
-  __shared__ double s_bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
+  __shared__ double s_bucket[kBucketSlots][KDE_PRUNE_BUCKETS];
   __shared__ double s_sum_bucket[KDE_PRUNE_BUCKETS];
   __shared__ double s_budget;
   const int64_t chunk = blockIdx.x, b = blockIdx.y;
@@ -670,7 +670,7 @@ int plan_batch_device(const kde_cuda_model *model, kde_replica *rep,
   /* one query's box is the query: refining cannot narrow it; without a
    * lower bound (a discrete column's factor can be 0) nothing is skipped */
   const int per_query = refine_enabled() && n_batch > 1 && plan.log_lower_factor > -INFINITY;
-  if (per_query && per_query_enabled() && plan_query_applies(blocks, groups.group_tiles) &&
+  if (per_query && per_query_enabled() && plan_query_applies(n_batch, groups.group_tiles) &&
       plan_groups_apply(plan, groups)) {
     if (plan_query(groups, &plan, z, ldz, n_batch, rep, &counts, status) != 0) return -1;
     refined = 1;

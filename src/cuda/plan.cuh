@@ -219,15 +219,35 @@ int plan_grouped_boxes(const plan_groups &groups, const kde_prune_plan *plan,
  * refined from their blocks' boxes took 21 ms of plan for 6 ms of kernels
  * (H200). */
 constexpr int64_t kPlanQueryMaxBlocks = 256;
-/* ... and where the groups hold kPlanGroupTiles units or more (fits of
- * more than 256 x kPlanGroupTiles units, 16.7M points): a query looks
- * into a group with a CUDA block's threads a unit each, and smaller groups
- * left them idle (n = 1e7, 153 units a group, d = 3, single, H200: 10 and
- * 100 sparse queries took 1.49x and 1.91x the full sum's time; 1e4
- * queries 1.08x the box plan's). */
-inline bool plan_query_applies(int64_t blocks, int64_t group_tiles)
+/* ... where the groups hold kPlanGroupTiles units or more (fits of more
+ * than 16.7M points); where they hold kPlanQueryMinGroupTiles to
+ * kPlanGroupTiles, for fewer than kPlanQuerySmallGroupBlocks blocks, and
+ * for one block only if it is one row of kGroupRows queries. A per-query
+ * plan costs the units of the groups near each query, a row evaluates
+ * the union of its queries' (n = 1e7, 153 units a group, d = 3, single,
+ * H200, against the box plan or none: 10 queries 0.87x the full sum's
+ * time against 1.13x, 100 1.13x against 1.16x, 1,000 0.60x against
+ * 0.83x, 1e4 0.33x against 0.37x, 3e4 0.23x either way and 0.27x planned
+ * per query; n = 6e6, 92 units a group: 10 queries 1.04x against 1.13x,
+ * but 100 1.33x against 1.17x; at 31 units a group they did not pay). */
+constexpr int64_t kPlanQueryMinGroupTiles = 64;
+constexpr int64_t kPlanQuerySmallGroupBlocks = 128;
+inline bool plan_query_applies(int64_t rows, int64_t group_tiles)
 {
-  return blocks < kPlanQueryMaxBlocks && group_tiles >= kPlanGroupTiles;
+  const int64_t blocks = (rows + kBlockQueries - 1) / kBlockQueries;
+  if (group_tiles >= kPlanGroupTiles) return blocks < kPlanQueryMaxBlocks;
+  return group_tiles >= kPlanQueryMinGroupTiles && blocks < kPlanQuerySmallGroupBlocks &&
+         (blocks > 1 || rows <= kGroupRows);
+}
+/* The warps of a query's CUDA block: a query's plan is a chain of
+ * double-precision latencies, so where the queries are few, each takes
+ * more of an SM's warps (n = 1e7, the 153-unit groups, H200: 10 queries
+ * 1.11x the full sum's time with 8 warps, 0.69x with 32; 1,000 queries
+ * 0.60x, 0.54x with 16, 0.57x with 32; 1e4 queries 0.31x, 0.36x with 32). */
+inline int plan_query_warps(int64_t rows, int multiprocessors)
+{
+  if (rows <= 2 * (int64_t) multiprocessors) return 32;
+  return rows <= 8 * (int64_t) multiprocessors ? 16 : 8;
 }
 int plan_query(const plan_groups &groups, const kde_prune_plan *plan, const double *z,
                int64_t ldz, int64_t rows, kde_replica *rep, plan_counts *counts,

@@ -60,8 +60,19 @@ int plan_query(const plan_groups &groups, const kde_prune_plan *plan, const doub
    * total) */
   KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0, mask_bytes, rep->stream));
   KDE_CUDA_TRY(cudaMemsetAsync(count + blocks, 0, 2 * sizeof(int64_t), rep->stream));
-  kde_plan_query_grouped_kernel<<<(unsigned) rows, kPlanThreads, 0, rep->stream>>>(
-      *plan, groups, z, ldz, words, (uint32_t *) rep->plan_mask.ptr);
+  switch (plan_query_warps(rows, rep->multiprocessors)) {
+  case 32:
+    kde_plan_query_grouped_kernel<32><<<(unsigned) rows, 32 * 32, 0, rep->stream>>>(
+        *plan, groups, z, ldz, words, (uint32_t *) rep->plan_mask.ptr);
+    break;
+  case 16:
+    kde_plan_query_grouped_kernel<16><<<(unsigned) rows, 16 * 32, 0, rep->stream>>>(
+        *plan, groups, z, ldz, words, (uint32_t *) rep->plan_mask.ptr);
+    break;
+  default:
+    kde_plan_query_grouped_kernel<8><<<(unsigned) rows, 8 * 32, 0, rep->stream>>>(
+        *plan, groups, z, ldz, words, (uint32_t *) rep->plan_mask.ptr);
+  }
   KDE_CUDA_LAUNCHED("per-query plan kernel");
   kde_plan_rows_count_kernel<<<(unsigned) blocks, kPlanThreads, 0, rep->stream>>>(
       (const uint32_t *) rep->plan_mask.ptr, words, rows, count,

@@ -47,8 +47,8 @@ namespace kdegpu {
 /* A group's fate in a block's plan. */
 enum { kGroupSkipped = 0, kGroupVisited = 1, kGroupOpened = 2 };
 
-/* A plan's shared memory (one per CUDA block): 40 KB. */
-struct grouped_shared {
+/* A plan's shared memory (one per CUDA block of kWarps warps): 40 KB. */
+template <int kWarps> struct grouped_shared {
   double box[2 * kPlanMaxDim];
   double key[kPlanMaxGroups];
   union {
@@ -56,11 +56,11 @@ struct grouped_shared {
     int32_t open[kPlanMaxGroups]; /* the opened groups, ascending */
   };
   uint8_t fate[kPlanMaxGroups];
-  double max[kPlanWarps], sum[kPlanWarps];
-  double bucket[kPlanWarps][KDE_PRUNE_BUCKETS];
+  double max[kWarps], sum[kWarps];
+  double bucket[kBucketSlots][KDE_PRUNE_BUCKETS];
   double sum_bucket[KDE_PRUNE_BUCKETS];
-  long long visits[kPlanWarps];
-  int warp_count[kPlanWarps];
+  long long visits[kWarps];
+  int warp_count[kWarps];
 };
 
 /* What a plan found, known to every thread. */
@@ -72,11 +72,12 @@ struct grouped_found {
 /* The opened groups in ascending order into s.open (over s.lower, which
  * must be free): their count, known to every thread. Every thread calls
  * it. */
-__device__ __forceinline__ int64_t list_opened(int64_t n_groups, grouped_shared &s)
+template <int kWarps>
+__device__ __forceinline__ int64_t list_opened(int64_t n_groups, grouped_shared<kWarps> &s)
 {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int64_t listed = 0;
-  for (int64_t c = 0; c < n_groups; c += kPlanThreads) {
+  for (int64_t c = 0; c < n_groups; c += 32 * kWarps) {
     const int64_t k = c + threadIdx.x;
     const bool opened = k < n_groups && s.fate[k] == kGroupOpened;
     const unsigned bits = __ballot_sync(0xffffffffu, opened);
@@ -84,7 +85,7 @@ __device__ __forceinline__ int64_t list_opened(int64_t n_groups, grouped_shared 
     __syncthreads();
     const int64_t before = listed + __popc(bits & ((1u << lane) - 1u));
     int64_t earlier = 0; /* the earlier warps' */
-    for (int w = 0; w < kPlanWarps; w++) {
+    for (int w = 0; w < kWarps; w++) {
       if (w < warp) earlier += s.warp_count[w];
       listed += s.warp_count[w];
     }
@@ -94,9 +95,9 @@ __device__ __forceinline__ int64_t list_opened(int64_t n_groups, grouped_shared 
   return listed;
 }
 
-/* A thread's walk over the opened groups' units in block-stride: step u of
- * the walk is unit gt open[j] + off of opened group j (j < n_open; past
- * the last unit where the last group is short). */
+/* A thread's walk over the opened groups' units in block-stride (kThreads
+ * a step): step u of the walk is unit gt open[j] + off of opened group j
+ * (j < n_open; past the last unit where the last group is short). */
 struct opened_walk {
   int64_t j, off;
 };
@@ -104,9 +105,10 @@ __device__ __forceinline__ opened_walk walk_from(int64_t u, int64_t gt)
 {
   return opened_walk{u / gt, u % gt};
 }
+template <int kThreads>
 __device__ __forceinline__ void walk_on(opened_walk &w, int64_t gt)
 {
-  w.off += kPlanThreads;
+  w.off += kThreads;
   while (w.off >= gt) {
     w.off -= gt;
     w.j++;
@@ -121,11 +123,13 @@ __device__ __forceinline__ void walk_on(opened_walk &w, int64_t gt)
  * a loop over every group, each opened one in turn, kept a CUDA block's
  * warps on the groups' bookkeeping (2.3M warp instructions per query at n
  * = 1e8, d = 3, IPC 3.3: ncu, H200). */
-template <bool kWrite>
+template <bool kWrite, int kWarps>
 __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &p,
                                                           const plan_groups &g,
-                                                          uint32_t *mask_row, grouped_shared &s)
+                                                          uint32_t *mask_row,
+                                                          grouped_shared<kWarps> &s)
 {
+  constexpr int kThreads = 32 * kWarps;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t d = p.dim, n_units = p.n_tiles, gt = g.group_tiles;
   const int64_t words = (n_units + 31) / 32;
@@ -137,7 +141,7 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
   /* the groups: their bounds, and L's first bound (compact: within the
    * support or not) */
   kde_lse lower = kde_lse_empty();
-  for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) {
+  for (int64_t k = threadIdx.x; k < g.n_groups; k += kThreads) {
     double min2, max2;
     kde_box_distances(q_lo, q_hi, g.lo + k * d, g.hi + k * d, d, &min2, &max2);
     s.key[k] = g.log_weight_sum[k] + kde_log_profile(p.kernel, min2);
@@ -151,9 +155,9 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
   int first_skipped = KDE_PRUNE_BUCKETS;
   int64_t n_open = 0;
   if (compact) {
-    n_open = list_opened(g.n_groups, s);
+    n_open = list_opened<kWarps>(g.n_groups, s);
   } else {
-    lower = block_lse(lower, s.max, s.sum);
+    lower = block_lse<kWarps>(lower, s.max, s.sum);
     const double open_cut = log(p.tolerance) + kde_lse_log(lower) -
                             log((double) g.n_groups) - KDE_PRUNE_GROUPED_CUT;
     /* no bound from the groups: every unit looked into (the plain plan) */
@@ -162,36 +166,36 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
      * groups' terms and from their units' corners (each at most its
      * group's; a point's also Jensen's bound) */
     lower = kde_lse_empty();
-    for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) {
+    for (int64_t k = threadIdx.x; k < g.n_groups; k += kThreads) {
       const bool opened = every_unit || s.key[k] > open_cut;
       if (!opened) lower = kde_lse_add(lower, s.lower[k]);
       s.fate[k] = opened ? kGroupOpened : kGroupSkipped;
     }
     __syncthreads(); /* s.lower read, the fates set */
-    n_open = list_opened(g.n_groups, s);
-    for (opened_walk w = walk_from(threadIdx.x, gt); w.j < n_open; walk_on(w, gt)) {
+    n_open = list_opened<kWarps>(g.n_groups, s);
+    for (opened_walk w = walk_from(threadIdx.x, gt); w.j < n_open; walk_on<kThreads>(w, gt)) {
       const int64_t t = s.open[w.j] * gt + w.off;
       if (t >= n_units) continue;
       double min2, max2;
       kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
       lower = kde_lse_add(lower, kde_prune_log_lower_box(&p, t, max2, point, d));
     }
-    log_budget = log(p.tolerance) + kde_lse_log(block_lse(lower, s.max, s.sum));
+    log_budget = log(p.tolerance) + kde_lse_log(block_lse<kWarps>(lower, s.max, s.sum));
     if (!(log_budget > -INFINITY)) { /* no lower bound: every unit visited */
-      for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads) s.fate[k] = kGroupVisited;
+      for (int64_t k = threadIdx.x; k < g.n_groups; k += kThreads) s.fate[k] = kGroupVisited;
       n_open = 0;
       __syncthreads();
     } else {
       /* the unopened groups (whole) and the opened groups' units in one
        * set of buckets: warp-uniform trips, terms in a fixed order */
       double own_lo = 0.0, own_hi = 0.0;
-      for (int64_t c = 0; c < g.n_groups; c += kPlanThreads) {
+      for (int64_t c = 0; c < g.n_groups; c += kThreads) {
         const int64_t k = c + threadIdx.x;
         const bool has = k < g.n_groups && s.fate[k] == kGroupSkipped;
         bucket_add(has ? s.key[k] - log_budget : 0.0, has, own_lo, own_hi);
       }
       opened_walk w = walk_from(threadIdx.x, gt);
-      for (int64_t c = 0; c < n_open * gt; c += kPlanThreads, walk_on(w, gt)) {
+      for (int64_t c = 0; c < n_open * gt; c += kThreads, walk_on<kThreads>(w, gt)) {
         const int64_t t = w.j < n_open ? s.open[w.j] * gt + w.off : n_units;
         double key = 0.0;
         if (t < n_units) {
@@ -201,10 +205,10 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
         }
         bucket_add(key, t < n_units, own_lo, own_hi);
       }
-      block_bucket_sums(own_lo, own_hi, s.bucket, s.sum_bucket);
+      block_bucket_sums<kWarps>(own_lo, own_hi, s.bucket, s.sum_bucket);
       first_skipped = kde_prune_first_skipped(s.sum_bucket);
       /* an unopened group is visited whole where its bound's bucket is */
-      for (int64_t k = threadIdx.x; k < g.n_groups; k += kPlanThreads)
+      for (int64_t k = threadIdx.x; k < g.n_groups; k += kThreads)
         if (s.fate[k] == kGroupSkipped &&
             kde_prune_bucket(s.key[k] - log_budget + kKeySlack) < first_skipped)
           s.fate[k] = kGroupVisited;
@@ -222,7 +226,7 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
   };
   const uint32_t units32 = (uint32_t) n_units, gt32 = (uint32_t) gt; /* units < 2^31 */
   long long visits = 0; /* this thread's words; a warp's words in its lane 0 */
-  for (int64_t word = threadIdx.x; word < words; word += kPlanThreads) {
+  for (int64_t word = threadIdx.x; word < words; word += kThreads) {
     const uint32_t t0 = (uint32_t) word * 32u;
     const uint32_t t_end = t0 + 32u < units32 ? t0 + 32u : units32;
     const uint32_t k0 = t0 / gt32, k1 = (t_end - 1u) / gt32;
@@ -239,34 +243,37 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
     put(word, bits);
     visits += __popc(bits);
   }
-  for (int64_t j = 0; j < n_open; j++) {
-    const uint32_t k = (uint32_t) s.open[j];
+  /* the opened groups' words as one run, group_words slots a group (the
+   * most words a group reaches), a warp a slot */
+  const int64_t group_words = (int64_t) ((gt32 + 31u) / 32u + 1u);
+  for (int64_t slot = warp; slot < n_open * group_words; slot += kWarps) {
+    const uint32_t k = (uint32_t) s.open[slot / group_words];
     const uint32_t t0 = k * gt32, t1 = t0 + gt32 < units32 ? t0 + gt32 : units32;
-    for (uint32_t word = t0 / 32u + warp; word <= (t1 - 1u) / 32u; word += kPlanWarps) {
-      /* the groups before k that reach this word (uniform in the warp) */
-      bool first = true;
-      for (uint32_t kk = word * 32u / gt32; kk < k; kk++)
-        first = first && s.fate[kk] != kGroupOpened;
-      if (!first) continue;
-      const uint32_t t = word * 32u + lane;
-      bool v = false;
-      if (t < units32) {
-        const int own = s.fate[t / gt32];
-        if (own == kGroupVisited) {
-          v = true;
-        } else if (own == kGroupOpened) {
-          double min2, max2;
-          kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
-          v = compact ? min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
-                      : kde_prune_bucket(kde_prune_log_upper(&p, t, min2, max2) - log_budget +
-                                         kKeySlack) < first_skipped;
-        }
+    const uint32_t word = t0 / 32u + (uint32_t) (slot % group_words);
+    if (word > (t1 - 1u) / 32u) continue;
+    /* the groups before k that reach this word (uniform in the warp) */
+    bool first = true;
+    for (uint32_t kk = word * 32u / gt32; kk < k; kk++)
+      first = first && s.fate[kk] != kGroupOpened;
+    if (!first) continue;
+    const uint32_t t = word * 32u + lane;
+    bool v = false;
+    if (t < units32) {
+      const int own = s.fate[t / gt32];
+      if (own == kGroupVisited) {
+        v = true;
+      } else if (own == kGroupOpened) {
+        double min2, max2;
+        kde_box_distances(q_lo, q_hi, p.lo + t * d, p.hi + t * d, d, &min2, &max2);
+        v = compact ? min2 < 1.0 + KDE_PRUNE_SUPPORT_MARGIN
+                    : kde_prune_bucket(kde_prune_log_upper(&p, t, min2, max2) - log_budget +
+                                       kKeySlack) < first_skipped;
       }
-      const uint32_t bits = __ballot_sync(0xffffffffu, v);
-      if (lane == 0) {
-        put(word, bits);
-        visits += __popc(bits);
-      }
+    }
+    const uint32_t bits = __ballot_sync(0xffffffffu, v);
+    if (lane == 0) {
+      put(word, bits);
+      visits += __popc(bits);
     }
   }
   grouped_found found;
@@ -278,7 +285,7 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
     for (int o = 16; o > 0; o >>= 1) visits += __shfl_xor_sync(0xffffffffu, visits, o);
     if (lane == 0) s.visits[warp] = visits;
     __syncthreads();
-    for (int w = 0; w < kPlanWarps; w++) found.visits += s.visits[w];
+    for (int w = 0; w < kWarps; w++) found.visits += s.visits[w];
   }
   return found;
 }
@@ -289,29 +296,31 @@ __global__ void __launch_bounds__(kPlanThreads)
     kde_plan_grouped_kernel(const kde_prune_plan p, const plan_groups g, const double *box,
                             int64_t words, uint32_t *mask, int64_t *count, double *skipped)
 {
-  __shared__ grouped_shared s;
+  __shared__ grouped_shared<kPlanWarps> s;
   const int64_t b = blockIdx.x, d = p.dim;
   for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s.box[i] = box[b * 2 * d + i];
   __syncthreads();
-  const grouped_found found = plan_grouped_box<true>(p, g, mask + b * words, s);
+  const grouped_found found = plan_grouped_box<true, kPlanWarps>(p, g, mask + b * words, s);
   if (threadIdx.x == 0) {
     count[b] = found.visits;
     skipped[b] = found.skipped;
   }
 }
 
-/* One CUDA block per query row r of z (rows [0, rows)): the row's own
- * plan, its point as the box, ORed into the mask row of its group of
- * kGroupRows (row r / kGroupRows: plan_refine's layout), 0 before. */
-__global__ void __launch_bounds__(kPlanThreads)
+/* One CUDA block of kWarps warps per query row r of z (rows [0, rows)):
+ * the row's own plan, its point as the box, ORed into the mask row of its
+ * group of kGroupRows (row r / kGroupRows: plan_refine's layout), 0
+ * before. */
+template <int kWarps>
+__global__ void __launch_bounds__(32 * kWarps)
     kde_plan_query_grouped_kernel(const kde_prune_plan p, const plan_groups g, const double *z,
                                   int64_t ldz, int64_t words, uint32_t *mask)
 {
-  __shared__ grouped_shared s;
+  __shared__ grouped_shared<kWarps> s;
   const int64_t row = blockIdx.x, d = p.dim;
-  for (int i = threadIdx.x; i < 2 * d; i += kPlanThreads) s.box[i] = z[(i % d) * ldz + row];
+  for (int i = threadIdx.x; i < 2 * d; i += 32 * kWarps) s.box[i] = z[(i % d) * ldz + row];
   __syncthreads();
-  plan_grouped_box<false>(p, g, mask + row / kGroupRows * words, s);
+  plan_grouped_box<false, kWarps>(p, g, mask + row / kGroupRows * words, s);
 }
 
 /* count[b]: the units that some group's row of query block b keeps (the

@@ -1,7 +1,7 @@
 /*
  * plan_reduce.cuh: the device plans' block-wide reductions, in fixed
  * orders (the same plan on every run and device): L's log-sum-exp and the
- * bucket sums of a CUDA block of kPlanThreads (plan.cu's count kernels and
+ * bucket sums of a CUDA block (kPlanThreads unless said) (plan.cu's count kernels and
  * plan_grouped_kernels.cuh).
  */
 #ifndef KDEGPU_CUDA_PLAN_REDUCE_CUH
@@ -20,10 +20,11 @@ namespace kdegpu {
 
 constexpr int kPlanWarps = kPlanThreads / 32;
 
-/* The log-sum-exp of the block's states, merged in a fixed order (lanes by
- * xor-butterfly, then warps in turn), known to every thread; s_max and
- * s_sum (kPlanWarps each, shared) free again on return. Every thread of
- * the block calls it (plan.cu's decisions too). */
+/* The log-sum-exp of the block's states (kWarps warps), merged in a fixed
+ * order (lanes by xor-butterfly, then warps in turn), known to every
+ * thread; s_max and s_sum (kWarps each, shared) free again on return.
+ * Every thread of the block calls it (plan.cu's decisions too). */
+template <int kWarps = kPlanWarps>
 __device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s_sum)
 {
   s = warp_lse(s);
@@ -33,7 +34,7 @@ __device__ __forceinline__ kde_lse block_lse(kde_lse s, double *s_max, double *s
   }
   __syncthreads();
   s = kde_lse_make(s_max[0], s_sum[0]);
-  for (int w = 1; w < kPlanWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
+  for (int w = 1; w < kWarps; w++) s = kde_lse_merge(s, kde_lse_make(s_max[w], s_sum[w]));
   __syncthreads(); /* s_max, s_sum are reused */
   return s;
 }
@@ -74,21 +75,29 @@ __device__ __forceinline__ void bucket_add(double key, bool has, double &own_lo,
 
 /* The warps' bucket sums (bucket_add's own_lo, own_hi of every lane)
  * added per bucket, warps in turn, into sum[0 .. KDE_PRUNE_BUCKETS)
- * (shared): known to every thread on return. */
+ * (shared): known to every thread on return. The warps pass through
+ * s_bucket (kBucketSlots rows, shared) kBucketSlots at a time. */
+constexpr int kBucketSlots = 8;
+template <int kWarps = kPlanWarps>
 __device__ __forceinline__ void block_bucket_sums(double own_lo, double own_hi,
                                                   double (*s_bucket)[KDE_PRUNE_BUCKETS],
                                                   double *sum)
 {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  s_bucket[warp][lane] = own_lo;
-  s_bucket[warp][lane + 32] = own_hi;
-  __syncthreads();
-  if (threadIdx.x < KDE_PRUNE_BUCKETS) {
-    double total = s_bucket[0][threadIdx.x];
-    for (int w = 1; w < kPlanWarps; w++) total += s_bucket[w][threadIdx.x];
-    sum[threadIdx.x] = total;
+  double total = 0.0;
+  for (int w0 = 0; w0 < kWarps; w0 += kBucketSlots) {
+    const int slots = kWarps - w0 < kBucketSlots ? kWarps - w0 : kBucketSlots;
+    if (warp >= w0 && warp < w0 + slots) {
+      s_bucket[warp - w0][lane] = own_lo;
+      s_bucket[warp - w0][lane + 32] = own_hi;
+    }
+    __syncthreads();
+    if (threadIdx.x < KDE_PRUNE_BUCKETS) {
+      for (int w = 0; w < slots; w++) total += s_bucket[w][threadIdx.x];
+      if (w0 + slots == kWarps) sum[threadIdx.x] = total;
+    }
+    __syncthreads();
   }
-  __syncthreads();
 }
 
 } // namespace kdegpu

@@ -45,11 +45,12 @@ std::vector<std::unique_ptr<emulated_warp>> g_warps;
 //     of its full sum and never above it.
 // The emulator takes a fraction of a second to a minute per CUDA block, so
 // it plans `queries` of the queries, spread over them (a sparse batch: 40
-// make a group of 32 rows and a short one).
+// make a group of 32 rows and a short one), with `warps` warps a query
+// (plan_query_warps' choices: 8, 16 or 32).
 static bool check_per_query(const fit &f, const kde_prune_groups &groups, const plan_groups &pg,
                             const std::vector<double> &all_q, int64_t all_m,
                             const std::vector<double> &all_full, int loo, double tol,
-                            int64_t queries, double *pairs)
+                            int64_t queries, int warps, double *pairs)
 {
   const int64_t m = std::min(all_m, queries);
   std::vector<int64_t> which(m);
@@ -63,8 +64,13 @@ static bool check_per_query(const fit &f, const kde_prune_groups &groups, const 
   const int64_t rows = blocks * kQueryGroups;
   std::vector<uint32_t> mask(rows * words, 0u);
   std::vector<int64_t> count(blocks + 2, 0);
-  launch_warps(dim3((unsigned) m, 1), kPlanThreads, [&] {
-    kde_plan_query_grouped_kernel(f.plan, pg, q.data(), m, words, mask.data());
+  launch_warps(dim3((unsigned) m, 1), 32 * warps, [&] {
+    if (warps == 32)
+      kde_plan_query_grouped_kernel<32>(f.plan, pg, q.data(), m, words, mask.data());
+    else if (warps == 16)
+      kde_plan_query_grouped_kernel<16>(f.plan, pg, q.data(), m, words, mask.data());
+    else
+      kde_plan_query_grouped_kernel<8>(f.plan, pg, q.data(), m, words, mask.data());
   });
   launch_warps(dim3((unsigned) blocks, 1), kPlanThreads, [&] {
     kde_plan_rows_count_kernel(mask.data(), words, m, count.data(),
@@ -126,9 +132,9 @@ static bool check_per_query(const fit &f, const kde_prune_groups &groups, const 
    * bound sits at a bucket's edge may differ, a few at most (none seen) */
   const bool ok = bad == 0 && worst_low <= 1e-12 && worst_high <= 1e-12 &&
                   (double) bits_unlike <= std::max(2.0, 0.005 * (double) host_bits);
-  printf("%s   per query: rows' pairs %.3f of all, beyond the bound %.1e, above %.1e, bad "
-         "counts %lld, rows unlike prune.c's %lld of %lld\n",
-         ok ? "ok  " : "FAIL", (double) evaluated / ((double) m * (double) f.n_units),
+  printf("%s   per query (%d warps): rows' pairs %.3f of all, beyond the bound %.1e, above "
+         "%.1e, bad counts %lld, rows unlike prune.c's %lld of %lld\n",
+         ok ? "ok  " : "FAIL", warps, (double) evaluated / ((double) m * (double) f.n_units),
          worst_low, worst_high, (long long) bad, (long long) differing, (long long) rows);
   return ok;
 }
@@ -141,6 +147,7 @@ int main()
   const char *kernels[] = {"gaussian", "epanechnikov", "rectangular", "triangular",
                            "biweight", "cosine", "optcosine", "exponential"};
   double listed_pairs = 0, all_pairs = 0, query_pairs[2] = {0, 0};
+  int per_query_checks = 0;
   for (int kernel : {KDE_GAUSSIAN, KDE_EXPONENTIAL, KDE_EPANECHNIKOV})
     for (int64_t d = 1; d <= 4; d++)
       for (int shape = 0; shape < 3; shape++)
@@ -307,9 +314,11 @@ int main()
              * clustered shape's cases, leaving one out, and the large
              * fits in groups of 256 units (the device's at large n), a
              * few queries there */
-            if (shape == 1 || loo || group_tiles == 256)
-              failures += !check_per_query(f, groups, pg, q, m, full, loo, tol,
-                                           large ? 6 : 40, query_pairs);
+            if (shape == 1 || loo || group_tiles == 256) {
+              const int warps[] = {32, 8, 16};
+              failures += !check_per_query(f, groups, pg, q, m, full, loo, tol, large ? 6 : 40,
+                                           warps[per_query_checks++ % 3], query_pairs);
+            }
             kde_prune_groups_free(&groups);
           }
   printf("pairs kept by the grouped plans: %.3f of all; by the per-query plans' groups of "
