@@ -31,7 +31,9 @@
  *   min2_G <= min2_T and max2_G >= max2_T for each tile T of the group, so
  *   W_G k(min2_G) bounds the group's tiles' upper bounds together and
  *   W_G k(max2_G) is at most their share of L. kde_tiles_to_visit_grouped
- *   puts groups (whole) and tiles in the same buckets: the same proof.
+ *   puts groups (whole) and tiles in the same buckets: the same proof. L
+ *   is a sum of lower bounds over any partition of the tiles, so a group
+ *   looked into tile by tile for L may still be bucketed whole.
  *   Where the box is one query's point, a tile's share of L may be Jensen's
  *   bound (below).
  * - Per-query plans (a few query blocks on the device,
@@ -142,8 +144,8 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
    * most one point is the query's own; this counts one per tile) */
   const double *group_lower_weight = plan->leave_one_out ? g->log_rest_sum : g->log_weight_sum;
   double *key = scratch;                     /* per tile of an opened group */
-  double *group_key = scratch + n_tiles;     /* per group; NAN: opened */
-  double *group_lower = group_key + n_groups; /* per group: its term of L */
+  double *group_key = scratch + n_tiles;     /* per group: its bound */
+  double *group_lower = group_key + n_groups; /* per group: its term of L; NAN: opened */
   int64_t n_visit = 0;
 
   if (compact) { /* a group beyond the support holds no tile within it */
@@ -182,7 +184,7 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
       lower = kde_lse_add(lower, group_lower[k]);
       continue;
     }
-    group_key[k] = NAN;
+    group_lower[k] = NAN;
     for (int64_t t = k * g->group_tiles; t < group_end(g, k, n_tiles); t++) {
       double min2, max2;
       kde_box_distances(q_lo, q_hi, plan->lo + t * d, plan->hi + t * d, d, &min2, &max2);
@@ -191,10 +193,17 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
     }
   }
   const double log_budget = log(plan->tolerance) + kde_lse_log(lower);
+  /* L from the opened groups' tiles is the larger: the opened groups whose
+   * bound is below its budget by the cut are closed again (their tiles' terms
+   * stay in L, a lower bound whichever way they are grouped), so that fewer
+   * groups are decided tile by tile */
+  const double close_cut = log_budget - log((double) n_groups) - KDE_PRUNE_GROUPED_CUT;
+  for (int64_t k = 0; k < n_groups; k++)
+    if (group_lower[k] != group_lower[k] && !(group_key[k] > close_cut)) group_lower[k] = 0.0;
   /* the unopened groups and the opened groups' tiles in one set of buckets */
   double bucket_sum[KDE_PRUNE_BUCKETS] = {0};
   for (int64_t k = 0; k < n_groups; k++) {
-    if (group_key[k] == group_key[k]) {
+    if (group_lower[k] == group_lower[k]) {
       group_key[k] -= log_budget;
       const int b = kde_prune_bucket(group_key[k]);
       if (b >= 0) bucket_sum[b] += exp(group_key[k]);
@@ -208,7 +217,7 @@ int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_g
   }
   const int first_skipped = kde_prune_first_skipped(bucket_sum);
   for (int64_t k = 0; k < n_groups; k++) {
-    const int opened = group_key[k] != group_key[k];
+    const int opened = group_lower[k] != group_lower[k];
     if (!opened && !(kde_prune_bucket(group_key[k]) < first_skipped)) continue;
     for (int64_t t = k * g->group_tiles; t < group_end(g, k, n_tiles); t++)
       if (!opened || kde_prune_bucket(key[t]) < first_skipped) visit[n_visit++] = t;

@@ -186,6 +186,15 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
       n_open = 0;
       __syncthreads();
     } else {
+      /* the opened groups below the cut from L's new budget, whole again
+       * (their units' terms stay in L) */
+      if (!every_unit) {
+        const double close_cut = log_budget - log((double) g.n_groups) - KDE_PRUNE_GROUPED_CUT;
+        for (int64_t k = threadIdx.x; k < g.n_groups; k += kThreads)
+          if (s.fate[k] == kGroupOpened && !(s.key[k] > close_cut)) s.fate[k] = kGroupSkipped;
+        __syncthreads();
+        n_open = list_opened<kWarps>(g.n_groups, s);
+      }
       /* the unopened groups (whole) and the opened groups' units in one
        * set of buckets: warp-uniform trips, terms in a fixed order */
       double own_lo = 0.0, own_hi = 0.0;
