@@ -288,10 +288,11 @@ double kde_prune_groups_local_share(const kde_prune_plan *plan, const kde_prune_
  * plus the tiles near the box (the CPU's per-query plans of sparse
  * queries): L's first bound comes from the groups' corners; a group whose
  * bound is below tolerance * L / n_groups by e^3 is skipped or visited
- * whole, the others are looked into tile by tile, and the unopened groups
- * and the opened tiles fill the same buckets. The plain plan where the
- * groups do not apply (adaptive fits, derivatives, leaving one out without
- * the groups' log_rest_sum).
+ * whole, the others are looked into tile by tile (for L's second bound;
+ * those below the same cut from it are then whole again), and the
+ * unopened groups and the opened tiles fill the same buckets. The plain
+ * plan where the groups do not apply (adaptive fits, derivatives, leaving
+ * one out without the groups' log_rest_sum).
  * scratch: 2 * n_tiles doubles. */
 int64_t kde_tiles_to_visit_grouped(const kde_prune_plan *plan, const kde_prune_groups *g,
                                    const double *q_lo, const double *q_hi, double *scratch,

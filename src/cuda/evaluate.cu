@@ -179,9 +179,10 @@ static int plan_can_pay(const kde_cuda_model *model, const kde_prune_plan *plan,
     kde_rows_box(oq.z, m, d, begin, end, box, box + d);
     if (kde_plan_may_pay(plan, &model->unit_groups, box, box + d, kPlanDropShare)) return 1;
   }
+  /* asked of all m rows, where plan_batch_device asks of each batch's:
+   * either way only the speed differs */
   const int64_t tested = m < kPayTestQueries ? m : kPayTestQueries;
-  if (m < 2 || !plan_query_applies(m, model->device_groups.group_tiles))
-    return 0;
+  if (m < 2 || !plan_query_applies(m, model->device_groups.group_tiles)) return 0;
   for (int64_t j = 0; j < tested; j++) {
     const int64_t row = j * m / tested;
     for (int64_t k = 0; k < d; k++) box[k] = oq.z[k * m + row];

@@ -243,11 +243,14 @@ inline bool plan_query_applies(int64_t rows, int64_t group_tiles)
  * double-precision latencies, so where the queries are few, each takes
  * more of an SM's warps (n = 1e7, the 153-unit groups, H200: 10 queries
  * 1.11x the full sum's time with 8 warps, 0.69x with 32; 1,000 queries
- * 0.60x, 0.54x with 16, 0.57x with 32; 1e4 queries 0.31x, 0.36x with 32). */
-inline int plan_query_warps(int64_t rows, int multiprocessors)
+ * 0.60x, 0.54x with 16, 0.57x with 32; 1e4 queries 0.31x, 0.36x with 32).
+ * From the rows alone (about two and eight a multiprocessor of an H100 or
+ * H200), as the warps set the plan's order of sums: the same plan on every
+ * device. */
+inline int plan_query_warps(int64_t rows)
 {
-  if (rows <= 2 * (int64_t) multiprocessors) return 32;
-  return rows <= 8 * (int64_t) multiprocessors ? 16 : 8;
+  if (rows <= 256) return 32;
+  return rows <= 1024 ? 16 : 8;
 }
 int plan_query(const plan_groups &groups, const kde_prune_plan *plan, const double *z,
                int64_t ldz, int64_t rows, kde_replica *rep, plan_counts *counts,

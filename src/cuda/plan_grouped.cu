@@ -60,7 +60,7 @@ int plan_query(const plan_groups &groups, const kde_prune_plan *plan, const doub
    * total) */
   KDE_CUDA_TRY(cudaMemsetAsync(rep->plan_mask.ptr, 0, mask_bytes, rep->stream));
   KDE_CUDA_TRY(cudaMemsetAsync(count + blocks, 0, 2 * sizeof(int64_t), rep->stream));
-  switch (plan_query_warps(rows, rep->multiprocessors)) {
+  switch (plan_query_warps(rows)) {
   case 32:
     kde_plan_query_grouped_kernel<32><<<(unsigned) rows, 32 * 32, 0, rep->stream>>>(
         *plan, groups, z, ldz, words, (uint32_t *) rep->plan_mask.ptr);

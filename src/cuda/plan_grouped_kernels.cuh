@@ -17,12 +17,15 @@
  *            are looked into unit by unit: L again from their units' own
  *            corners (a point's also Jensen's bound) and the other
  *            groups' terms;
+ *   closed:  the opened groups below the same cut from that L, whole
+ *            again (their units' terms stay in L);
  *   buckets: the unopened groups (whole) and the opened groups' units in
  *            one set of buckets, the first skipped bucket;
- *   decide:  the mask words group by group: those within an unopened
- *            group a thread each, the others a warp each, unit by unit;
- *            and the block's count.
- * Sums run in fixed orders: the same plan on every run and device.
+ *   decide:  the mask words: those that no opened group reaches a thread
+ *            each, the opened groups' a warp each, unit by unit; and the
+ *            block's count.
+ * Sums run in fixed orders, set by the warps of a CUDA block, which depend
+ * on the batch's rows only: the same plan on every run and device.
  * plan_grouped.cu launches them where the model has groups on the device
  * and the plan allows them (plan_groups_apply); tools/gpu-tests/emulate/
  * plan_grouped.cpp runs them on the host (in CI), checking the guarantee
@@ -97,20 +100,23 @@ __device__ __forceinline__ int64_t list_opened(int64_t n_groups, grouped_shared<
 
 /* A thread's walk over the opened groups' units in block-stride (kThreads
  * a step): step u of the walk is unit gt open[j] + off of opened group j
- * (j < n_open; past the last unit where the last group is short). */
+ * (j < n_open; past the last unit where the last group is short). A step
+ * moves kThreads / gt groups and kThreads % gt units on. */
 struct opened_walk {
-  int64_t j, off;
+  int32_t j, off, gt, step_j, step_off; /* groups < 2^11, units < 2^31 */
 };
+template <int kThreads>
 __device__ __forceinline__ opened_walk walk_from(int64_t u, int64_t gt)
 {
-  return opened_walk{u / gt, u % gt};
+  const int32_t g32 = (int32_t) gt, u32 = (int32_t) u;
+  return opened_walk{u32 / g32, u32 % g32, g32, kThreads / g32, kThreads % g32};
 }
-template <int kThreads>
-__device__ __forceinline__ void walk_on(opened_walk &w, int64_t gt)
+__device__ __forceinline__ void walk_on(opened_walk &w)
 {
-  w.off += kThreads;
-  while (w.off >= gt) {
-    w.off -= gt;
+  w.j += w.step_j;
+  w.off += w.step_off;
+  if (w.off >= w.gt) {
+    w.off -= w.gt;
     w.j++;
   }
 }
@@ -173,7 +179,7 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
     }
     __syncthreads(); /* s.lower read, the fates set */
     n_open = list_opened<kWarps>(g.n_groups, s);
-    for (opened_walk w = walk_from(threadIdx.x, gt); w.j < n_open; walk_on<kThreads>(w, gt)) {
+    for (opened_walk w = walk_from<kThreads>(threadIdx.x, gt); w.j < n_open; walk_on(w)) {
       const int64_t t = s.open[w.j] * gt + w.off;
       if (t >= n_units) continue;
       double min2, max2;
@@ -203,8 +209,8 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
         const bool has = k < g.n_groups && s.fate[k] == kGroupSkipped;
         bucket_add(has ? s.key[k] - log_budget : 0.0, has, own_lo, own_hi);
       }
-      opened_walk w = walk_from(threadIdx.x, gt);
-      for (int64_t c = 0; c < n_open * gt; c += kThreads, walk_on<kThreads>(w, gt)) {
+      opened_walk w = walk_from<kThreads>(threadIdx.x, gt);
+      for (int64_t c = 0; c < n_open * gt; c += kThreads, walk_on(w)) {
         const int64_t t = w.j < n_open ? s.open[w.j] * gt + w.off : n_units;
         double key = 0.0;
         if (t < n_units) {
@@ -254,7 +260,7 @@ __device__ __forceinline__ grouped_found plan_grouped_box(const kde_prune_plan &
   }
   /* the opened groups' words as one run, group_words slots a group (the
    * most words a group reaches), a warp a slot */
-  const int64_t group_words = (int64_t) ((gt32 + 31u) / 32u + 1u);
+  const int64_t group_words = (int64_t) (gt32 / 32u + (gt32 % 32u == 0u ? 0u : 2u));
   for (int64_t slot = warp; slot < n_open * group_words; slot += kWarps) {
     const uint32_t k = (uint32_t) s.open[slot / group_words];
     const uint32_t t0 = k * gt32, t1 = t0 + gt32 < units32 ? t0 + gt32 : units32;

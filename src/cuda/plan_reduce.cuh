@@ -1,8 +1,8 @@
 /*
  * plan_reduce.cuh: the device plans' block-wide reductions, in fixed
  * orders (the same plan on every run and device): L's log-sum-exp and the
- * bucket sums of a CUDA block (kPlanThreads unless said) (plan.cu's count kernels and
- * plan_grouped_kernels.cuh).
+ * bucket sums of a CUDA block of kWarps warps (plan.cu's count kernels,
+ * kPlanWarps; plan_grouped_kernels.cuh, 8 to 32).
  */
 #ifndef KDEGPU_CUDA_PLAN_REDUCE_CUH
 #define KDEGPU_CUDA_PLAN_REDUCE_CUH

@@ -46,7 +46,8 @@ std::vector<std::unique_ptr<emulated_warp>> g_warps;
 // The emulator takes a fraction of a second to a minute per CUDA block, so
 // it plans `queries` of the queries, spread over them (a sparse batch: 40
 // make a group of 32 rows and a short one), with `warps` warps a query
-// (plan_query_warps' choices: 8, 16 or 32).
+// (plan_query_warps' choices: 8, 16 or 32; the fits in groups of 256
+// units take each).
 static bool check_per_query(const fit &f, const kde_prune_groups &groups, const plan_groups &pg,
                             const std::vector<double> &all_q, int64_t all_m,
                             const std::vector<double> &all_full, int loo, double tol,
@@ -314,9 +315,13 @@ int main()
              * clustered shape's cases, leaving one out, and the large
              * fits in groups of 256 units (the device's at large n), a
              * few queries there */
-            if (shape == 1 || loo || group_tiles == 256) {
+            if (group_tiles == 256) {
+              for (int warps : {32, 16, 8})
+                failures += !check_per_query(f, groups, pg, q, m, full, loo, tol,
+                                             large ? 6 : 40, warps, query_pairs);
+            } else if (shape == 1 || loo) {
               const int warps[] = {32, 8, 16};
-              failures += !check_per_query(f, groups, pg, q, m, full, loo, tol, large ? 6 : 40,
+              failures += !check_per_query(f, groups, pg, q, m, full, loo, tol, 40,
                                            warps[per_query_checks++ % 3], query_pairs);
             }
             kde_prune_groups_free(&groups);
