@@ -321,7 +321,7 @@ int main()
                                              large ? 6 : 40, warps, query_pairs);
             } else if (shape == 1 || loo) {
               const int warps[] = {32, 8, 16};
-              failures += !check_per_query(f, groups, pg, q, m, full, loo, tol, 40,
+              failures += !check_per_query(f, groups, pg, q, m, full, loo, tol, large ? 6 : 40,
                                            warps[per_query_checks++ % 3], query_pairs);
             }
             kde_prune_groups_free(&groups);
