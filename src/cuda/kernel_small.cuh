@@ -521,13 +521,38 @@ __device__ __forceinline__ int64_t unit_at(const visit_units &visits, int64_t t,
   else return visits.unit(t);
 }
 
-/* A tile's copy: unrolled where the size is fixed and the kernel's per-tile
- * work was cut (TILE_CUTS, kde_small_kernel), the loop elsewhere. */
-template <bool UNROLLED, int ELEMS, typename T>
-__device__ __forceinline__ void copy_tile(T *smem, const T *gmem)
+/* Whether each warp copies its own quarter of the tiles and meets only
+ * its own lanes (__syncwarp), not the block's other warps (__syncthreads
+ * twice a tile): every warp reads only its quarter (small_tile,
+ * masked_tile, tight_tile). Harness ceiling, one H200, n = m = 1e6, single
+ * unless said: d = 1 3.51 -> 3.55e12 pairs/s, d = 2 3.05 -> 3.07e12,
+ * weighted d = 2 / 3 2.57 / 2.10 -> 2.62 / 2.13e12, double d = 1 / 2 / 3
+ * 7.37 / 6.63 / 6.17 -> 7.48 / 6.74 / 6.24e11; but the fused steps at d =
+ * 3 lost 1.1% (2.385 -> 2.359e12, three rounds each; ncu: the barrier's
+ * stalls became MIO throttle and not-selected ones, the issue rate stayed
+ * at 78%), and keep the block's copies. */
+template <bool TILE_CUTS, int D>
+__host__ __device__ constexpr bool warp_copies()
 {
-  if constexpr (UNROLLED) block_copy_async_n<ELEMS * sizeof(T)>(smem, gmem);
-  else block_copy_async(smem, gmem, ELEMS * sizeof(T));
+  return !(TILE_CUTS && D == 3);
+}
+
+/* This warp's quarter of a tile (its kSmallPointsPerWarp points: the tile
+ * is stored in kTileWidth-point column blocks, so a quarter is QUARTER
+ * consecutive values) into the same place of the shared tile, copied by the
+ * warp's own lanes (warp_copies). */
+template <int QUARTER, typename T>
+__device__ __forceinline__ void copy_quarter(T *tile, const T *unit)
+{
+  static_assert((QUARTER * sizeof(T)) % 16 == 0, "whole 16-byte copies");
+  constexpr int N = (int) (QUARTER * sizeof(T) / 16), PER = (N + 31) / 32;
+  const int lane = threadIdx.x % 32;
+  const size_t at = (size_t) (threadIdx.x / 32) * QUARTER * sizeof(T) + 16 * lane;
+  char *s = reinterpret_cast<char *>(tile) + at;
+  const char *g = reinterpret_cast<const char *>(unit) + at;
+#pragma unroll
+  for (int c = 0; c < PER; c++)
+    if ((c + 1) * 32 <= N || lane < N - c * 32) copy16_async(s + 16 * 32 * c, g + 16 * 32 * c);
 }
 
 /*
@@ -582,8 +607,9 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
    * rows from shared memory, the thread's own copy (qrows: each thread
    * reads only what it wrote, so no barrier; 2 D Q floats a thread), not
    * from global memory with 64-bit addresses; the own-point bookkeeping
-   * only where a tile may hold a query's own point; the tile copy unrolled
-   * (block_copy_async_n). The values and sums are the same. */
+   * only where a tile may hold a query's own point; the block's tile copy
+   * unrolled (block_copy_async_n, where not warp_copies). The values and
+   * sums are the same. */
   constexpr bool TILE_CUTS = fused_steps<K, T, D, A, false, true, C>() && !EXPANDED;
   constexpr int QROWS = TILE_CUTS ? 2 * D * Q : 0;
   __shared__ T qrows[QROWS > 0 ? QROWS * kThreads : 1];
@@ -620,12 +646,20 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int64_t n_tiles = visits.count;
   const T *src = a.train + p0 * (D + 1 + scale_rows(A) + C);
 
-  if (n_tiles > 0) copy_tile<TILE_CUTS, tile_elems>(smem, src + visits.unit(0) * tile_elems);
+  /* tiles double-buffered: each warp's quarter by the warp, or the tile
+   * by the block (warp_copies) */
+  constexpr bool WARP_COPIES = warp_copies<TILE_CUTS, D>();
+  constexpr int quarter_elems = tile_elems / kWarps;
+  static_assert(quarter_elems * kWarps == tile_elems, "a warp's quarter of the tile");
+  const auto copy = [&](T *to, const T *from) {
+    if constexpr (WARP_COPIES) copy_quarter<quarter_elems>(to, from);
+    else block_copy_async_n<tile_elems * sizeof(T)>(to, from);
+  };
+  if (n_tiles > 0) copy(smem, src + visits.unit(0) * tile_elems);
   async_commit();
   for (int64_t t = 0; t < n_tiles; t++) {
     if (t + 1 < n_tiles)
-      copy_tile<TILE_CUTS, tile_elems>(smem + ((t + 1) & 1) * tile_elems,
-                                       src + visits.unit(t + 1) * tile_elems);
+      copy(smem + ((t + 1) & 1) * tile_elems, src + visits.unit(t + 1) * tile_elems);
     async_commit(); /* possibly empty: keeps the group count uniform */
     /* the tile's unit: loaded once where TILE_CUTS (if constexpr here and
      * below: the other kernels' code stays as it was) */
@@ -656,7 +690,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
         }
     }
     async_wait_all_but_newest();
-    __syncthreads();
+    if constexpr (WARP_COPIES) __syncwarp(); /* the lanes' copies, seen by all */
+    else __syncthreads();
     T *tile = smem + (t & 1) * tile_elems;
     /* global index of the tile's point 0 (leave one out) */
     const int64_t tile_first = a.train_base + p0 + unit_at<TILE_CUTS>(visits, t, unit_t) * kUnit;
@@ -736,7 +771,9 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     }
 #pragma unroll
     for (int i = 0; i < Q; i++) s[i] += ts[i];
-    __syncthreads(); /* the next prefetch overwrites this buffer */
+    /* the next prefetch overwrites this buffer */
+    if constexpr (WARP_COPIES) __syncwarp();
+    else __syncthreads();
   }
   write_partials<T, Q>(a, smem, m, s, slot);
 }
