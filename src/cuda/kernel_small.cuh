@@ -84,8 +84,8 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
 #pragma unroll
     for (int i = 0; i < Q; i++) {
       T v;
-      if (EXPANDED) {
-        v = x[D][p % V];
+      if (EXPANDED) { /* UNIFORM: a tight tile's, rel_base = -mu (tight_tile) */
+        v = UNIFORM ? x[D][p % V] + rel_base[i] : x[D][p % V];
 #pragma unroll
         for (int k = 0; k < D; k++) v = fma(q[i][k], x[k][p % V], v);
       } else {
@@ -167,7 +167,9 @@ __device__ __forceinline__ void fix_query_group(const T *__restrict__ tile, int 
 
 /* Whether small_tile's UNIFORM tiles take fused steps (small_tile): the
  * single-precision halved difference form at d <= 3 with one aux per warp
- * quarter (an unweighted fit), no own point, no discrete columns. Each
+ * quarter (an unweighted fit), and the tight tiles' expanded form (values
+ * relative to the tile's reference mu, tight_tile); no own point, no
+ * discrete columns. Each
  * step makes a group's values, their exp2s and the group's lazy-max check
  * in one block, so that every MUFU depends on its column's FMAs and the
  * exp2s spread among them. The software pipeline of interleaved_exps
@@ -181,7 +183,8 @@ template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int C>
 __host__ __device__ constexpr bool fused_steps()
 {
   return kernel_sums_logs(K) && UNIFORM && !CHECK && sizeof(T) == sizeof(float) &&
-         halved_difference(K, D, A) && D <= 3 && A != kFitAdaptive && C == 0;
+         (halved_difference(K, D, A) || A == kFitTight) && D <= 3 && A != kFitAdaptive &&
+         C == 0;
 }
 
 /* Step g of small_tile: the exps of group g - U (in last) column by column
@@ -495,9 +498,9 @@ __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (
   compensated_sum<T> none[Q]; /* the fixes rescale s below, once */
 #pragma unroll
   for (int i = 0; i < Q; i++) mu[i] = mu0[i] = (m[i] - wref) + h[i];
-  if (need == kAllGroups)
-    small_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(tile, q, mu, none, ts, own, dc,
-                                                            (T) 0);
+  if (need == kAllGroups) /* values relative to mu (rel_base = 0 - mu): fused steps */
+    small_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK, !CHECK>(tile, q, mu, none, ts, own, dc,
+                                                             (T) 0);
   else /* the other queries' mu stay as they were: no fix below */
     masked_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK>(tile, q, mu, none, ts, own, dc, need);
 #pragma unroll
