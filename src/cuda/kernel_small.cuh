@@ -540,24 +540,6 @@ __host__ __device__ constexpr bool warp_copies()
   return !(TILE_CUTS && D == 3);
 }
 
-/* This warp's quarter of a tile (its kSmallPointsPerWarp points: the tile
- * is stored in kTileWidth-point column blocks, so a quarter is QUARTER
- * consecutive values) into the same place of the shared tile, copied by the
- * warp's own lanes (warp_copies). */
-template <int QUARTER, typename T>
-__device__ __forceinline__ void copy_quarter(T *tile, const T *unit)
-{
-  static_assert((QUARTER * sizeof(T)) % 16 == 0, "whole 16-byte copies");
-  constexpr int N = (int) (QUARTER * sizeof(T) / 16), PER = (N + 31) / 32;
-  const int lane = threadIdx.x % 32;
-  const size_t at = (size_t) (threadIdx.x / 32) * QUARTER * sizeof(T) + 16 * lane;
-  char *s = reinterpret_cast<char *>(tile) + at;
-  const char *g = reinterpret_cast<const char *>(unit) + at;
-#pragma unroll
-  for (int c = 0; c < PER; c++)
-    if ((c + 1) * 32 <= N || lane < N - c * 32) copy16_async(s + 16 * 32 * c, g + 16 * 32 * c);
-}
-
 /*
  * d = D in 1..4. Block (bx, by): queries [128 bx, 128 bx + 128) against the
  * by-th split of the training range. Queries live in registers (4 per
@@ -649,13 +631,14 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int64_t n_tiles = visits.count;
   const T *src = a.train + p0 * (D + 1 + scale_rows(A) + C);
 
-  /* tiles double-buffered: each warp's quarter by the warp, or the tile
-   * by the block (warp_copies) */
+  /* tiles double-buffered: each warp's quarter by the warp (the tile is
+   * stored in kTileWidth-point column blocks, so a quarter is consecutive
+   * values), or the tile by the block (warp_copies) */
   constexpr bool WARP_COPIES = warp_copies<TILE_CUTS, D>();
   constexpr int quarter_elems = tile_elems / kWarps;
   static_assert(quarter_elems * kWarps == tile_elems, "a warp's quarter of the tile");
   const auto copy = [&](T *to, const T *from) {
-    if constexpr (WARP_COPIES) copy_quarter<quarter_elems>(to, from);
+    if constexpr (WARP_COPIES) warp_share_copy_async<quarter_elems>(to, from);
     else block_copy_async_n<tile_elems * sizeof(T)>(to, from);
   };
   if (n_tiles > 0) copy(smem, src + visits.unit(0) * tile_elems);

@@ -1,7 +1,7 @@
 /*
  * tile_copy.cuh: moving tiles into shared memory: asynchronous global ->
- * shared copies by the whole block (cp.async; a plain copy before sm_80)
- * and vector loads of consecutive shared values.
+ * shared copies by the whole block or by each warp of its share (cp.async;
+ * a plain copy before sm_80) and vector loads of consecutive shared values.
  */
 #ifndef KDEGPU_CUDA_TILE_COPY_CUH
 #define KDEGPU_CUDA_TILE_COPY_CUH
@@ -62,6 +62,22 @@ __device__ __forceinline__ void block_copy_async(void *smem, const void *gmem,
   const char *g = static_cast<const char *>(gmem);
   for (size_t o = 16 * (size_t) threadIdx.x; o < bytes; o += 16 * kThreads)
     copy16_async(s + o, g + o);
+}
+
+/* Warp w copies its share of a block's buffer: the SHARE values from w
+ * SHARE, from gmem to the same place of smem (a multiple of 16 bytes). */
+template <int SHARE, typename T>
+__device__ __forceinline__ void warp_share_copy_async(T *smem, const T *gmem)
+{
+  static_assert((SHARE * sizeof(T)) % 16 == 0, "whole 16-byte copies");
+  constexpr int N = (int) (SHARE * sizeof(T) / 16), PER = (N + 31) / 32;
+  const int lane = threadIdx.x % 32;
+  const size_t at = (size_t) (threadIdx.x / 32) * SHARE * sizeof(T) + 16 * lane;
+  char *s = reinterpret_cast<char *>(smem) + at;
+  const char *g = reinterpret_cast<const char *>(gmem) + at;
+#pragma unroll
+  for (int c = 0; c < PER; c++)
+    if ((c + 1) * 32 <= N || lane < N - c * 32) copy16_async(s + 16 * 32 * c, g + 16 * 32 * c);
 }
 
 /* The same for a compile-time BYTES: unrolled, 32-bit offsets (a block of
