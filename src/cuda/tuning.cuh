@@ -211,7 +211,9 @@ constexpr int kPolyExps = 2;
  * density was the difference form's at r^2 = 1 (3.4e-7 against 3.5e-7,
  * d = 3) and up to 2.9 times it at r^2 = 2.25 (7.3e-7 against 2.5e-7).
  * The 1e7 pruned evaluation (one H200, d = 3, Scott) took 2.94 s at 1,
- * 2.87-2.95 s at 2.25 and 3.08-3.11 s without. model.cu's tight_radius2
+ * 2.87-2.95 s at 2.25 and 3.08-3.11 s without; since the tight tiles take
+ * the fused steps (kernel_small.cuh), 1.73 s at 1 against 1.78-1.80 s
+ * without (f364c67). model.cu's tight_radius2
  * (environment KDEGPU_TIGHT_RADIUS2, from 0 to this, to measure; 0:
  * never). */
 constexpr double kTightRadius2 = 1.0;
