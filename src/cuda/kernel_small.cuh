@@ -165,11 +165,16 @@ __device__ __forceinline__ void fix_query_group(const T *__restrict__ tile, int 
   group_fix_one(again[0], m, s, ts, gsum);
 }
 
-/* Whether small_tile's UNIFORM tiles take fused steps (small_tile): the
+/* Whether small_tile takes fused steps: in UNIFORM tiles, the
  * single-precision halved difference form at d <= 3 with one aux per warp
  * quarter (an unweighted fit), and the tight tiles' expanded form (values
- * relative to the tile's reference mu, tight_tile); no own point, no
- * discrete columns. Each
+ * relative to the tile's reference mu, tight_tile); at d = 1 and 3 also
+ * where the quarter's aux differ (weighted fits; absolute values, m
+ * subtracted before the exp2s). Harness ceiling, one H200: weighted d = 3
+ * 2.10 -> 2.26e12 pairs/s, unweighted d = 1 3.55 -> 3.61e12 and d = 3
+ * 2.386 -> 2.370e12 (the same kernel, its other path); at d = 2 weighted
+ * 2.62 -> 2.77e12 but unweighted 3.08 -> 2.98e12, so d = 2 keeps the
+ * interleaved steps there. No own point, no discrete columns. Each
  * step makes a group's values, their exp2s and the group's lazy-max check
  * in one block, so that every MUFU depends on its column's FMAs and the
  * exp2s spread among them. The software pipeline of interleaved_exps
@@ -182,7 +187,7 @@ __device__ __forceinline__ void fix_query_group(const T *__restrict__ tile, int 
 template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int C>
 __host__ __device__ constexpr bool fused_steps()
 {
-  return kernel_sums_logs(K) && UNIFORM && !CHECK && sizeof(T) == sizeof(float) &&
+  return kernel_sums_logs(K) && (UNIFORM || D != 2) && !CHECK && sizeof(T) == sizeof(float) &&
          (halved_difference(K, D, A) || A == kFitTight) && D <= 3 && A != kFitAdaptive &&
          C == 0;
 }
@@ -266,7 +271,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
     return;
   }
   if constexpr (fused_steps<K, T, D, A, CHECK, UNIFORM, C>()) {
-    relative_base(aux_u, m, base);
+    if (UNIFORM) relative_base(aux_u, m, base);
 #pragma unroll 1
     for (int g = 0; g < kSmallPointsPerWarp; g += U) {
       T gsum[Q];
@@ -276,7 +281,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
       const auto exps = [&](int p) {
         if (p == 0) return;
         T e[Q];
-        column_exps<POLY, true>(value, m, p - 1, e);
+        column_exps<POLY, UNIFORM>(value, m, p - 1, e);
         sums.push(p - 1, e);
       };
       small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base, value,
@@ -293,7 +298,7 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
           asm volatile("" : "+l"(again_tile));
           fix_query_group<K, T, D, A, U>(again_tile, j0 + g, q[i], m[i], s[i], ts[i], gsum[i]);
         }
-        relative_base(aux_u, m, base);
+        if (UNIFORM) relative_base(aux_u, m, base);
       }
 #pragma unroll
       for (int i = 0; i < Q; i++) ts[i] += gsum[i];
