@@ -534,11 +534,12 @@ __device__ __forceinline__ int64_t unit_at(const visit_units &visits, int64_t t,
  * twice a tile): every warp reads only its quarter (small_tile,
  * masked_tile, tight_tile). Harness ceiling, one H200, n = m = 1e6, single
  * unless said: d = 1 3.51 -> 3.55e12 pairs/s, d = 2 3.05 -> 3.07e12,
- * weighted d = 2 / 3 2.57 / 2.10 -> 2.62 / 2.13e12, double d = 1 / 2 / 3
- * 7.37 / 6.63 / 6.17 -> 7.48 / 6.74 / 6.24e11; but the fused steps at d =
- * 3 lost 1.1% (2.385 -> 2.359e12, three rounds each; ncu: the barrier's
- * stalls became MIO throttle and not-selected ones, the issue rate stayed
- * at 78%), and keep the block's copies. */
+ * weighted d = 2 2.57 -> 2.62e12, double d = 1 / 2 / 3 7.37 / 6.63 / 6.17
+ * -> 7.48 / 6.74 / 6.24e11. The single d = 3 difference-form kernel
+ * (TILE_CUTS: unweighted and weighted fits alike) keeps the block's
+ * copies: unweighted fits lost 1.1% (2.385 -> 2.359e12, three rounds each;
+ * ncu: the barrier's stalls became MIO throttle and not-selected ones, the
+ * issue rate stayed at 78%), weighted ones had gained 1.3%. */
 template <bool TILE_CUTS, int D>
 __host__ __device__ constexpr bool warp_copies()
 {
