@@ -57,8 +57,9 @@
 #' data (between clusters) is split into tiles of its own, at most 32
 #' bandwidths wide where that adds at most a quarter of the tiles. In
 #' single precision at d = 3, a run whose points lie within about a
-#' bandwidth of its centre, against queries within about 6.7 bandwidths of
-#' it, takes the expanded form relative to that centre, which rounds as the
+#' bandwidth of its centre takes the expanded form relative to that centre
+#' for queries near enough (their distance from the centre times the run's
+#' radius within about 44 squared bandwidths), which rounds about as the
 #' difference form does there and is faster.
 #' Derivatives take the difference form where the density's expanded form
 #' would round too much; Hessians always do. Far from all the data a density

@@ -5,7 +5,8 @@
  * kernel_small.cu instantiates the fixed-bandwidth kernels (select_small_kernel),
  * kernel_adaptive.cu the adaptive ones (A = kFitAdaptive: a row of
  * per-point scales after aux, kUnit more values per shared tile),
- * kernel_plain.cu the Gaussian's difference form (A = kFitPlain).
+ * kernel_plain.cu the Gaussian's difference form (A = kFitPlain). A group's
+ * values: small_values.cuh; the tight tiles (d = 3): tight_tile.cuh.
  */
 #ifndef KDEGPU_CUDA_KERNEL_SMALL_CUH
 #define KDEGPU_CUDA_KERNEL_SMALL_CUH
@@ -22,112 +23,12 @@
 #include "kernel_facts.cuh"
 #include "kernels.cuh"
 #include "numeric.cuh"
+#include "small_values.cuh"
+#include "tight_tile.cuh"
 #include "tile_copy.cuh"
 #include "tuning.cuh"
 
 namespace kdegpu {
-
-/* Mixed data: a thread's queries' codes and the columns' log2 factors
- * (kde_args); nothing for C = 0. */
-template <typename T, int Q, int C> struct discrete_codes {
-  T code[Q][C];
-  T mismatch[C], per_level[C];
-};
-template <typename T, int Q> struct discrete_codes<T, Q, 0> {};
-
-/* A group's values: value[i][p] for query i and the group's point p, log2
- * of the term (LSE kernels) or the term (compact kernels); before_column(p),
- * if given, runs before column p's values (small_tile: the last group's
- * exps, so that the MUFU's and the FMAs' instructions interleave). UNIFORM (LSE
- * kernels in the difference form, a warp share whose points all have the
- * same aux, as in an unweighted fit): relative to the running max, from
- * rel_base[i] = aux - m[i], one add per pair fewer than aux + log k and its
- * difference from m. Otherwise absolute, and rel_base is not read. (Relative
- * values with aux read per pair measured 6% slower than absolute ones: the
- * subtraction of m then leaves the MUFU's block for the FMAs'.) */
-template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int Q, int U, int C,
-          typename Column = void (*)(int)>
-__device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
-                                                   int j, const T (&q)[Q][D],
-                                                   const int (&own)[Q],
-                                                   const discrete_codes<T, Q, C> &dc,
-                                                   const T (&rel_base)[Q],
-                                                   T (&value)[Q][U],
-                                                   Column &&before_column = nullptr)
-{
-  constexpr bool LSE = kernel_sums_logs(K);
-  /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 and the query holds q, so
-   * aux + q.x = log2 w + log2 k + |q|^2 / 2; the host subtracts |q|^2 / 2.
-   * (log2 k = -s2 / 2 for the pre-scaled coordinates, kde_log_profile.)
-   * Adaptive (A = kFitAdaptive): the difference form, s2 times the point's
-   * 1 / lambda^2 from the row after aux. kFitPlain: the difference form.
-   * The Gaussian's difference form at a fixed bandwidth is halved
-   * (halved_difference: q holds q / sqrt2). */
-  constexpr bool EXPANDED = expanded_form(K, D, A);
-  constexpr int CODES = D + 1 + scale_rows(A); /* the tile's first code row */
-  constexpr int ROWS = CODES + C;
-  /* j >= 0: unsigned, so that / and % are a shift and a mask */
-  const unsigned uj = (unsigned) j;
-  const T *base = tile + (uj / kTileWidth) * ROWS * kTileWidth + (uj % kTileWidth);
-  /* with a hook, the columns are loaded as they are needed (a 16-byte load's
-   * worth at a time), so that fewer registers hold them */
-  constexpr bool HOOK = !std::is_pointer<std::remove_reference_t<Column>>::value;
-  constexpr int V = HOOK && 16 / (int) sizeof(T) < U ? 16 / (int) sizeof(T) : U;
-  T x[ROWS][V];
-#pragma unroll
-  for (int p = 0; p < U; p++) {
-    if (p % V == 0) {
-#pragma unroll
-      for (int k = 0; k < ROWS; k++) load_vec<T, V>(base + k * kTileWidth + p, x[k]);
-    }
-    if constexpr (HOOK) before_column(p);
-#pragma unroll
-    for (int i = 0; i < Q; i++) {
-      T v;
-      if (EXPANDED) { /* UNIFORM: a tight tile's, rel_base = -mu (tight_tile) */
-        v = UNIFORM ? x[D][p % V] + rel_base[i] : x[D][p % V];
-#pragma unroll
-        for (int k = 0; k < D; k++) v = fma(q[i][k], x[k][p % V], v);
-      } else {
-        if constexpr (halved_difference(K, D, A)) { /* q holds q / sqrt2 */
-          v = UNIFORM ? rel_base[i] : x[D][p % V];
-#pragma unroll
-          for (int k = 0; k < D; k++) {
-            const T u = fma(x[k][p % V], -inv_sqrt2<T>(), q[i][k]);
-            v = fma(-u, u, v);
-          }
-        } else {
-          T s2 = 0;
-#pragma unroll
-          for (int k = 0; k < D; k++) {
-            const T diff = q[i][k] - x[k][p % V];
-            s2 = fma(diff, diff, s2);
-          }
-          if (A == kFitAdaptive) s2 *= x[D + 1][p % V];
-          v = pair_value<K, LSE>(s2, UNIFORM ? rel_base[i] : x[D][p % V]);
-        }
-        if constexpr (C > 0) {
-#pragma unroll
-          for (int k = 0; k < C; k++) {
-            const T delta = fabs(dc.code[i][k] - x[CODES + k][p % V]);
-            /* a select, not a product: per_level * 0 is NaN at -inf */
-            v += delta == (T) 0 ? (T) 0 : fma(dc.per_level[k], delta, dc.mismatch[k]);
-          }
-        }
-      }
-      if (CHECK && j + p == own[i]) v = excluded_value<LSE, T>();
-      value[i][p] = v;
-    }
-  }
-}
-
-/* UNIFORM values' base: the warp share's one aux less each running max. */
-template <typename T, int Q>
-__device__ __forceinline__ void relative_base(T aux_u, const T (&m)[Q], T (&base)[Q])
-{
-#pragma unroll
-  for (int i = 0; i < Q; i++) base[i] = aux_u - m[i];
-}
 
 /* Whether small_tile interleaves a group's exps with the next group's
  * values (small_step): the single-precision difference form at d <= 2 (4
@@ -167,8 +68,7 @@ __device__ __forceinline__ void fix_query_group(const T *__restrict__ tile, int 
 
 /* Whether small_tile takes fused steps: in UNIFORM tiles, the
  * single-precision halved difference form at d <= 3 with one aux per warp
- * quarter (an unweighted fit), and the tight tiles' expanded form (values
- * relative to the tile's reference mu, tight_tile); at d = 1 and 3 also
+ * quarter (an unweighted fit); at d = 1 and 3 also
  * where the quarter's aux differ (weighted fits; absolute values, m
  * subtracted before the exp2s). Harness ceiling, one H200: weighted d = 3
  * 2.10 -> 2.26e12 pairs/s, unweighted d = 1 3.55 -> 3.61e12 and d = 3
@@ -188,7 +88,7 @@ template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, int C>
 __host__ __device__ constexpr bool fused_steps()
 {
   return kernel_sums_logs(K) && (UNIFORM || D != 2) && !CHECK && sizeof(T) == sizeof(float) &&
-         (halved_difference(K, D, A) || A == kFitTight) && D <= 3 && A != kFitAdaptive &&
+         halved_difference(K, D, A) && D <= 3 && A != kFitAdaptive &&
          C == 0;
 }
 
@@ -409,118 +309,6 @@ __device__ __forceinline__ bool warp_uniform_aux(const T *__restrict__ tile, T &
   return __all_sync(0xffffffffu, a0 == aux_u && a1 == aux_u);
 }
 
-/*
- * A tight tile (d = 3): where a warp's quarter of an anchored difference-form tile
- * lies within sqrt(radius2) of its anchor (the points are stored relative
- * to it), the quarter takes the expanded form relative to the anchor:
- * a pair's log2 term is aux' + q.x - h with aux' = (log2 w - wref) -
- * |x|^2 / 2, h = |q|^2 / 2 (q relative to the anchor too) and wref the
- * quarter's largest log2 w: d FMAs and the max's subtraction instead of the
- * halved difference's 2 d FMAs. Each term is relative to the pair's and
- * the quarter's size, not to where the data sit (tuning.cuh, kTightRadius2).
- *
- * warp_tight_quarter decides (warp-uniform) and, for a tight quarter,
- * rewrites its aux row in shared memory in place (only this warp reads its
- * quarter); wref is returned. Null points (aux -inf) have no say in the
- * radius and stay -inf. */
-template <typename T, int D>
-__device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radius2, T &wref)
-{
-  constexpr int ROWS = D + 1;
-  const int lane = threadIdx.x % 32;
-  T *quarter = tile + (threadIdx.x / 32) * kSmallPointsPerWarp * ROWS + lane;
-  T r2[2], aux[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const T *x = quarter + h * ROWS * kTileWidth;
-    aux[h] = x[D * kTileWidth];
-    T sum = 0;
-#pragma unroll
-    for (int k = 0; k < D; k++) sum = fma(x[k * kTileWidth], x[k * kTileWidth], sum);
-    r2[h] = aux[h] == -INFINITY ? (T) 0 : sum;
-  }
-  T most = fmax(r2[0], r2[1]);
-  wref = fmax(aux[0], aux[1]);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    most = fmax(most, __shfl_xor_sync(0xffffffffu, most, offset));
-    wref = fmax(wref, __shfl_xor_sync(0xffffffffu, wref, offset));
-  }
-  if (!(most <= radius2) || wref == -INFINITY) return false;
-#pragma unroll
-  for (int h = 0; h < 2; h++)
-    quarter[h * ROWS * kTileWidth + D * kTileWidth] = (aux[h] - wref) - (T) 0.5 * r2[h];
-  __syncwarp();
-  return true;
-}
-
-/* Whether every query of the warp (of the groups in `need`) lies within
- * sqrt(2 kTightQueryHalf2) of the quarter's anchor (q relative to it,
- * unscaled); h[i] = |q_i|^2 / 2. Then the expanded form's terms (h, q.x,
- * and the running max relative to wref, which a fix keeps within 2^32 of
- * the tile's terms) stay within about what a pair's own exponent is, and
- * so does their rounding. A query far from the tile would make mu a sum of
- * two large terms, rounded by an amount that depends on the running max
- * (on which tiles came first), so farther queries take the difference
- * form. */
-template <typename T, int D, int Q>
-__device__ __forceinline__ bool warp_queries_near(const T (&q)[Q][D], T (&h)[Q], unsigned need)
-{
-  T most = 0;
-#pragma unroll
-  for (int i = 0; i < Q; i++) {
-    T norm2 = 0;
-#pragma unroll
-    for (int k = 0; k < D; k++) norm2 = fma(q[i][k], q[i][k], norm2);
-    h[i] = (T) 0.5 * norm2;
-    if (need >> i & 1u) most = fmax(most, norm2);
-  }
-  /* |q|^2 <= 2 x, as h = |q|^2 / 2 <= x (the halving is exact), so that h
-   * is formed only where the quarter is tight */
-  return __all_sync(0xffffffffu, most <= (T) (2 * kTightQueryHalf2));
-}
-
-/* A tight quarter's pairs (q relative to the tile's anchor, unscaled; h
- * from warp_queries_near). The running max m stays in the absolute frame
- * of the other tiles; within the tile the reference is mu = (m - wref) +
- * h, in which the lazy max works as in small_tile (its fixes rescale ts
- * only). If a fix moved mu, the tile's reference is (mu - h) + wref, not a
- * float in general: the new m is its rounding, and the last add's error,
- * found by TwoSum, scales ts by 2^err (err below half an ulp of m, so
- * 1 + err ln 2); what is left is the rounding of mu - h and of mu itself,
- * half an ulp of numbers that the query test keeps below about 100, as the
- * difference form's value - m rounds. The caller adds ts to s. Only the
- * queries of the groups in `need` (masked_tile where not all). */
-template <typename T, int D, bool CHECK, int Q, int C>
-__device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (&q)[Q][D],
-                                           const T (&h)[Q], T (&m)[Q],
-                                           compensated_sum<T> (&s)[Q], T (&ts)[Q],
-                                           const int (&own)[Q],
-                                           const discrete_codes<T, Q, C> &dc, T wref,
-                                           unsigned need)
-{
-  T mu[Q], mu0[Q];
-  compensated_sum<T> none[Q]; /* the fixes rescale s below, once */
-#pragma unroll
-  for (int i = 0; i < Q; i++) mu[i] = mu0[i] = (m[i] - wref) + h[i];
-  if (need == kAllGroups) /* values relative to mu (rel_base = 0 - mu): fused steps */
-    small_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK, !CHECK>(tile, q, mu, none, ts, own, dc,
-                                                             (T) 0);
-  else /* the other queries' mu stay as they were: no fix below */
-    masked_tile<KDE_GAUSSIAN, T, D, kFitTight, CHECK>(tile, q, mu, none, ts, own, dc, need);
-#pragma unroll
-  for (int i = 0; i < Q; i++) {
-    if (__builtin_expect(mu[i] == mu0[i], 1)) continue;
-    const T t = mu[i] - h[i];
-    const T m_new = t + wref; /* TwoSum: t + wref = m_new + err exactly */
-    const T tb = m_new - wref;
-    const T err = (t - tb) + (wref - (m_new - tb));
-    s[i] *= fast_exp2(m[i] - m_new);
-    ts[i] *= fma(err, (T) kLn2, (T) 1);
-    m[i] = m_new;
-  }
-}
-
 /* visits.unit(t), or `loaded` where the kernel loaded it once (ONCE) */
 template <bool ONCE>
 __device__ __forceinline__ int64_t unit_at(const visit_units &visits, int64_t t, int64_t loaded)
@@ -578,9 +366,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   constexpr bool EXPANDED = expanded_form(K, D, A);
   constexpr T q_scale = halved_difference(K, D, A) ? inv_sqrt2<T>() : (T) 1;
   /* tight tiles (tight_tile): the single Gaussian's fixed-bandwidth
-   * difference form at d = 3 (at d = 1 both forms take 2 instructions a
-   * pair; at d = 2 the expanded form saves one of 4 and rounded up to 3
-   * times the difference form's error, tools/gpu-tests/emulate density; at
+   * difference form at d = 3 (at d = 1 and 2, tuning.cuh's kTightLevel; at
    * d = 4 the path spilled registers for 3% more pairs/s) */
   constexpr bool TIGHT_PATH = LSE && halved_difference(K, D, A) && C == 0 && D == 3 &&
                               std::is_same<T, float>::value;
@@ -730,11 +516,11 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     if constexpr (TIGHT_PATH) {
       if (a.anchor != nullptr) {
         T wref, h[Q];
-        tight = a.tight_radius2 > 0 && warp_queries_near(q, h, need) &&
-                warp_tight_quarter<T, D>(tile, a.tight_radius2, wref);
+        tight = a.tight_radius2 > 0 &&
+                warp_tight_quarter<T, D>(tile, a.tight_radius2, q, need, h, wref);
         if (tight) {
-          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, dc, wref, need);
-          else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, dc, wref, need);
+          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, wref, need);
+          else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, wref, need);
         } else {
 #pragma unroll
           for (int i = 0; i < Q; i++)

@@ -203,7 +203,8 @@ constexpr int kPolyExps = 2;
 /* A warp's quarter of an anchored difference-form tile whose points all lie
  * within sqrt(kTightRadius2) of the tile's anchor (storage units, where a
  * pair's log2 k is -s2 / 2) takes the expanded form relative to the anchor
- * (kernel_small.cuh, tight_tile): 2 instructions a pair fewer at d = 3.
+ * (kernel_small.cuh, tight_tile): d FMAs, the exp2 and an add a pair, against
+ * the difference form's 2 d FMAs, the exp2, an add and the lazy-max check.
  * Its rounding, relative to the anchor, is about eps ((D + r)^2 / 2 +
  * r (D + r) + r^2 / 2) in log2 for a pair D apart, r the quarter's radius.
  * On data whose every unit reaches r (tools/gpu-tests/emulate density: the
@@ -217,10 +218,22 @@ constexpr int kPolyExps = 2;
  * (environment KDEGPU_TIGHT_RADIUS2, from 0 to this, to measure; 0:
  * never). */
 constexpr double kTightRadius2 = 1.0;
-/* ... and only while every query of the warp lies within sqrt(2 x this) of
- * the anchor (|q|^2 / 2 <= this: 8 storage units, about 6.7 bandwidths):
- * kernel_small.cuh, warp_queries_near. */
-constexpr double kTightQueryHalf2 = 32;
+/* ... and only while |q| r <= this for every query of the warp (q relative
+ * to the anchor, r the quarter's radius, storage units), so that a tight
+ * quarter's terms 2^(aux' + q.x) stay below 2^64 and its sum below 2^70
+ * (kernel_small.cuh, tight_sums: no running max); farther queries take the
+ * difference form. In tools/gpu-tests/emulate density (cubes whose runs
+ * reach r^2 = 1) the tight form's largest error stayed within 1.5 times
+ * the difference form's (+2e-7) at d = 3 (2.6e-7 against 2.5e-7 leaving
+ * one out). At d = 2 it did so only below 4 (at 8: 8.4e-7 against 2.7e-7
+ * leaving one out; compensating the rounding of |q|^2 / 2, of the query's
+ * anchored coordinates or of the tile's offset from the running max did
+ * not help), and there the path cost the full sum 7.5% (harness ceiling,
+ * one H200: 3.07 -> 2.84e12 pairs/s) while the pruned n = m = 1e7
+ * evaluation gained 8.6% (1.69 -> 1.55 s); at d = 1, 64 gave 2.8e-6
+ * against 1.4e-6 for queries 12 units out (8 stayed within) for 2% more
+ * pairs/s. So the tight path is d = 3's (kernel_small.cuh, TIGHT_PATH). */
+constexpr double kTightLevel = 64;
 /* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
  * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12
  * to 3.11e12, 2: 3.11e12, 4: 3.10e12, 8: 2.76e12, 12: 2.49e12. */

@@ -1,9 +1,9 @@
 // Host emulation (run.sh density) of the density kernel for d <= 4
 // (src/cuda/kernel_small.cuh, kde_small_kernel) on an anchored
-// single-precision Gaussian fit, with and without tight tiles (at d = 3,
-// the expanded form relative to each tile's anchor where a warp's quarter
-// and its queries lie close to it; d = 2 must not take it): the real
-// kernel on the host, a model laid out
+// single-precision Gaussian fit, d = 1 to 3, with and without tight tiles
+// (at d = 3, the expanded form relative to each tile's anchor where a
+// warp's quarter lies close to it and its queries near enough; d = 1 and 2
+// must not take it): the real kernel on the host, a model laid out
 // as pack.cu lays it out (points relative to their run of kAnchorPoints'
 // box centre, the
 // anchors as float hi + lo, queries as hi and lo rows), queries in a k-d
@@ -15,7 +15,7 @@
 // (visit_groups: masked_tile), each query's sum against the double sum
 // over the units listed for its group. The data are a cube whose units reach the tight radius, the worst case for the
 // expanded form's rounding. DENSITY_R2 (a radius^2 to try instead of
-// kTightRadius2) and DENSITY_D (2 or 3 only) are for measuring.
+// kTightRadius2) and DENSITY_D (1, 2 or 3 only) are for measuring.
 #include "cuda_runtime.h"
 #include "warp.h"
 #include "kernel_small.cuh"
@@ -211,7 +211,7 @@ template <int D> static int check(const problem &p, const char *label)
   double most = 0;
   for (int64_t i = 0; i < p.m; i++) most = std::max(most, fabs(ref[i]));
   const double bound = 2e-6 + 8 * 0x1p-24 * most;
-  // d = 3 takes the path where the data are dense; d = 2 never does
+  // d = 3 takes the path where the data are dense; d = 1 and 2 never do
   const bool ok = worst_tight <= bound && worst_plain <= bound &&
                   worst_tight <= 1.5 * worst_plain + 2e-7 && (D == 3 ? differ > 0 : differ == 0);
   printf("%s d=%d %s: difference form %.2e, tight tiles %.2e (bound %.2e), %lld of %lld differ\n",
@@ -258,7 +258,7 @@ int main()
   setvbuf(stdout, nullptr, _IOLBF, 0);
   int failed = 0;
   const char *only = getenv("DENSITY_D");
-  for (int d = 2; d <= 3; d++) {
+  for (int d = 1; d <= 3; d++) {
     if (only != nullptr && atoi(only) != d) continue;
     for (int loo = 0; loo <= 1; loo++)
       for (double far : {3.0, 12.0}) {
@@ -272,13 +272,16 @@ int main()
         const double radius = sqrt(r2 != nullptr ? atof(r2) : kTightRadius2);
         const double per_run = pow((double) kUnit / kAnchorPoints, 1.0 / d);
         const double side = radius * per_run *
-                            (d == 2 ? 5.3 * sqrt(n / 6000.0) : 2.7 * cbrt(n / 6000.0));
+                            (d == 1 ? 40 * (n / 6000.0)
+                             : d == 2 ? 5.3 * sqrt(n / 6000.0) : 2.7 * cbrt(n / 6000.0));
         const problem p = make(d, n, 1024, side, far, loo == 1, 100 * d + (unsigned) far);
         char label[64];
         if (loo) snprintf(label, sizeof label, "leaving one out");
         else snprintf(label, sizeof label, "a quarter of the queries %g units out", far);
-        failed += d == 2 ? check<2>(p, label) : check<3>(p, label);
-        failed += d == 2 ? check_groups<2>(p, label) : check_groups<3>(p, label);
+        failed += d == 1 ? check<1>(p, label) : d == 2 ? check<2>(p, label) : check<3>(p, label);
+        failed += d == 1   ? check_groups<1>(p, label)
+                  : d == 2 ? check_groups<2>(p, label)
+                           : check_groups<3>(p, label);
       }
   }
   printf("%d failed\n", failed);

@@ -31,7 +31,7 @@
 #                     point placed once, a unit per part of one run, split
 #                     runs' units within the layout's width
 #   density           the density kernel (src/cuda/kernel_small.cuh) on
-#                     anchored single-precision fits, d = 2 and 3, tight
+#                     anchored single-precision fits, d = 1 to 3, tight
 #                     tiles on and off, against a double sum: both within
 #                     single's rounding, the tight form (d = 3 only) within
 #                     1.5x the difference form's error, leaving one out too

@@ -1,0 +1,179 @@
+/*
+ * tight_tile.cuh: the tight tiles of the FMA kernel (kernel_small.cuh, d =
+ * 3): a warp's quarter of an anchored tile that lies close to its anchor,
+ * in the expanded form relative to it, summed with no running max.
+ */
+#ifndef KDEGPU_CUDA_TIGHT_TILE_CUH
+#define KDEGPU_CUDA_TIGHT_TILE_CUH
+
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "kdegpu/kernels.h"
+#include "accumulate.cuh"
+#include "kernel_facts.cuh"
+#include "kernels.cuh"
+#include "numeric.cuh"
+#include "small_values.cuh"
+#include "tuning.cuh"
+
+namespace kdegpu {
+
+/*
+ * A tight tile (d = 3): where a warp's quarter of an anchored difference-form tile
+ * lies within sqrt(radius2) of its anchor (the points are stored relative
+ * to it) and the warp's queries near enough, the quarter takes the
+ * expanded form relative to the anchor: a pair's log2 term is aux' + q.x
+ * - h with aux' = (log2 w - wref) - |x|^2 / 2, h = |q|^2 / 2 (q relative
+ * to the anchor too) and wref the quarter's largest log2 w. Each term is
+ * relative to the pair's and the quarter's size, not to where the data sit
+ * (tuning.cuh, kTightRadius2). Since aux' <= 0 and |q.x| <= |q| r, the
+ * terms 2^(aux' + q.x) lie below 2^(|q| r): bounded (kTightLevel), they
+ * are summed in the quarter's frame with no running max, d FMAs, the exp2
+ * and an add a pair, and the quarter's sum joins the query's running sum
+ * once (tight_tile).
+ *
+ * warp_tight_quarter decides (warp-uniform: the quarter's radius and the
+ * queries' distance, of the groups in `need`), sets h, and for a tight
+ * quarter rewrites its aux row in shared memory in place (only this warp
+ * reads its quarter); wref is returned. Null points (aux -inf) have no say
+ * in the radius and stay -inf. */
+template <typename T, int D, int Q>
+__device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radius2,
+                                                   const T (&q)[Q][D], unsigned need,
+                                                   T (&h)[Q], T &wref)
+{
+  constexpr int ROWS = D + 1;
+  const int lane = threadIdx.x % 32;
+  T *quarter = tile + (threadIdx.x / 32) * kSmallPointsPerWarp * ROWS + lane;
+  T r2[2], aux[2];
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const T *x = quarter + half * ROWS * kTileWidth;
+    aux[half] = x[D * kTileWidth];
+    T sum = 0;
+#pragma unroll
+    for (int k = 0; k < D; k++) sum = fma(x[k * kTileWidth], x[k * kTileWidth], sum);
+    r2[half] = aux[half] == -INFINITY ? (T) 0 : sum;
+  }
+  T most = fmax(r2[0], r2[1]), far = 0;
+  wref = fmax(aux[0], aux[1]);
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    T norm2 = 0;
+#pragma unroll
+    for (int k = 0; k < D; k++) norm2 = fma(q[i][k], q[i][k], norm2);
+    h[i] = (T) 0.5 * norm2;
+    if (need >> i & 1u) far = fmax(far, norm2);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    most = fmax(most, __shfl_xor_sync(0xffffffffu, most, offset));
+    far = fmax(far, __shfl_xor_sync(0xffffffffu, far, offset));
+    wref = fmax(wref, __shfl_xor_sync(0xffffffffu, wref, offset));
+  }
+  /* |q.x| <= |q| r <= kTightLevel; the product's rounding is far
+   * below its margin */
+  if (!(most <= radius2) || !(far * most <= (T) (kTightLevel * kTightLevel)) ||
+      wref == -INFINITY)
+    return false;
+#pragma unroll
+  for (int half = 0; half < 2; half++)
+    quarter[half * ROWS * kTileWidth + D * kTileWidth] = (aux[half] - wref) - (T) 0.5 * r2[half];
+  __syncwarp();
+  return true;
+}
+
+/* A tight quarter's sums in its own frame: t[i] = the sum over the warp's
+ * quarter of 2^(aux' + q_i.x), below 2^(kTightLevel + 6) (64 points), with
+ * no running max: a group's values and exp2s in one block as in
+ * small_tile's fused steps, but with no lazy-max check and no max to
+ * subtract. Only the queries of the groups in `need` (one at a time where
+ * not all, as in masked_tile); the others' t stay 0. */
+template <typename T, int D, bool CHECK, int Q>
+__device__ __forceinline__ void tight_sums(const T *__restrict__ tile, const T (&q)[Q][D],
+                                           const int (&own)[Q], unsigned need, T (&t)[Q])
+{
+  constexpr int U = real_traits<T>::group;
+  constexpr int POLY = std::is_same<T, float>::value ? kPolyExps : 0;
+  const int j0 = (threadIdx.x / 32) * kSmallPointsPerWarp;
+#pragma unroll
+  for (int i = 0; i < Q; i++) t[i] = 0;
+  if (need == kAllGroups) {
+    const T none[Q] = {};
+#pragma unroll 1
+    for (int g = 0; g < kSmallPointsPerWarp; g += U) {
+      T value[Q][U], gsum[Q];
+      column_sums<T, Q, U> sums;
+      /* column p - 1's exp2s before column p's values */
+      const auto exps = [&](int p) {
+        if (p == 0) return;
+        T e[Q];
+        column_exps<POLY, true>(value, none, p - 1, e);
+        sums.push(p - 1, e);
+      };
+      small_group_values<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(
+          tile, j0 + g, q, own, discrete_codes<T, Q, 0>{}, none, value, exps);
+      exps(U);
+      sums.sums(gsum);
+#pragma unroll
+      for (int i = 0; i < Q; i++) t[i] += gsum[i];
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int g = 0; g < kSmallPointsPerWarp; g += U) {
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+      if (!(need >> i & 1u)) continue;
+      T qi[1][D], value[1][U], e[U];
+      const T none[1] = {};
+      const int own_i[1] = {own[i]};
+#pragma unroll
+      for (int k = 0; k < D; k++) qi[0][k] = q[i][k];
+      small_group_values<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(
+          tile, j0 + g, qi, own_i, discrete_codes<T, 1, 0>{}, none, value);
+#pragma unroll
+      for (int p = 0; p < U; p++) e[p] = fast_exp2(value[0][p]);
+      t[i] += tree_sum(e);
+    }
+  }
+}
+
+/* A tight quarter's pairs (q relative to the tile's anchor, unscaled; h
+ * and wref from warp_tight_quarter) into ts, relative to the running max
+ * m like the other tiles' sums: the quarter's sum times 2^((wref - m) -
+ * h), the one rounding that depends on m, as the difference form's aux -
+ * m. Where that passes kLazyLimit (or m is still the lowest float), m
+ * rises to the quarter's own level, (wref - h) + the sum's exponent, and
+ * s is rescaled. The caller adds ts to s. */
+template <typename T, int D, bool CHECK, int Q>
+__device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (&q)[Q][D],
+                                           const T (&h)[Q], T (&m)[Q],
+                                           compensated_sum<T> (&s)[Q], T (&ts)[Q],
+                                           const int (&own)[Q], T wref, unsigned need)
+{
+  T t[Q];
+  tight_sums<T, D, CHECK>(tile, q, own, need, t);
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    if (!(t[i] > (T) 0)) continue; /* not needed, or every term 0 */
+    T add = t[i] * fast_exp2((wref - m[i]) - h[i]);
+    if (__builtin_expect(!(add <= (T) kLazyLimit), 0)) {
+      const T m_new = (wref - h[i]) + (T) ilogb(t[i]);
+      s[i] *= fast_exp2(m[i] - m_new); /* 0 from lowest() */
+      ts[i] *= fast_exp2(m[i] - m_new);
+      add = t[i] * fast_exp2((wref - m_new) - h[i]);
+      m[i] = m_new;
+    }
+    ts[i] += add;
+  }
+}
+
+} // namespace kdegpu
+
+#endif /* KDEGPU_CUDA_TIGHT_TILE_CUH */
