@@ -32,7 +32,7 @@ __host__ __device__ constexpr bool kernel_sums_logs(int kernel)
  * expanded form's rounding within the tolerance (model.cu, expanded_rounding). */
 enum { kFitFixed = 0, kFitAdaptive = 1, kFitPlain = 2, kFitTight = 3 };
 /* kFitTight is not a fit's but a tile's variant: a warp's share of a tight
- * tile of an anchored difference-form fit (kernel_small.cuh, tight_tile),
+ * tile of an anchored difference-form fit (tight_tile.cuh),
  * in the expanded form relative to the tile's anchor, aux = log2 w - wref -
  * |x|^2 / 2 rewritten in shared memory. */
 

@@ -37,9 +37,7 @@ namespace kdegpu {
  * unit's rate, a sixth of the warps' time stalled on its queue). Harness
  * ceiling, one H200: d = 1 3.14 -> 3.41e12 pairs/s, d = 2 2.50 -> 2.71e12.
  * At d = 3 (6 FMAs a pair) the instruction issue is the limit and the
- * second group's registers spilled: 7.7% slower; the tight tiles' expanded
- * form (3 FMAs a pair) spilled too and lost 2.7% at n = 1e8 (in groups of
- * 4 points, 36 bytes of spill: 3-7% slower at n = m = 1e7); so did tiles
+ * second group's registers spilled: 7.7% slower; so did tiles
  * that hold a query's own point, adaptive fits (their per-point scales)
  * and mixed data (their codes). */
 template <int K, typename T, int D, int A, bool CHECK, int C>
@@ -175,19 +173,9 @@ __device__ __forceinline__ void small_tile(const T *__restrict__ tile,
 #pragma unroll 1
     for (int g = 0; g < kSmallPointsPerWarp; g += U) {
       T gsum[Q];
-      column_sums<T, Q, U> sums;
-      /* column p - 1's exps before column p's values, column by column;
-       * the last column's after the values */
-      const auto exps = [&](int p) {
-        if (p == 0) return;
-        T e[Q];
-        column_exps<POLY, UNIFORM>(value, m, p - 1, e);
-        sums.push(p - 1, e);
-      };
-      small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j0 + g, q, own, dc, base, value,
-                                                     exps);
-      exps(U);
-      if (__builtin_expect(sums.sums(gsum), 0)) {
+      if (__builtin_expect((fused_group<K, T, D, A, CHECK, UNIFORM, UNIFORM, POLY>(
+                               tile, j0 + g, q, own, dc, base, m, value, gsum)),
+                           0)) {
 #pragma unroll
         for (int i = 0; i < Q; i++) {
           if (gsum[i] <= (T) kLazyLimit) continue;

@@ -169,7 +169,7 @@ struct kde_args {
   const T *anchor;
   /* An anchored difference-form fit: a warp's quarter of a tile whose points
    * lie within this squared radius of its anchor takes the expanded form
-   * (kernel_small.cuh, tight_tile); 0: none does. */
+   * (tight_tile.cuh); 0: none does. */
   float tight_radius2;
   /* Mixed data (kernel_discrete.cu; 0 columns otherwise): the queries'
    * codes are rows code_row .. code_row + n_discrete - 1 of `query`, the

@@ -53,7 +53,8 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
 {
   constexpr bool LSE = kernel_sums_logs(K);
   /* Gaussian, d >= 3: aux = log2 w - |x|^2 / 2 and the query holds q, so
-   * aux + q.x = log2 w + log2 k + |q|^2 / 2; the host subtracts |q|^2 / 2.
+   * aux + q.x = log2 w + log2 k + |q|^2 / 2; the host subtracts |q|^2 / 2
+   * (a tight tile's, kFitTight, relative to the anchor: tight_tile does).
    * (log2 k = -s2 / 2 for the pre-scaled coordinates, kde_log_profile.)
    * Adaptive (A = kFitAdaptive): the difference form, s2 times the point's
    * 1 / lambda^2 from the row after aux. kFitPlain: the difference form.
@@ -115,6 +116,31 @@ __device__ __forceinline__ void small_group_values(const T *__restrict__ tile,
       value[i][p] = v;
     }
   }
+}
+
+/* A group's values and their exp2s in one block (small_tile's fused steps,
+ * tight_sums): column p - 1's exp2s before column p's values, so that every
+ * MUFU depends on its column's FMAs; gsum[i] = the group's sum of query
+ * i's terms, and whether one passed kLazyLimit. RELATIVE: the values are
+ * the exponents already (m is not read). */
+template <int K, typename T, int D, int A, bool CHECK, bool UNIFORM, bool RELATIVE, int POLY,
+          int Q, int U, int C>
+__device__ __forceinline__ bool fused_group(const T *__restrict__ tile, int j,
+                                            const T (&q)[Q][D], const int (&own)[Q],
+                                            const discrete_codes<T, Q, C> &dc,
+                                            const T (&rel_base)[Q], const T (&m)[Q],
+                                            T (&value)[Q][U], T (&gsum)[Q])
+{
+  column_sums<T, Q, U> sums;
+  const auto exps = [&](int p) {
+    if (p == 0) return;
+    T e[Q];
+    column_exps<POLY, RELATIVE>(value, m, p - 1, e);
+    sums.push(p - 1, e);
+  };
+  small_group_values<K, T, D, A, CHECK, UNIFORM>(tile, j, q, own, dc, rel_base, value, exps);
+  exps(U); /* the last column's after the values */
+  return sums.sums(gsum);
 }
 
 /* UNIFORM values' base: the warp share's one aux less each running max. */

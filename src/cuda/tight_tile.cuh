@@ -76,10 +76,13 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
     far = fmax(far, __shfl_xor_sync(0xffffffffu, far, offset));
     wref = fmax(wref, __shfl_xor_sync(0xffffffffu, wref, offset));
   }
-  /* |q.x| <= |q| r <= kTightLevel; the product's rounding is far
-   * below its margin */
+  /* |q.x| <= |q| r <= kTightLevel (the product's rounding is far below
+   * its margin); and |q|^2 <= 2^30, so that h and the level m rises to
+   * (tight_tile) round by at most 32 in log2 and the quarter's share stays
+   * within 2^-64 .. 2^65 of it (farther, near-duplicate points' shares
+   * could round to 0 or inf there) */
   if (!(most <= radius2) || !(far * most <= (T) (kTightLevel * kTightLevel)) ||
-      wref == -INFINITY)
+      !(far <= (T) 0x1p30) || wref == -INFINITY)
     return false;
 #pragma unroll
   for (int half = 0; half < 2; half++)
@@ -108,18 +111,8 @@ __device__ __forceinline__ void tight_sums(const T *__restrict__ tile, const T (
 #pragma unroll 1
     for (int g = 0; g < kSmallPointsPerWarp; g += U) {
       T value[Q][U], gsum[Q];
-      column_sums<T, Q, U> sums;
-      /* column p - 1's exp2s before column p's values */
-      const auto exps = [&](int p) {
-        if (p == 0) return;
-        T e[Q];
-        column_exps<POLY, true>(value, none, p - 1, e);
-        sums.push(p - 1, e);
-      };
-      small_group_values<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false>(
-          tile, j0 + g, q, own, discrete_codes<T, Q, 0>{}, none, value, exps);
-      exps(U);
-      sums.sums(gsum);
+      fused_group<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false, true, POLY>(
+          tile, j0 + g, q, own, discrete_codes<T, Q, 0>{}, none, none, value, gsum);
 #pragma unroll
       for (int i = 0; i < Q; i++) t[i] += gsum[i];
     }

@@ -203,7 +203,7 @@ constexpr int kPolyExps = 2;
 /* A warp's quarter of an anchored difference-form tile whose points all lie
  * within sqrt(kTightRadius2) of the tile's anchor (storage units, where a
  * pair's log2 k is -s2 / 2) takes the expanded form relative to the anchor
- * (kernel_small.cuh, tight_tile): d FMAs, the exp2 and an add a pair, against
+ * (tight_tile.cuh): d FMAs, the exp2 and an add a pair, against
  * the difference form's 2 d FMAs, the exp2, an add and the lazy-max check.
  * Its rounding, relative to the anchor, is about eps ((D + r)^2 / 2 +
  * r (D + r) + r^2 / 2) in log2 for a pair D apart, r the quarter's radius.
@@ -212,16 +212,16 @@ constexpr int kPolyExps = 2;
  * density was the difference form's at r^2 = 1 (3.4e-7 against 3.5e-7,
  * d = 3) and up to 2.9 times it at r^2 = 2.25 (7.3e-7 against 2.5e-7).
  * The 1e7 pruned evaluation (one H200, d = 3, Scott) took 2.94 s at 1,
- * 2.87-2.95 s at 2.25 and 3.08-3.11 s without; since the tight tiles take
- * the fused steps (kernel_small.cuh), 1.73 s at 1 against 1.78-1.80 s
- * without (f364c67). model.cu's tight_radius2
+ * 2.87-2.95 s at 2.25 and 3.08-3.11 s without; summed in their own frame
+ * (tight_sums), 1.57 s at 1 against 1.78 s without (1ee28a7). model.cu's
+ * tight_radius2
  * (environment KDEGPU_TIGHT_RADIUS2, from 0 to this, to measure; 0:
  * never). */
 constexpr double kTightRadius2 = 1.0;
 /* ... and only while |q| r <= this for every query of the warp (q relative
  * to the anchor, r the quarter's radius, storage units), so that a tight
  * quarter's terms 2^(aux' + q.x) stay below 2^64 and its sum below 2^70
- * (kernel_small.cuh, tight_sums: no running max); farther queries take the
+ * (tight_tile.cuh, tight_sums: no running max); farther queries take the
  * difference form. In tools/gpu-tests/emulate density (cubes whose runs
  * reach r^2 = 1) the tight form's largest error stayed within 1.5 times
  * the difference form's (+2e-7) at d = 3 (2.6e-7 against 2.5e-7 leaving

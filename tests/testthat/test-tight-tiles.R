@@ -1,4 +1,4 @@
-# Tight tiles (src/cuda/kernel_small.cuh, tight_tile): in a single-precision
+# Tight tiles (src/cuda/tight_tile.cuh): in a single-precision
 # Gaussian fit at d = 3 whose points are stored relative to their run's anchor, a
 # warp's quarter of a tile (a run of 64) that lies within about a bandwidth of its anchor
 # takes the expanded form relative to the anchor. KDEGPU_TIGHT_RADIUS2 = 0
