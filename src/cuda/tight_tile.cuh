@@ -158,8 +158,9 @@ __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (
     T add = t[i] * fast_exp2((wref - m[i]) - h[i]);
     if (__builtin_expect(!(add <= (T) kLazyLimit), 0)) {
       const T m_new = (wref - h[i]) + (T) ilogb(t[i]);
-      s[i] *= fast_exp2(m[i] - m_new); /* 0 from lowest() */
-      ts[i] *= fast_exp2(m[i] - m_new);
+      const T f = fast_exp2(m[i] - m_new); /* 0 from lowest() */
+      s[i] *= f;
+      ts[i] *= f;
       add = t[i] * fast_exp2((wref - m_new) - h[i]);
       m[i] = m_new;
     }
