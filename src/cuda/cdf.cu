@@ -24,6 +24,7 @@
 #include "kde_cuda_common.h"
 #include "model.cuh"
 
+using kdegpu::copy_to_replica;
 using kdegpu::device_share;
 using kdegpu::host_array;
 using kdegpu::point_bytes;
@@ -196,7 +197,7 @@ extern "C" void kde_cuda_cdf(kde_cuda_model *model, const kde_cdf_problem *p,
       v->resident = rep->cdf_points;
     }
     KDE_CUDA_TRY(cudaMalloc((void **) &v->small, small_bytes));
-    KDE_CUDA_TRY(cudaMemcpy(v->small, host_small, small_bytes, cudaMemcpyHostToDevice));
+    if (copy_to_replica(rep, v->small, host_small, small_bytes, status) != 0) goto cleanup;
     avail -= (double) small_bytes;
     /* else shards of whole splits in half of what is left */
     v->shard_splits = splits;

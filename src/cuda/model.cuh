@@ -183,6 +183,13 @@ inline size_t point_bytes(const kde_cuda_model *model)
 /* Device buffers (model.cu). */
 void buffer_release(kde_buffer *buffer);
 int buffer_reserve(kde_buffer *buffer, size_t bytes, kde_status *status);
+/* Copies `bytes` of host memory to the replica's device memory that its
+ * kernels read, ordered on rep->stream (model.cu). Never a plain
+ * cudaMemcpy there: from pageable memory it may return before the data
+ * have landed, and the replicas' non-blocking streams do not wait for the
+ * legacy stream's copy. */
+int copy_to_replica(kde_replica *rep, void *dst, const void *src, size_t bytes,
+                    kde_status *status);
 size_t scratch_bytes(const kde_replica *rep);
 
 /* Host arrays that an engine outside the density's storage (the CDF, the

@@ -358,8 +358,8 @@ extern "C" int kde_cuda_device_plan(kde_cuda_model *model, const kde_query_set *
   z = oq.on_device;
   if (z == NULL) { /* ordered on the host (no room on the device) */
     KDE_CUDA_TRY(cudaMalloc((void **) &uploaded, (size_t) (m * d) * sizeof(double)));
-    KDE_CUDA_TRY(cudaMemcpy(uploaded, oq.z, (size_t) (m * d) * sizeof(double),
-                            cudaMemcpyHostToDevice));
+    if (copy_to_replica(rep, uploaded, oq.z, (size_t) (m * d) * sizeof(double), status) != 0)
+      goto cleanup;
     z = uploaded;
   }
   t0 = std::chrono::steady_clock::now();

@@ -26,6 +26,7 @@
 #include "kde_cuda_common.h"
 #include "model.cuh"
 
+using kdegpu::copy_to_replica;
 using kdegpu::device_share;
 using kdegpu::host_array;
 using kdegpu::point_bytes;
@@ -230,8 +231,9 @@ extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request 
       KDE_CUDA_TRY(cudaMalloc((void **) &v->own, points_bytes));
       at = v->own;
       for (int k = 0; k < (has_scale ? 3 : 2); k++) {
-        KDE_CUDA_TRY(cudaMemcpy(at, parts[k].data, (size_t) parts[k].count * sizeof(double),
-                                cudaMemcpyHostToDevice));
+        if (copy_to_replica(rep, at, parts[k].data, (size_t) parts[k].count * sizeof(double),
+                            status) != 0)
+          goto cleanup;
         at += parts[k].count;
       }
       v->points = v->own;
@@ -244,7 +246,7 @@ extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request 
       goto cleanup;
     }
     KDE_CUDA_TRY(cudaMalloc((void **) &v->chol, chol_bytes));
-    KDE_CUDA_TRY(cudaMemcpy(v->chol, request->chol_h, chol_bytes, cudaMemcpyHostToDevice));
+    if (copy_to_replica(rep, v->chol, request->chol_h, chol_bytes, status) != 0) goto cleanup;
     avail -= (double) chol_bytes;
     sh->batch = (int64_t) (avail / ((double) d * sizeof(double)));
     if (sh->batch > kMaxSampleBatch) sh->batch = kMaxSampleBatch;
