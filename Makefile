@@ -13,8 +13,9 @@
 #                       WARNING (NOTEs are listed, not fatal)
 #   make lint-c         compiles src/*.c with -Wall -Wextra -Werror, and fails
 #                       on an OpenMP parallel region without num_threads() and
-#                       on a plain cudaMemcpy to a device (src/cuda/model.cuh's
-#                       copy_to_replica orders it on the kernels' stream)
+#                       on a legacy-stream copy or memset to a device
+#                       (src/cuda/model.cuh's copy_to_replica orders a copy on
+#                       the kernels' stream)
 #   make gpu-host-checks  the CUDA derivative kernels and their pruning plan,
 #                       emulated on the host (no GPU; tools/gpu-tests/README.md)
 #   make clean          remove build products
@@ -148,13 +149,13 @@ lint-c: deps
 	     '#pragma omp parallel' src inst/include | grep -v 'num_threads('; then \
 	  echo "lint-c: the OpenMP parallel regions above lack num_threads()"; status=1; \
 	fi && \
-	if awk 'held { if ((held $$0) !~ /DeviceToHost/) { print at ": " held; bad = 1 } held = "" } \
-	        /cudaMemcpy\(/ { held = $$0; at = FILENAME ":" FNR } \
-	        END { if (held != "" && held !~ /DeviceToHost/) { print at ": " held; bad = 1 } exit !bad }' \
-	     src/cuda/*.cu src/cuda/*.cuh; then \
-	  echo "lint-c: a plain cudaMemcpy to the device above: use copy_to_replica (model.cuh)"; status=1; \
+	if awk '/cudaMemcpy(2D|3D|ToSymbol)?\(|cudaMemset(2D|3D)?\(/ { held = ""; at = FILENAME ":" FNR; on = 1 } \
+	        on { held = held $$0; if ($$0 ~ /\);/) { on = 0; \
+	               if (held ~ /cudaMemset|ToSymbol/ || held !~ /DeviceToHost/) { print at ": " held; bad = 1 } } } \
+	        END { exit !bad }' src/cuda/*.cu src/cuda/*.cuh; then \
+	  echo "lint-c: a legacy-stream copy or memset to the device above: use copy_to_replica (model.cuh) or the Async call on the replica's stream"; status=1; \
 	fi && \
-	if [ $$status -eq 0 ]; then echo "lint-c: src/*.c clean with -Wall -Wextra; every parallel region has num_threads(); no plain cudaMemcpy to a device"; fi && \
+	if [ $$status -eq 0 ]; then echo "lint-c: src/*.c clean with -Wall -Wextra; every parallel region has num_threads(); no legacy-stream copy to a device"; fi && \
 	exit $$status
 
 gpu-host-checks:
@@ -163,4 +164,5 @@ gpu-host-checks:
 clean:
 	sh ./cleanup
 	rm -rf .Rlib $(PKG).Rcheck $(PKG)_*.tar.gz tools/gpu-tests/emulate/build \
+	  tools/gpu-tests/emulate/build-density tools/gpu-tests/emulate/build-gate \
 	  tools/gpu-tests/harness/build tools/gpu-tests/harness/out

@@ -46,6 +46,8 @@
  *   order.cu, plan.cu,  a pruned evaluation's queries in a spatial (Hilbert)
  *   plan.cuh            order and each batch's plan (prune.c's decision,
  *                       made on the device): the visit lists below
+ *   plan_gate.cu        whether a plan can pay (the pairs, the fit's
+ *                       groups, the query blocks' boxes)
  *   sample.cu           draws from the estimate (its own kernel)
  *   kde_cuda_common.h   the memory budget; error reporting (KDE_CUDA_TRY)
  *   tuning_hooks.h      what the harness (tools/gpu-tests/harness) sets and reads

@@ -148,10 +148,10 @@ struct kde_cuda_model {
    * kde_prune_log_lower_query */
   double *unit_centroid, *unit_spread2;
   /* groups of units (prune.h), for the test of whether a few queries'
-   * plan can pay (evaluate.cu); empty when the model visits every unit */
+   * plan can pay (plan_gate.cu); empty when the model visits every unit */
   kde_prune_groups unit_groups;
   /* their estimate of the share of the units a query keeps at
-   * local_share_tolerance (evaluate.cu's plan_worth_making), once made */
+   * local_share_tolerance (plan_gate.cu's plan_worth_making), once made */
   double local_share, local_share_tolerance;
   int local_share_made;
   int whitening_serial; /* bumped when it changes; 0: none yet */

@@ -355,6 +355,19 @@ int order_evaluation_queries(kde_cuda_model *model, const kde_query_set *query,
                              int on_device, ordered_queries *oq, kde_status *status);
 void ordered_queries_free(const kde_cuda_model *model, ordered_queries *oq);
 
+/* Whether a plan can pay (plan_gate.cu), asked in this order by
+ * log_density_run: plan_worth_making, from the pairs (and the fit's groups'
+ * estimate of a query's share); for one query block (at most kBlockQueries
+ * queries, not leaving one out) one_block_plan_can_pay, before they are
+ * ordered; for more, plan_can_pay on the ordered queries z (m rows, on the
+ * host unless on_device). host_prune_plan: the decisions' inputs from the
+ * model's units. */
+kde_prune_plan host_prune_plan(const kde_cuda_model *model, double tolerance, int leave_one_out);
+int plan_worth_making(kde_cuda_model *model, const kde_query_set *query);
+int one_block_plan_can_pay(const kde_cuda_model *model, const kde_query_set *query);
+int plan_can_pay(const kde_cuda_model *model, const kde_prune_plan *plan, const double *z,
+                 int on_device, int64_t m);
+
 } // namespace kdegpu
 
 #endif /* KDEGPU_CUDA_PLAN_CUH */

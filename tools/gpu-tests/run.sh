@@ -39,12 +39,13 @@ case "$mode" in
     run "derivative kernels, every kernel in double" tools/gpu-tests/emulate/build/derivatives -1 double
     run "derivative plan" bash tools/gpu-tests/emulate/run.sh derivatives_plan
     run "whether a plan can pay" bash tools/gpu-tests/emulate/run.sh plan_pays
+    run "one query block's plan decision in any row order" bash tools/gpu-tests/emulate/run.sh plan_gate
     run "the plan refined per query" bash tools/gpu-tests/emulate/run.sh plan_refine
     run "the plan from the units' groups" bash tools/gpu-tests/emulate/run.sh plan_grouped
     run "the queries' Hilbert order" bash tools/gpu-tests/emulate/run.sh hilbert
     run "the units' layout" bash tools/gpu-tests/emulate/run.sh unit_spread
     run "the density kernel's tight tiles" bash tools/gpu-tests/emulate/run.sh density
-    checks=$(grep -cE ' (float|visited|refined|grouped|layout|tight|grids) ' "$log")
+    checks=$(grep -cE ' (float|visited|refined|grouped|layout|tight|grids|orders) ' "$log")
     ;;
   device)
     run "harness (correctness)" env SANITIZE=0 PROFILE=0 MODE=test bash tools/gpu-tests/harness/run.sh

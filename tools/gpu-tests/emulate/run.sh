@@ -24,6 +24,10 @@
 #                     never "no" where the exact plan skips more than 10%;
 #                     the groups' share estimate (kde_prune_groups_local_share)
 #                     from above, telling normal data from clusters
+#   plan_gate         src/cuda/plan_gate.cu (real headers, the CUDA toolkit's
+#                     for their types; nvcc's folder): one query block's
+#                     decision whether a plan can pay, the same in any order
+#                     of its rows
 #   hilbert           the queries' order (src/cuda/hilbert.cuh) on whole grids,
 #                     dim = 1..8: a permutation whose steps are to neighbours;
 #                     at order.cu's widths, sampled cells the same way
@@ -43,7 +47,7 @@
 #                       R_LIBS=<CPU build> Rscript tools/gpu-tests/emulate/test_blocks.R
 # Slow (minutes): it is for the logic, not the speed. `--build-only` after
 # the name compiles without running.
-#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_refine|plan_grouped|hilbert|unit_spread|density|mean_shift|sums] [args]
+#   bash tools/gpu-tests/emulate/run.sh [derivatives|derivatives_plan|plan_pays|plan_gate|plan_refine|plan_grouped|hilbert|unit_spread|density|mean_shift|sums] [args]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -54,7 +58,7 @@ cp "$root"/src/cuda/*.cuh "$build"/
 cp "$here"/shim/* "$build"/
 # the plan's C code (prune.c and what it calls) and the units' layout,
 # compiled as C
-for c in prune spatial threads unit_spread; do
+for c in prune spatial threads unit_spread whiten; do
   gcc -std=gnu99 -O2 -fopenmp -w -I"$root/src" -I"$root/inst/include" \
     -c "$root/src/$c.c" -o "$build/$c.o"
 done
@@ -71,9 +75,28 @@ if [ "$which" = density ]; then
     "$build/numeric.cuh"
   grep -q emulated_ex2 "$build/numeric.cuh" || { echo "run.sh: numeric.cuh's ex2 asm not found" >&2; exit 1; }
 fi
+extra=()
+if [ "$which" = plan_gate ]; then
+  # the real model.cuh and plan.cuh (no shims), the toolkit's headers for
+  # their CUDA types; a warp shuffle declared for plan.cuh's device code
+  build="$here/build-gate"
+  mkdir -p "$build"
+  cp "$root"/src/cuda/*.cuh "$root"/src/cuda/*.h "$build"/
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  cuda_include=$(dirname "$(dirname "$nvcc")")/include
+  if [ ! -f "$cuda_include/cuda_runtime.h" ]; then
+    echo "plan gate: skipped (no CUDA toolkit headers at $cuda_include)"
+    exit 0
+  fi
+  printf 'template <typename T> T __shfl_xor_sync(unsigned, T v, int) { return v; }\n' \
+    > "$build/shuffle.h"
+  g++ -std=c++17 -O2 -w -x c++ -include "$build/shuffle.h" -I"$build" -I"$cuda_include" \
+    -I"$root/src" -I"$root/inst/include" -c "$root/src/cuda/plan_gate.cu" -o "$build/plan_gate.o"
+  extra=(-include "$build/shuffle.h" -I"$cuda_include" "$build/plan_gate.o")
+fi
 objects="$here/build"
 g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -fopenmp -w -I"$build" -I"$root/src" \
-  -I"$root/inst/include" "$here/$which.cpp" "$objects"/prune.o "$objects"/spatial.o \
-  "$objects"/threads.o "$objects"/unit_spread.o -o "$build/$which"
+  -I"$root/inst/include" "$here/$which.cpp" "${extra[@]}" "$objects"/prune.o "$objects"/spatial.o \
+  "$objects"/threads.o "$objects"/unit_spread.o "$objects"/whiten.o -o "$build/$which"
 [ "${2:-}" = "--build-only" ] && exit 0
 "$build/$which" "${@:2}"
