@@ -136,9 +136,6 @@ cleanup:
   return -1;
 }
 
-/* (With a plain cudaMemcpy, a first evaluation after a fit read a previous
- * model's whitening: wrong densities about once in 2,000 small fits while
- * another process used the GPU.) */
 int copy_to_replica(kde_replica *rep, void *dst, const void *src, size_t bytes,
                     kde_status *status)
 {
@@ -148,10 +145,15 @@ cleanup:
   return -1;
 }
 
-/* Host arrays, one after another, into device memory from dst
- * (copy_to_replica). */
-static int copy_parts_to_replica(kde_replica *rep, void *dst, const host_array *parts,
-                                 int n_parts, kde_status *status)
+size_t host_arrays_bytes(const host_array *parts, int n_parts)
+{
+  size_t bytes = 0;
+  for (int k = 0; k < n_parts; k++) bytes += (size_t) parts[k].count * sizeof(double);
+  return bytes;
+}
+
+int copy_parts_to_replica(kde_replica *rep, void *dst, const host_array *parts, int n_parts,
+                          kde_status *status)
 {
   char *at = (char *) dst;
   for (int k = 0; k < n_parts; k++) {
@@ -165,10 +167,9 @@ static int copy_parts_to_replica(kde_replica *rep, void *dst, const host_array *
 int keep_arrays(kde_replica *rep, double **slot, const host_array *parts, int n_parts,
                 kde_status *status)
 {
-  size_t bytes = 0;
+  const size_t bytes = host_arrays_bytes(parts, n_parts);
   double *dst = NULL;
   if (*slot != NULL) return 1;
-  for (int k = 0; k < n_parts; k++) bytes += (size_t) parts[k].count * sizeof(double);
   if ((double) bytes > 0.25 * rep->budget) return 0;
   KDE_CUDA_TRY(cudaMalloc((void **) &dst, bytes > 0 ? bytes : 1));
   if (copy_parts_to_replica(rep, dst, parts, n_parts, status) != 0) goto cleanup;
@@ -706,11 +707,7 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                          train->host_threads, model->unit_centroid, model->unit_spread2);
     }
     /* and on every device, for the plans made there (plan.cu) */
-    const size_t box_bytes = (size_t) (n_units * model->dim) * sizeof(double);
-    const size_t weight_bytes = (size_t) n_units * sizeof(double);
     /* boxes and weights; an adaptive model's scales, or the centroids */
-    const size_t unit_bytes_all = model->adaptive ? 2 * box_bytes + 4 * weight_bytes
-                                                  : 3 * box_bytes + 3 * weight_bytes;
     const int64_t box = n_units * model->dim;
     const host_array unit_parts[6] = {
         {model->unit_lo, box},
@@ -726,12 +723,11 @@ extern "C" kde_cuda_model *kde_cuda_model_create_tuned(const kde_training_set *t
                                        {g->hi, g->n_groups * model->dim},
                                        {g->log_weight_sum, g->n_groups},
                                        {g->log_rest_sum, g->n_groups}};
-    const size_t group_bytes = (size_t) (2 * g->n_groups * (model->dim + 1)) * sizeof(double);
     for (int r = 0; r < n_devices; r++) {
       kde_replica *rep = &model->rep[r];
       KDE_CUDA_TRY(cudaSetDevice(rep->device));
-      KDE_CUDA_TRY(cudaMalloc((void **) &rep->units, unit_bytes_all));
-      KDE_CUDA_TRY(cudaMalloc((void **) &rep->groups, group_bytes));
+      KDE_CUDA_TRY(cudaMalloc((void **) &rep->units, host_arrays_bytes(unit_parts, 6)));
+      KDE_CUDA_TRY(cudaMalloc((void **) &rep->groups, host_arrays_bytes(group_parts, 4)));
       if (copy_parts_to_replica(rep, rep->units, unit_parts, 6, status) != 0 ||
           copy_parts_to_replica(rep, rep->groups, group_parts, 4, status) != 0)
         goto cleanup;

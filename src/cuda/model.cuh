@@ -204,6 +204,11 @@ struct host_array {
 };
 int keep_arrays(kde_replica *rep, double **slot, const host_array *parts, int n_parts,
                 kde_status *status);
+/* The bytes of host arrays as doubles; and copy_to_replica of them, one
+ * after another, into device memory from dst. */
+size_t host_arrays_bytes(const host_array *parts, int n_parts);
+int copy_parts_to_replica(kde_replica *rep, void *dst, const host_array *parts, int n_parts,
+                          kde_status *status);
 
 /* One device's share of an engine's rows (the CDF's queries, the
  * sampler's draws): rows [first, first + n), `done` of them finished,

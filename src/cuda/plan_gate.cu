@@ -57,8 +57,7 @@ int plan_can_pay(const kde_cuda_model *model, const kde_prune_plan *plan, const 
 
 /* The decision's inputs on the host (prune.h), from the model's units:
  * for the groups' estimate and for plans made on the host. */
-kde_prune_plan host_prune_plan(const kde_cuda_model *model, double tolerance,
-                                      int leave_one_out)
+kde_prune_plan host_prune_plan(const kde_cuda_model *model, double tolerance, int leave_one_out)
 {
   kde_prune_plan plan;
   memset(&plan, 0, sizeof plan);

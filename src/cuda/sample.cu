@@ -26,6 +26,7 @@
 #include "kde_cuda_common.h"
 #include "model.cuh"
 
+using kdegpu::copy_parts_to_replica;
 using kdegpu::copy_to_replica;
 using kdegpu::device_share;
 using kdegpu::host_array;
@@ -227,15 +228,9 @@ extern "C" void kde_cuda_sample(kde_cuda_model *model, const kde_sample_request 
       if (held == NULL) avail -= (double) points_bytes;
       v->points = rep->sample_points;
     } else if ((double) points_bytes <= 0.5 * avail) {
-      double *at;
       KDE_CUDA_TRY(cudaMalloc((void **) &v->own, points_bytes));
-      at = v->own;
-      for (int k = 0; k < (has_scale ? 3 : 2); k++) {
-        if (copy_to_replica(rep, at, parts[k].data, (size_t) parts[k].count * sizeof(double),
-                            status) != 0)
-          goto cleanup;
-        at += parts[k].count;
-      }
+      if (copy_parts_to_replica(rep, v->own, parts, has_scale ? 3 : 2, status) != 0)
+        goto cleanup;
       v->points = v->own;
       avail -= (double) points_bytes;
     } else {
