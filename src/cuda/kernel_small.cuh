@@ -305,23 +305,6 @@ __device__ __forceinline__ int64_t unit_at(const visit_units &visits, int64_t t,
   else return visits.unit(t);
 }
 
-/* Whether each warp copies its own quarter of the tiles and meets only
- * its own lanes (__syncwarp), not the block's other warps (__syncthreads
- * twice a tile): every warp reads only its quarter (small_tile,
- * masked_tile, tight_tile). Harness ceiling, one H200, n = m = 1e6, single
- * unless said: d = 1 3.51 -> 3.55e12 pairs/s, d = 2 3.05 -> 3.07e12,
- * weighted d = 2 2.57 -> 2.62e12, double d = 1 / 2 / 3 7.37 / 6.63 / 6.17
- * -> 7.48 / 6.74 / 6.24e11. The single d = 3 difference-form kernel
- * (TILE_CUTS: unweighted and weighted fits alike) keeps the block's
- * copies: unweighted fits lost 1.1% (2.385 -> 2.359e12, three rounds each;
- * ncu: the barrier's stalls became MIO throttle and not-selected ones, the
- * issue rate stayed at 78%), weighted ones had gained 1.3%. */
-template <bool TILE_CUTS, int D>
-__host__ __device__ constexpr bool warp_copies()
-{
-  return !(TILE_CUTS && D == 3);
-}
-
 /*
  * d = D in 1..4. Block (bx, by): queries [128 bx, 128 bx + 128) against the
  * by-th split of the training range. Queries live in registers (4 per
@@ -372,9 +355,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
    * rows from shared memory, the thread's own copy (qrows: each thread
    * reads only what it wrote, so no barrier; 2 D Q floats a thread), not
    * from global memory with 64-bit addresses; the own-point bookkeeping
-   * only where a tile may hold a query's own point; the block's tile copy
-   * unrolled (block_copy_async_n, where not warp_copies). The values and
-   * sums are the same. */
+   * only where a tile may hold a query's own point. The values and sums
+   * are the same. */
   constexpr bool TILE_CUTS = fused_steps<K, T, D, A, false, true, C>() && !EXPANDED;
   constexpr int QROWS = TILE_CUTS ? 2 * D * Q : 0;
   __shared__ T qrows[QROWS > 0 ? QROWS * kThreads : 1];
@@ -411,16 +393,20 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   const int64_t n_tiles = visits.count;
   const T *src = a.train + p0 * (D + 1 + scale_rows(A) + C);
 
-  /* tiles double-buffered: each warp's quarter by the warp (the tile is
-   * stored in kTileWidth-point column blocks, so a quarter is consecutive
-   * values), or the tile by the block (warp_copies) */
-  constexpr bool WARP_COPIES = warp_copies<TILE_CUTS, D>();
+  /* tiles double-buffered, each warp copying and waiting for its own
+   * quarter (the tile is stored in kTileWidth-point column blocks, so a
+   * quarter is consecutive values): every warp reads only its quarter
+   * (small_tile, masked_tile, tight_tile), so the warps meet their own
+   * lanes (__syncwarp), never the block (harness ceiling, one H200, n = m
+   * = 1e6, single unless said: d = 1 3.51 -> 3.55e12 pairs/s, d = 2 3.05
+   * -> 3.07e12, weighted d = 2 2.57 -> 2.62e12, double d = 1 / 2 / 3 7.37
+   * / 6.63 / 6.17 -> 7.48 / 6.74 / 6.24e11; d = 3 since the tight tiles'
+   * own-frame sums, whose warps finish a tile at different times: 2.545 ->
+   * 2.591e12, weighted 2.438 -> 2.488e12, ncu had 6% of its warps'
+   * samples at the block's barrier) */
   constexpr int quarter_elems = tile_elems / kWarps;
   static_assert(quarter_elems * kWarps == tile_elems, "a warp's quarter of the tile");
-  const auto copy = [&](T *to, const T *from) {
-    if constexpr (WARP_COPIES) warp_share_copy_async<quarter_elems>(to, from);
-    else block_copy_async_n<tile_elems * sizeof(T)>(to, from);
-  };
+  const auto copy = [&](T *to, const T *from) { warp_share_copy_async<quarter_elems>(to, from); };
   if (n_tiles > 0) copy(smem, src + visits.unit(0) * tile_elems);
   async_commit();
   for (int64_t t = 0; t < n_tiles; t++) {
@@ -456,8 +442,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
         }
     }
     async_wait_all_but_newest();
-    if constexpr (WARP_COPIES) __syncwarp(); /* the lanes' copies, seen by all */
-    else __syncthreads();
+    __syncwarp(); /* the lanes' copies, seen by all */
     T *tile = smem + (t & 1) * tile_elems;
     /* global index of the tile's point 0 (leave one out) */
     const int64_t tile_first = a.train_base + p0 + unit_at<TILE_CUTS>(visits, t, unit_t) * kUnit;
@@ -538,8 +523,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
 #pragma unroll
     for (int i = 0; i < Q; i++) s[i] += ts[i];
     /* the next prefetch overwrites this buffer */
-    if constexpr (WARP_COPIES) __syncwarp();
-    else __syncthreads();
+    __syncwarp();
   }
   write_partials<T, Q>(a, smem, m, s, slot);
 }

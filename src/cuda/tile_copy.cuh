@@ -80,21 +80,6 @@ __device__ __forceinline__ void warp_share_copy_async(T *smem, const T *gmem)
     if ((c + 1) * 32 <= N || lane < N - c * 32) copy16_async(s + 16 * 32 * c, g + 16 * 32 * c);
 }
 
-/* The same for a compile-time BYTES: unrolled, 32-bit offsets (a block of
- * kThreads threads, as block_copy_async's stride assumes). */
-template <size_t BYTES>
-__device__ __forceinline__ void block_copy_async_n(void *smem, const void *gmem)
-{
-  static_assert(BYTES % 16 == 0, "whole 16-byte copies");
-  constexpr int N = (int) (BYTES / 16), PER = (N + kThreads - 1) / kThreads;
-  char *s = static_cast<char *>(smem) + 16 * threadIdx.x;
-  const char *g = static_cast<const char *>(gmem) + 16 * threadIdx.x;
-#pragma unroll
-  for (int c = 0; c < PER; c++)
-    if ((c + 1) * kThreads <= N || (int) threadIdx.x < N - c * kThreads)
-      copy16_async(s + 16 * kThreads * c, g + 16 * kThreads * c);
-}
-
 } // namespace kdegpu
 
 #endif /* KDEGPU_CUDA_TILE_COPY_CUH */
