@@ -208,16 +208,18 @@ constexpr int kPolyExps = 2;
  * Its rounding, relative to the anchor, is about eps ((D + r)^2 / 2 +
  * r (D + r) + r^2 / 2) in log2 for a pair D apart, r the quarter's radius.
  * On data whose every unit reaches r (tools/gpu-tests/emulate density: the
- * real kernel on the host, against double sums) the largest error of a
- * density was the difference form's at r^2 = 1 (3.4e-7 against 3.5e-7,
- * d = 3) and up to 2.9 times it at r^2 = 2.25 (7.3e-7 against 2.5e-7).
- * The 1e7 pruned evaluation (one H200, d = 3, Scott) took 2.94 s at 1,
- * 2.87-2.95 s at 2.25 and 3.08-3.11 s without; summed in their own frame
- * (tight_sums), 1.57 s at 1 against 1.78 s without (1ee28a7). model.cu's
- * tight_radius2
- * (environment KDEGPU_TIGHT_RADIUS2, from 0 to this, to measure; 0:
- * never). */
-constexpr double kTightRadius2 = 1.0;
+ * real kernel on the host, against double sums; d = 3, six data sets
+ * each, DENSITY_SEED 1-6), the largest error of a density over the
+ * difference form's on the same data: at r^2 = 1, queries 3 units out
+ * 1.3-2.2x (4.6e-7 against 2.1e-7 at most), 12 units out 0.7-1.5x,
+ * leaving one out 1.0-1.2x; at r^2 = 2.25 0.65-1.3x, 0.9-1.5x and
+ * 1.0-1.5x (3.3e-7 against 2.2e-7 at most); 2.9x at 2.25 before the
+ * quarters were summed in their own frame, 1ee28a7). Full sums (harness
+ * ceiling, n = m = 1e6, one H200): at 1, 46% of the quarters are tight
+ * (the others too wide) and d = 3 runs 2.59e12 pairs/s, at 2.25 2.76e12
+ * (weighted 2.49 -> 2.71e12). model.cu's tight_radius2 (environment
+ * KDEGPU_TIGHT_RADIUS2, from 0 to this, to measure; 0: never). */
+constexpr double kTightRadius2 = 2.25;
 /* ... and only while |q| r <= this for every query of the warp (q relative
  * to the anchor, r the quarter's radius, storage units), so that a tight
  * quarter's terms 2^(aux' + q.x) stay below 2^64 and its sum below 2^70

@@ -14,10 +14,10 @@ with_tight_radius2 <- function(value, code) {
   force(code)
 }
 
-test_that("CUDA single: tiles within a bandwidth of their anchor keep the difference form's digits, d = 3 (d = 2 keeps the difference form), leaving one out too", {
+test_that("CUDA single: tiles within 1.25 bandwidths of their anchor keep the difference form's digits, d = 3 (d = 2 keeps the difference form), leaving one out too", {
   skip_without_gpu()
   # Dense data against a wide enough bandwidth that most units' points lie
-  # within a bandwidth of their run's anchor; queries on the data and in the
+  # within 1.25 bandwidths of their run's anchor; queries on the data and in the
   # tails, where the tiles are wide and stay in the difference form.
   # Reference: the CPU backend's double sums (checked on a few queries
   # against plain R).

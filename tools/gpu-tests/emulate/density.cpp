@@ -15,7 +15,8 @@
 // (visit_groups: masked_tile), each query's sum against the double sum
 // over the units listed for its group. The data are a cube whose units reach the tight radius, the worst case for the
 // expanded form's rounding. DENSITY_R2 (a radius^2 to try instead of
-// kTightRadius2) and DENSITY_D (1, 2 or 3 only) are for measuring.
+// kTightRadius2), DENSITY_D (1, 2 or 3 only) and DENSITY_SEED (other data)
+// are for measuring.
 #include "cuda_runtime.h"
 #include "warp.h"
 #include "kernel_small.cuh"
@@ -296,6 +297,7 @@ int main()
   setvbuf(stdout, nullptr, _IOLBF, 0);
   int failed = 0;
   const char *only = getenv("DENSITY_D");
+  const unsigned seed = getenv("DENSITY_SEED") ? 1000u * (unsigned) atoi(getenv("DENSITY_SEED")) : 0u;
   for (int d = 1; d <= 3; d++) {
     if (only != nullptr && atoi(only) != d) continue;
     for (int loo = 0; loo <= 1; loo++)
@@ -312,7 +314,7 @@ int main()
         const double side = radius * per_run *
                             (d == 1 ? 40 * (n / 6000.0)
                              : d == 2 ? 5.3 * sqrt(n / 6000.0) : 2.7 * cbrt(n / 6000.0));
-        const problem p = make(d, n, 1024, side, far, loo == 1, 100 * d + (unsigned) far);
+        const problem p = make(d, n, 1024, side, far, loo == 1, 100 * d + (unsigned) far + seed);
         char label[64];
         if (loo) snprintf(label, sizeof label, "leaving one out");
         else snprintf(label, sizeof label, "a quarter of the queries %g units out", far);
