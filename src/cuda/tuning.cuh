@@ -214,7 +214,7 @@ constexpr int kPolyExps = 2;
  * 1.3-2.2x (4.6e-7 against 2.1e-7 at most), 12 units out 0.7-1.5x,
  * leaving one out 1.0-1.2x; at r^2 = 2.25 0.65-1.3x, 0.9-1.5x and
  * 1.0-1.5x (3.3e-7 against 2.2e-7 at most); 2.9x at 2.25 before the
- * quarters were summed in their own frame, 1ee28a7). Full sums (harness
+ * quarters were summed in their own frame (1ee28a7). Full sums (harness
  * ceiling, n = m = 1e6, one H200): at 1, 46% of the quarters are tight
  * (the others too wide) and d = 3 runs 2.59e12 pairs/s, at 2.25 2.76e12
  * (weighted 2.49 -> 2.71e12). model.cu's tight_radius2 (environment
