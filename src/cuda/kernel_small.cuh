@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   /* tight tiles (tight_tile): the single Gaussian's fixed-bandwidth
    * difference form at d = 3 (at d = 1 and 2, tuning.cuh's kTightLevel; at
    * d = 4 the path spilled registers for 3% more pairs/s) */
-  constexpr bool TIGHT_PATH = LSE && halved_difference(K, D, A) && C == 0 && D == 3 &&
+  constexpr bool TIGHT_PATH = LSE && halved_difference(K, D, A) && C == 0 && (D == 2 || D == 3) &&
                               std::is_same<T, float>::value;
   T q[Q][D];
   int slot[Q];

@@ -23,6 +23,17 @@
 
 namespace kdegpu {
 
+/* The warp's largest v in one instruction (redux.sync on the bits as
+ * signed ints, the negatives' magnitude bits flipped so that the ints order
+ * as the floats; a NaN is above +inf, where fmax would drop it). */
+__device__ __forceinline__ float warp_max(float v)
+{
+  int bits = __float_as_int(v);
+  bits = bits >= 0 ? bits : bits ^ 0x7fffffff;
+  bits = __reduce_max_sync(0xffffffffu, bits);
+  return __int_as_float(bits >= 0 ? bits : bits ^ 0x7fffffff);
+}
+
 /*
  * A tight tile (d = 3): where a warp's quarter of an anchored difference-form tile
  * lies within sqrt(radius2) of its anchor (the points are stored relative
@@ -70,12 +81,9 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
     h[i] = (T) 0.5 * norm2;
     if (need >> i & 1u) far = fmax(far, norm2);
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    most = fmax(most, __shfl_xor_sync(0xffffffffu, most, offset));
-    far = fmax(far, __shfl_xor_sync(0xffffffffu, far, offset));
-    wref = fmax(wref, __shfl_xor_sync(0xffffffffu, wref, offset));
-  }
+  most = warp_max(most);
+  far = warp_max(far);
+  wref = warp_max(wref);
   /* |q.x| <= |q| r <= kTightLevel (the product's rounding is far below
    * its margin); and |q|^2 <= 2^30, so that h and the level m rises to
    * (tight_tile) round by at most 32 in log2 and the quarter's share stays
@@ -155,13 +163,13 @@ __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (
 #pragma unroll
   for (int i = 0; i < Q; i++) {
     if (!(t[i] > (T) 0)) continue; /* not needed, or every term 0 */
-    T add = t[i] * fast_exp2((wref - m[i]) - h[i]);
+    T add = t[i] * fast_exp2(wref - (m[i] + h[i]));
     if (__builtin_expect(!(add <= (T) kLazyLimit), 0)) {
       const T m_new = (wref - h[i]) + (T) ilogb(t[i]);
       const T f = fast_exp2(m[i] - m_new); /* 0 from lowest() */
       s[i] *= f;
       ts[i] *= f;
-      add = t[i] * fast_exp2((wref - m_new) - h[i]);
+      add = t[i] * fast_exp2(wref - (m_new + h[i]));
       m[i] = m_new;
     }
     ts[i] += add;

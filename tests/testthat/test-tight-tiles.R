@@ -1,5 +1,5 @@
 # Tight tiles (src/cuda/tight_tile.cuh): in a single-precision
-# Gaussian fit at d = 3 whose points are stored relative to their run's anchor, a
+# Gaussian fit at d = 2 or 3 whose points are stored relative to their run's anchor, a
 # warp's quarter of a tile (a run of 64) that lies within about a bandwidth of its anchor
 # takes the expanded form relative to the anchor. KDEGPU_TIGHT_RADIUS2 = 0
 # (read when the fit's GPU copy is made) keeps every tile in the
@@ -14,7 +14,7 @@ with_tight_radius2 <- function(value, code) {
   force(code)
 }
 
-test_that("CUDA single: tiles within 1.25 bandwidths of their anchor keep the difference form's digits, d = 3 (d = 2 keeps the difference form), leaving one out too", {
+test_that("CUDA single: tiles within 1.25 bandwidths of their anchor keep the difference form's digits, d = 2 and 3, leaving one out too", {
   skip_without_gpu()
   # Dense data against a wide enough bandwidth that most units' points lie
   # within 1.25 bandwidths of their run's anchor; queries on the data and in the
@@ -66,9 +66,8 @@ test_that("CUDA single: tiles within 1.25 bandwidths of their anchor keep the di
     expect_lte(max(err[[1]]$loo), 1.25 * max(err[[2]]$loo) + 2e-7,
                label = paste(lab, "leaving one out"))
     expect_lte(max(err[[2]]$loo), 1e-5, label = sprintf("d = %d, leaving one out", d))
-    # d = 3: the two forms round differently (the tight path ran); d = 2
-    # never takes it (src/cuda/kernel_small.cuh)
-    if (d == 3) expect_false(identical(got[[1]]$v, got[[2]]$v), label = "d = 3: the forms' results")
-    else expect_identical(got[[1]]$v, got[[2]]$v, label = "d = 2: the forms' results")
+    # the two forms round differently: the tight path ran
+    expect_false(identical(got[[1]]$v, got[[2]]$v),
+                 label = sprintf("d = %d: the forms' results", d))
   }
 })

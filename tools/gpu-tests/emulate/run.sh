@@ -37,7 +37,7 @@
 #   density           the density kernel (src/cuda/kernel_small.cuh) on
 #                     anchored single-precision fits, d = 1 to 3, tight
 #                     tiles on and off, against a double sum: both within
-#                     single's rounding, the tight form (d = 3 only) within
+#                     single's rounding, the tight form (d = 2 and 3) within
 #                     1.5x the difference form's error, leaving one out too
 #   mean_shift        one mean-shift step near the modes of bench/derivatives.R's
 #                     three clusters: its error at several tolerances, both

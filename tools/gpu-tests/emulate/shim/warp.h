@@ -57,6 +57,15 @@ inline unsigned __ballot_sync(unsigned, int predicate)
 }
 inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0u; }
+/* redux.sync's max over the warp's lanes */
+inline int __reduce_max_sync(unsigned, int v)
+{
+  for (int o = 16; o > 0; o /= 2) {
+    const int other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = other > v ? other : v;
+  }
+  return v;
+}
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __ffs(int v) { return __builtin_ffs(v); }
 inline unsigned atomicOr(unsigned *p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_or(v); }
