@@ -1,6 +1,6 @@
 /*
  * tight_tile.cuh: the tight tiles of the FMA kernel (kernel_small.cuh, d =
- * 3): a warp's quarter of an anchored tile that lies close to its anchor,
+ * 2 and 3): a warp's quarter of an anchored tile that lies close to its anchor,
  * in the expanded form relative to it, summed with no running max.
  */
 #ifndef KDEGPU_CUDA_TIGHT_TILE_CUH
@@ -35,7 +35,7 @@ __device__ __forceinline__ float warp_max(float v)
 }
 
 /*
- * A tight tile (d = 3): where a warp's quarter of an anchored difference-form tile
+ * A tight tile (d = 2, 3): where a warp's quarter of an anchored difference-form tile
  * lies within sqrt(radius2) of its anchor (the points are stored relative
  * to it) and the warp's queries near enough, the quarter takes the
  * expanded form relative to the anchor: a pair's log2 term is aux' + q.x
@@ -145,11 +145,26 @@ __device__ __forceinline__ void tight_sums(const T *__restrict__ tile, const T (
   }
 }
 
+/* wref - m - h, the log2 scale of a tight quarter's sum, with one rounding
+ * that matters: wref - m exactly as s + e (TwoSum), then (s - h) + e,
+ * whose s - h is exact (Sterbenz) where the scale is small against h, as
+ * it is for the queries whose sums the quarter moves. ((wref - m) - h
+ * rounded near |h| for far queries, wref - (m + h) near |wref| for near
+ * ones: emulate density's far queries at d = 2 1.8x, its leaving one out
+ * at d = 3 2x the difference form's largest error.) */
+template <typename T> __device__ __forceinline__ T tight_level(T wref, T m, T h)
+{
+  const T s = wref - m;
+  const T b = s - wref;
+  const T e = (wref - (s - b)) + (-m - b);
+  return (s - h) + e;
+}
+
 /* A tight quarter's pairs (q relative to the tile's anchor, unscaled; h
  * and wref from warp_tight_quarter) into ts, relative to the running max
- * m like the other tiles' sums: the quarter's sum times 2^((wref - m) -
- * h), the one rounding that depends on m, as the difference form's aux -
- * m. Where that passes kLazyLimit (or m is still the lowest float), m
+ * m like the other tiles' sums: the quarter's sum times 2^(wref - m - h)
+ * (tight_level), the one rounding that depends on m, as the difference
+ * form's aux - m. Where that passes kLazyLimit (or m is still the lowest float), m
  * rises to the quarter's own level, (wref - h) + the sum's exponent, and
  * s is rescaled. The caller adds ts to s. */
 template <typename T, int D, bool CHECK, int Q>
@@ -163,13 +178,13 @@ __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (
 #pragma unroll
   for (int i = 0; i < Q; i++) {
     if (!(t[i] > (T) 0)) continue; /* not needed, or every term 0 */
-    T add = t[i] * fast_exp2(wref - (m[i] + h[i]));
+    T add = t[i] * fast_exp2(tight_level(wref, m[i], h[i]));
     if (__builtin_expect(!(add <= (T) kLazyLimit), 0)) {
       const T m_new = (wref - h[i]) + (T) ilogb(t[i]);
       const T f = fast_exp2(m[i] - m_new); /* 0 from lowest() */
       s[i] *= f;
       ts[i] *= f;
-      add = t[i] * fast_exp2(wref - (m_new + h[i]));
+      add = t[i] * fast_exp2(tight_level(wref, m_new, h[i]));
       m[i] = m_new;
     }
     ts[i] += add;
