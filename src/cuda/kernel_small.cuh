@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
   constexpr bool EXPANDED = expanded_form(K, D, A);
   constexpr T q_scale = halved_difference(K, D, A) ? inv_sqrt2<T>() : (T) 1;
   /* tight tiles (tight_tile): the single Gaussian's fixed-bandwidth
-   * difference form at d = 3 (at d = 1 and 2, tuning.cuh's kTightLevel; at
+   * difference form at d = 2 and 3 (at d = 1, tuning.cuh's kTightLevel; at
    * d = 4 the path spilled registers for 3% more pairs/s) */
   constexpr bool TIGHT_PATH = LSE && halved_difference(K, D, A) && C == 0 && (D == 2 || D == 3) &&
                               std::is_same<T, float>::value;

@@ -193,8 +193,9 @@ constexpr int kPackThreads = 128;
  * with the FMAs (d <= 2, kernel_small.cuh): 0: 3.36 / 2.63e12, 1: 3.32 /
  * 2.68e12, 2: 3.41 / 2.71e12, 4: 3.02 / 2.47e12, 6: 2.96 / 2.48e12 at d =
  * 1 / 2 (d = 3: 2.10, 2.10, 2.12, 2.07, 2.02e12; weighted at d = 2, 0 led:
- * 2.61 against 2.50e12). The tight tiles (the expanded form at d = 3)
- * with 4 or 6: 1-3% slower at n = m = 1e7 through predict(). In the fused
+ * 2.61 against 2.50e12). The tight tiles (the expanded form at d = 2 and
+ * 3) with 4 or 6: 1-3% slower at n = m = 1e7 through predict() at d = 3;
+ * at d = 2 with 4: 3.35 -> 3.25e12 (harness ceiling). In the fused
  * steps at d = 2 (ncu, one H200) a group, 32 pairs a lane, issues 242
  * instructions and keeps the MUFU 30 x 8 = 240 cycles a scheduler: 2 puts
  * the two pipes level, and issue (80% busy, 3.75 warps a scheduler at 128
@@ -214,7 +215,9 @@ constexpr int kPolyExps = 2;
  * 1.3-2.2x (4.6e-7 against 2.1e-7 at most), 12 units out 0.7-1.5x,
  * leaving one out 1.0-1.2x; at r^2 = 2.25 0.65-1.3x, 0.9-1.5x and
  * 1.0-1.5x (3.3e-7 against 2.2e-7 at most); 2.9x at 2.25 before the
- * quarters were summed in their own frame (1ee28a7). Full sums (harness
+ * quarters were summed in their own frame (1ee28a7). With the quarter's
+ * scale by TwoSum (tight_level; seeds 0-6): d = 3 0.64-1.33x, 0.62-1.11x,
+ * 1.02-1.50x; d = 2 0.63-0.80x, 0.51-1.47x, 0.65-0.99x. Full sums (harness
  * ceiling, n = m = 1e6, one H200): at 1, 46% of the quarters are tight
  * (the others too wide) and d = 3 runs 2.59e12 pairs/s, at 2.25 2.76e12
  * (weighted 2.49 -> 2.71e12). model.cu's tight_radius2 (environment
@@ -227,14 +230,14 @@ constexpr double kTightRadius2 = 2.25;
  * difference form. In tools/gpu-tests/emulate density (cubes whose runs
  * reach r^2 = 1) the tight form's largest error stayed within 1.5 times
  * the difference form's (+2e-7) at d = 3 (2.6e-7 against 2.5e-7 leaving
- * one out). At d = 2 it did so only below 4 (at 8: 8.4e-7 against 2.7e-7
- * leaving one out; compensating the rounding of |q|^2 / 2, of the query's
- * anchored coordinates or of the tile's offset from the running max did
- * not help), and there the path cost the full sum 7.5% (harness ceiling,
- * one H200: 3.07 -> 2.84e12 pairs/s) while the pruned n = m = 1e7
- * evaluation gained 8.6% (1.69 -> 1.55 s); at d = 1, 64 gave 2.8e-6
- * against 1.4e-6 for queries 12 units out (8 stayed within) for 2% more
- * pairs/s. So the tight path is d = 3's (kernel_small.cuh, TIGHT_PATH). */
+ * one out). d = 2 (while its tight tiles kept a running max) did so only
+ * below 4, and the path cost the full sum 7.5%; summed in the quarter's
+ * frame with the scale by TwoSum it stays within at 64 (seven data sets,
+ * above) and gains: harness ceiling, one H200, same run, 3.07 -> 3.35e12
+ * pairs/s, weighted 2.62 -> 3.32e12, 100 x 1e7 2.21 -> 2.39e12; at d = 1,
+ * 64 gave 2.8e-6 against 1.4e-6 for queries 12 units out (8 stayed
+ * within) for 2% more pairs/s. So the tight path is d = 2's and 3's
+ * (kernel_small.cuh, TIGHT_PATH). */
 constexpr double kTightLevel = 64;
 /* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
  * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12
