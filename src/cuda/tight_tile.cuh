@@ -23,15 +23,23 @@
 
 namespace kdegpu {
 
-/* The warp's largest v in one instruction (redux.sync on the bits as
- * signed ints, the negatives' magnitude bits flipped so that the ints order
- * as the floats; a NaN is above +inf, where fmax would drop it). */
+/* The warp's largest v in one instruction where the GPU has redux.sync
+ * (compute capability 8.0 on; on the bits as signed ints, the negatives'
+ * magnitude bits flipped so that the ints order as the floats; a NaN is
+ * above +inf, where fmax would drop it); five shuffles before. */
 __device__ __forceinline__ float warp_max(float v)
 {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   int bits = __float_as_int(v);
   bits = bits >= 0 ? bits : bits ^ 0x7fffffff;
   bits = __reduce_max_sync(0xffffffffu, bits);
   return __int_as_float(bits >= 0 ? bits : bits ^ 0x7fffffff);
+#else
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmax(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+#endif
 }
 
 /*
