@@ -359,16 +359,24 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
    * are the same. */
   constexpr bool TILE_CUTS = fused_steps<K, T, D, A, false, true, C>() && !EXPANDED;
   constexpr int QROWS = TILE_CUTS ? 2 * D * Q : 0;
-  __shared__ T qrows[QROWS > 0 ? QROWS * kThreads : 1];
+  /* a thread's Q values of a row side by side: one vector load a row */
+  alignas(16) __shared__ T qrows[QROWS > 0 ? QROWS * kThreads : 1];
   if constexpr (TILE_CUTS) {
     if (a.anchor != nullptr) {
 #pragma unroll
       for (int i = 0; i < Q; i++)
 #pragma unroll
         for (int r = 0; r < 2 * D; r++)
-          qrows[(r * Q + i) * kThreads + threadIdx.x] = a.query[q0 + slot[i] + r * a.ldq];
+          qrows[(r * kThreads + threadIdx.x) * Q + i] = a.query[q0 + slot[i] + r * a.ldq];
     }
   }
+  /* and, on the tight path, each warp's anchor (hi, lo) copied with its
+   * quarter of the tile, so that no global load's latency stands between
+   * the tiles (harness ceiling, one H200: d = 3 2.83 -> 2.88e12 pairs/s;
+   * d = 1, which waits for the copy with nothing to overlap it, 3.61 ->
+   * 3.55e12, so not there) */
+  constexpr bool ANCHOR_COPY = TIGHT_PATH;
+  __shared__ T anchor_rows[ANCHOR_COPY ? 2 * kWarps * 2 * D : 1];
   /* global indices of the thread's first and last queries (leave one out) */
   const int64_t qg_lo = a.query_base + q0 + slot[0], qg_hi = a.query_base + q0 + slot[Q - 1];
   discrete_codes<T, Q, C> dc;
@@ -406,43 +414,65 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
    * samples at the block's barrier) */
   constexpr int quarter_elems = tile_elems / kWarps;
   static_assert(quarter_elems * kWarps == tile_elems, "a warp's quarter of the tile");
-  const auto copy = [&](T *to, const T *from) { warp_share_copy_async<quarter_elems>(to, from); };
-  if (n_tiles > 0) copy(smem, src + visits.unit(0) * tile_elems);
+  const auto copy = [&](int buffer, int64_t unit) {
+    warp_share_copy_async<quarter_elems>(smem + buffer * tile_elems, src + unit * tile_elems);
+    if constexpr (ANCHOR_COPY) {
+      if (a.anchor != nullptr && lane < 2 * D)
+        copy4_async(anchor_rows + (buffer * kWarps + warp) * (2 * D) + lane,
+                    a.anchor + ((visits.base + unit) * (kUnit / kAnchorPoints) + warp) * (2 * D) +
+                        lane);
+    }
+  };
+  if (n_tiles > 0) copy(0, visits.unit(0));
   async_commit();
   for (int64_t t = 0; t < n_tiles; t++) {
-    if (t + 1 < n_tiles)
-      copy(smem + ((t + 1) & 1) * tile_elems, src + visits.unit(t + 1) * tile_elems);
+    if (t + 1 < n_tiles) copy((t + 1) & 1, visits.unit(t + 1));
     async_commit(); /* possibly empty: keeps the group count uniform */
     /* the tile's unit: loaded once where TILE_CUTS (if constexpr here and
      * below: the other kernels' code stays as it was) */
     int64_t unit_t = 0;
     if constexpr (TILE_CUTS) unit_t = visits.unit(t);
+    if constexpr (ANCHOR_COPY) {
+      async_wait_all_but_newest();
+      __syncwarp(); /* the lanes' copies, seen by all */
+    }
     if (!EXPANDED && a.anchor != nullptr) { /* this warp's quarter's anchor */
-      const T *c = a.anchor + ((visits.base + unit_at<TILE_CUTS>(visits, t, unit_t)) *
-                                   (kUnit / kAnchorPoints) +
-                               warp) *
-                                  (2 * D);
-#pragma unroll
-      for (int i = 0; i < Q; i++)
+      /* hi - anchor hi is exact for a query near the run (Sterbenz); the
+       * scaled query then takes one rounding (hi + lo, then the scale,
+       * took two: 1.4x the error of a GPS-like set's densities). The
+       * tight path scales below, where a quarter is not tight. */
+      if constexpr (TILE_CUTS) {
+        const T *c = ANCHOR_COPY ? anchor_rows + ((t & 1) * kWarps + warp) * (2 * D)
+                                 : a.anchor + ((visits.base + unit_t) * (kUnit / kAnchorPoints) +
+                                               warp) * (2 * D);
 #pragma unroll
         for (int k = 0; k < D; k++) {
-          /* hi - anchor hi is exact for a query near the run (Sterbenz); the
-           * scaled query then takes one rounding (hi + lo, then the scale,
-           * took two: 1.4x the error of a GPS-like set's densities). The
-           * tight path scales below, where a quarter is not tight. */
-          T hi, lo;
-          if constexpr (TILE_CUTS) {
-            hi = qrows[(k * Q + i) * kThreads + threadIdx.x] - c[k];
-            lo = qrows[((D + k) * Q + i) * kThreads + threadIdx.x] - c[D + k];
-          } else {
-            hi = a.query[q0 + slot[i] + k * a.ldq] - c[k];
-            lo = a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k];
+          T hi[Q], lo[Q];
+          load_vec<T, Q>(qrows + (k * kThreads + threadIdx.x) * Q, hi);
+          load_vec<T, Q>(qrows + ((D + k) * kThreads + threadIdx.x) * Q, lo);
+#pragma unroll
+          for (int i = 0; i < Q; i++) {
+            const T dh = hi[i] - c[k], dl = lo[i] - c[D + k];
+            q[i][k] = TIGHT_PATH ? dh + dl : fma(dh, q_scale, dl * q_scale);
           }
-          q[i][k] = TIGHT_PATH ? hi + lo : fma(hi, q_scale, lo * q_scale);
         }
+      } else {
+        const T *c = a.anchor + ((visits.base + visits.unit(t)) * (kUnit / kAnchorPoints) + warp) *
+                                    (2 * D);
+#pragma unroll
+        for (int i = 0; i < Q; i++)
+#pragma unroll
+          for (int k = 0; k < D; k++) {
+            const T hi = a.query[q0 + slot[i] + k * a.ldq] - c[k];
+            const T lo = a.query[q0 + slot[i] + (D + k) * a.ldq] - c[D + k];
+            q[i][k] = TIGHT_PATH ? hi + lo : fma(hi, q_scale, lo * q_scale);
+          }
+      }
     }
-    async_wait_all_but_newest();
-    __syncwarp(); /* the lanes' copies, seen by all */
+    if constexpr (!ANCHOR_COPY) {
+      async_wait_all_but_newest();
+      __syncwarp(); /* the lanes' copies, seen by all */
+    }
     T *tile = smem + (t & 1) * tile_elems;
     /* global index of the tile's point 0 (leave one out) */
     const int64_t tile_first = a.train_base + p0 + unit_at<TILE_CUTS>(visits, t, unit_t) * kUnit;

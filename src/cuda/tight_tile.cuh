@@ -24,16 +24,17 @@
 namespace kdegpu {
 
 /* The warp's largest v in one instruction where the GPU has redux.sync
- * (compute capability 8.0 on; on the bits as signed ints, the negatives'
- * magnitude bits flipped so that the ints order as the floats; a NaN is
- * above +inf, where fmax would drop it); five shuffles before. */
-__device__ __forceinline__ float warp_max(float v)
+ * (compute capability 8.0 on), on the float's bits as signed ints: they
+ * order as the floats for v >= 0 (NONNEGATIVE: a NaN then above +inf,
+ * where fmax would drop it); otherwise the negatives' magnitude bits are
+ * flipped first. Five shuffles before. */
+template <bool NONNEGATIVE = false> __device__ __forceinline__ float warp_max(float v)
 {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   int bits = __float_as_int(v);
-  bits = bits >= 0 ? bits : bits ^ 0x7fffffff;
+  if (!NONNEGATIVE) bits = bits >= 0 ? bits : bits ^ 0x7fffffff;
   bits = __reduce_max_sync(0xffffffffu, bits);
-  return __int_as_float(bits >= 0 ? bits : bits ^ 0x7fffffff);
+  return __int_as_float(NONNEGATIVE || bits >= 0 ? bits : bits ^ 0x7fffffff);
 #else
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
@@ -89,8 +90,8 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
     h[i] = (T) 0.5 * norm2;
     if (need >> i & 1u) far = fmax(far, norm2);
   }
-  most = warp_max(most);
-  far = warp_max(far);
+  most = warp_max<true>(most); /* sums of squares */
+  far = warp_max<true>(far);
   wref = warp_max(wref);
   /* |q.x| <= |q| r <= kTightLevel (the product's rounding is far below
    * its margin); and |q|^2 <= 2^30, so that h and the level m rises to
@@ -123,14 +124,30 @@ __device__ __forceinline__ void tight_sums(const T *__restrict__ tile, const T (
 #pragma unroll
   for (int i = 0; i < Q; i++) t[i] = 0;
   if (need == kAllGroups) {
+    /* the group's place in the tile as a pointer stepped from group to
+     * group, each 32-point block's groups in an inner loop (its storage
+     * rows): from the point index, (j0 + g) / 32 and % 32 were a chain
+     * of six instructions before each group's first loads (ncu, d = 2:
+     * 5% of the kernel's stall samples; harness ceiling, one H200: d = 2
+     * 3.40 -> 3.47e12 pairs/s); own relative to it */
+    constexpr int ROWS = D + 1;
+    static_assert(kSmallPointsPerWarp % kTileWidth == 0 && kTileWidth % U == 0,
+                  "a warp's quarter is whole 32-point blocks of whole groups");
     const T none[Q] = {};
 #pragma unroll 1
-    for (int g = 0; g < kSmallPointsPerWarp; g += U) {
-      T value[Q][U], gsum[Q];
-      fused_group<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false, true, POLY>(
-          tile, j0 + g, q, own, discrete_codes<T, Q, 0>{}, none, none, value, gsum);
+    for (int block = 0; block < kSmallPointsPerWarp / kTileWidth; block++) {
+      const T *at = tile + (j0 / kTileWidth + block) * ROWS * kTileWidth;
+#pragma unroll 1
+      for (int g = 0; g < kTileWidth; g += U, at += U) {
+        int own_g[Q];
 #pragma unroll
-      for (int i = 0; i < Q; i++) t[i] += gsum[i];
+        for (int i = 0; i < Q; i++) own_g[i] = own[i] - (j0 + block * kTileWidth + g);
+        T value[Q][U], gsum[Q];
+        fused_group<KDE_GAUSSIAN, T, D, kFitTight, CHECK, false, true, POLY>(
+            at, 0, q, own_g, discrete_codes<T, Q, 0>{}, none, none, value, gsum);
+#pragma unroll
+        for (int i = 0; i < Q; i++) t[i] += gsum[i];
+      }
     }
     return;
   }
@@ -172,31 +189,46 @@ template <typename T> __device__ __forceinline__ T tight_level(T wref, T m, T h)
  * and wref from warp_tight_quarter) into ts, relative to the running max
  * m like the other tiles' sums: the quarter's sum times 2^(wref - m - h)
  * (tight_level), the one rounding that depends on m, as the difference
- * form's aux - m. Where that passes kLazyLimit (or m is still the lowest float), m
- * rises to the quarter's own level, (wref - h) + the sum's exponent, and
- * s is rescaled. The caller adds ts to s. */
+ * form's aux - m. Where that passes kLazyLimit (or m is still the lowest
+ * float), m rises to the quarter's own level, (wref - h) + the sum's
+ * exponent, and s is rescaled (tight_raise): rare, so one branch for the
+ * thread's queries, selects otherwise. The caller adds ts to s. */
+template <typename T, int Q>
+__device__ __forceinline__ void tight_raise(const T (&t)[Q], const T (&h)[Q], T wref, T (&m)[Q],
+                                         compensated_sum<T> (&s)[Q], T (&ts)[Q], T (&add)[Q])
+{
+#pragma unroll
+  for (int i = 0; i < Q; i++) {
+    if (add[i] <= (T) kLazyLimit) continue;
+    const T m_new = (wref - h[i]) + (T) ilogb(t[i]);
+    const T f = fast_exp2(m[i] - m_new); /* 0 from lowest() */
+    s[i] *= f;
+    ts[i] *= f;
+    add[i] = t[i] * fast_exp2(tight_level(wref, m_new, h[i]));
+    m[i] = m_new;
+  }
+}
+
 template <typename T, int D, bool CHECK, int Q>
 __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (&q)[Q][D],
                                            const T (&h)[Q], T (&m)[Q],
                                            compensated_sum<T> (&s)[Q], T (&ts)[Q],
                                            const int (&own)[Q], T wref, unsigned need)
 {
-  T t[Q];
+  T t[Q], add[Q];
   tight_sums<T, D, CHECK>(tile, q, own, need, t);
+  bool raise = false;
 #pragma unroll
   for (int i = 0; i < Q; i++) {
-    if (!(t[i] > (T) 0)) continue; /* not needed, or every term 0 */
-    T add = t[i] * fast_exp2(tight_level(wref, m[i], h[i]));
-    if (__builtin_expect(!(add <= (T) kLazyLimit), 0)) {
-      const T m_new = (wref - h[i]) + (T) ilogb(t[i]);
-      const T f = fast_exp2(m[i] - m_new); /* 0 from lowest() */
-      s[i] *= f;
-      ts[i] *= f;
-      add = t[i] * fast_exp2(tight_level(wref, m_new, h[i]));
-      m[i] = m_new;
-    }
-    ts[i] += add;
+    /* t = 0: not needed, or every term 0 (and 0 times 2^+inf, from m still
+     * the lowest float, would be NaN) */
+    const T scaled = t[i] * fast_exp2(tight_level(wref, m[i], h[i]));
+    add[i] = t[i] > (T) 0 ? scaled : (T) 0;
+    raise |= !(add[i] <= (T) kLazyLimit);
   }
+  if (__builtin_expect(raise, 0)) tight_raise(t, h, wref, m, s, ts, add);
+#pragma unroll
+  for (int i = 0; i < Q; i++) ts[i] += add[i];
 }
 
 } // namespace kdegpu

@@ -40,6 +40,17 @@ __device__ __forceinline__ void copy16_async(void *smem, const void *gmem)
   *reinterpret_cast<float4 *>(smem) = *reinterpret_cast<const float4 *>(gmem);
 #endif
 }
+/* one 4-byte value (kernel_small's anchors: 8-byte aligned at d = 3) */
+__device__ __forceinline__ void copy4_async(void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned s = (unsigned) __cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+#else
+  *reinterpret_cast<float *>(smem) = *reinterpret_cast<const float *>(gmem);
+#endif
+}
+
 __device__ __forceinline__ void async_commit()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

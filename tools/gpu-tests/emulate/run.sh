@@ -74,6 +74,11 @@ if [ "$which" = density ]; then
   sed -i 's|^#include <cuda_fp16.h>|#include "cuda_fp16.h"\n#include "intrinsics.h"|; s|asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));|y = emulated_ex2(x);|' \
     "$build/numeric.cuh"
   grep -q emulated_ex2 "$build/numeric.cuh" || { echo "run.sh: numeric.cuh's ex2 asm not found" >&2; exit 1; }
+  # a block's __shared__ arrays, one per block (blocks run one at a time):
+  # static, the dynamic ones (extern) density.cpp's
+  sed -i 's|^#define __shared__$|#define __shared__ static|' "$build/cuda_runtime.h"
+  sed -i 's|extern __shared__|extern|' "$build"/*.cuh
+  grep -q '__shared__ static' "$build/cuda_runtime.h" || { echo "run.sh: the __shared__ shim not found" >&2; exit 1; }
 fi
 extra=()
 if [ "$which" = plan_gate ]; then
