@@ -137,7 +137,7 @@ __device__ __forceinline__ void tight_sums(const T *__restrict__ tile, const T (
 #pragma unroll 1
     for (int block = 0; block < kSmallPointsPerWarp / kTileWidth; block++) {
       const T *at = tile + (j0 / kTileWidth + block) * ROWS * kTileWidth;
-#pragma unroll 1
+#pragma unroll(D == 3 ? 2 : 1)
       for (int g = 0; g < kTileWidth; g += U, at += U) {
         int own_g[Q];
 #pragma unroll
