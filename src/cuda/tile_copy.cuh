@@ -91,6 +91,77 @@ __device__ __forceinline__ void warp_share_copy_async(T *smem, const T *gmem)
     if ((c + 1) * 32 <= N || lane < N - c * 32) copy16_async(s + 16 * 32 * c, g + 16 * 32 * c);
 }
 
+/* warp_share_copy_async from one lane's addresses computed once, for a
+ * loop that copies tile after tile: each copy adds the tile's offset to
+ * them (an add a copy) where warp_share_copy_async forms both 64-bit and
+ * shared addresses again (kernel_small.cuh: 60 instructions a tile at d =
+ * 2, most of them address arithmetic). `gmem` and `smem` as there, for
+ * offset 0; `buffer` a byte offset into smem. */
+template <int SHARE, typename T> struct warp_share_copier {
+  static constexpr int N = (int) (SHARE * sizeof(T) / 16), PER = (N + 31) / 32;
+  static_assert((SHARE * sizeof(T)) % 16 == 0, "whole 16-byte copies");
+  const char *src;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned dst; /* shared-window address */
+#else
+  char *dst;
+#endif
+  __device__ __forceinline__ warp_share_copier(T *smem, const T *gmem)
+  {
+    const size_t at = (size_t) (threadIdx.x / 32) * SHARE * sizeof(T) + 16 * (threadIdx.x % 32);
+    src = reinterpret_cast<const char *>(gmem) + at;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    dst = (unsigned) __cvta_generic_to_shared(reinterpret_cast<char *>(smem) + at);
+#else
+    dst = reinterpret_cast<char *>(smem) + at;
+#endif
+  }
+  /* the share of the tile `elems` values from gmem into smem + buffer bytes */
+  __device__ __forceinline__ void copy(int buffer, int64_t elems) const
+  {
+    const char *g = src + elems * (int64_t) sizeof(T);
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int c = 0; c < PER; c++) {
+      if ((c + 1) * 32 <= N || lane < N - c * 32) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + buffer + 512 * c),
+                     "l"(g + 512 * c));
+#else
+        copy16_async(dst + buffer + 512 * c, g + 512 * c);
+#endif
+      }
+    }
+  }
+};
+
+/* The same for one 4-byte value a lane (kernel_small's anchors). */
+struct lane_copier4 {
+  const char *src;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned dst;
+#else
+  char *dst;
+#endif
+  __device__ __forceinline__ lane_copier4(void *smem, const void *gmem)
+      : src(static_cast<const char *>(gmem))
+  {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    dst = (unsigned) __cvta_generic_to_shared(smem);
+#else
+    dst = static_cast<char *>(smem);
+#endif
+  }
+  __device__ __forceinline__ void copy(int buffer, int64_t bytes) const
+  {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst + buffer), "l"(src + bytes));
+#else
+    copy4_async(dst + buffer, src + bytes);
+#endif
+  }
+};
+
 } // namespace kdegpu
 
 #endif /* KDEGPU_CUDA_TILE_COPY_CUH */
