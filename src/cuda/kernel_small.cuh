@@ -414,10 +414,13 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
    * samples at the block's barrier) */
   constexpr int quarter_elems = tile_elems / kWarps;
   static_assert(quarter_elems * kWarps == tile_elems, "a warp's quarter of the tile");
-  /* on the tight path, each lane's copy addresses are formed once
-   * (warp_share_copier; harness ceiling, one H200: d = 2 3.473 -> 3.52e12
-   * pairs/s, d = 3 2.916 -> 2.944e12; d = 1, whose fused steps lost 0.5%,
-   * not) */
+  /* on the tight path each lane's copy addresses, the quarter's and the
+   * anchor's, are formed once (tile_copy.cuh's copiers; harness ceiling,
+   * one H200: d = 2 3.473 -> 3.519e12 pairs/s, d = 3 2.916 -> 2.945e12;
+   * d = 1, whose fused steps lost 0.5%, not). Lanes past the anchor's 2 D
+   * values hold addresses past it that they never copy from: clamping them
+   * (to an offset of 0) cost d = 2 0.9% (3.519 -> 3.488e12, same run). */
+  static_assert(!TIGHT_PATH || TILE_CUTS, "the tight path takes the loop's unit_t");
   const warp_share_copier<quarter_elems, T> tile_copier(smem, src);
   const lane_copier4 anchor_copier(
       anchor_rows + warp * (2 * D) + lane,
@@ -425,8 +428,9 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
           ? a.anchor + (visits.base * (kUnit / kAnchorPoints) + warp) * (2 * D) + lane
           : nullptr);
   const auto copy = [&](int buffer, int64_t unit) {
+    constexpr int64_t tile_bytes = tile_elems * (int64_t) sizeof(T);
     if constexpr (TIGHT_PATH)
-      tile_copier.copy(buffer * tile_elems * (int) sizeof(T), unit * tile_elems);
+      tile_copier.copy(buffer * (int) tile_bytes, unit * tile_bytes);
     else
       warp_share_copy_async<quarter_elems>(smem + buffer * tile_elems, src + unit * tile_elems);
     if constexpr (ANCHOR_COPY) {
@@ -455,7 +459,8 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
       copy((t + 1) & 1, visits.unit(t + 1));
     }
     async_commit(); /* possibly empty: keeps the group count uniform */
-    /* the tile's unit: loaded once where TILE_CUTS */
+    /* the tile's unit: loaded once where TILE_CUTS (the tight path's came
+     * with its copy, above) */
     if constexpr (TILE_CUTS && !TIGHT_PATH) unit_t = visits.unit(t);
     if constexpr (ANCHOR_COPY) {
       async_wait_all_but_newest();

@@ -29,26 +29,38 @@ __device__ __forceinline__ void load_vec(const T *p, T (&v)[N])
 }
 
 /* Asynchronous global -> shared copies (cp.async, sm_80+), with a plain copy
- * for older devices. */
-__device__ __forceinline__ void copy16_async(void *smem, const void *gmem)
-{
+ * for older devices. `shared_at`: a shared-window address (what the
+ * copies take on sm_80+), or the generic pointer before. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  unsigned s = (unsigned) __cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s),
-               "l"(gmem));
-#else
-  *reinterpret_cast<float4 *>(smem) = *reinterpret_cast<const float4 *>(gmem);
-#endif
+typedef unsigned shared_at;
+__device__ __forceinline__ shared_at shared_address(void *smem)
+{
+  return (unsigned) __cvta_generic_to_shared(smem);
+}
+__device__ __forceinline__ void copy16_async(shared_at s, const void *gmem)
+{
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
 /* one 4-byte value (kernel_small's anchors: 8-byte aligned at d = 3) */
-__device__ __forceinline__ void copy4_async(void *smem, const void *gmem)
+__device__ __forceinline__ void copy4_async(shared_at s, const void *gmem)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  unsigned s = (unsigned) __cvta_generic_to_shared(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
 #else
-  *reinterpret_cast<float *>(smem) = *reinterpret_cast<const float *>(gmem);
+typedef char *shared_at;
+__device__ __forceinline__ shared_at shared_address(void *smem) { return static_cast<char *>(smem); }
+__device__ __forceinline__ void copy16_async(shared_at s, const void *gmem)
+{
+  *reinterpret_cast<float4 *>(s) = *reinterpret_cast<const float4 *>(gmem);
+}
+__device__ __forceinline__ void copy4_async(shared_at s, const void *gmem)
+{
+  *reinterpret_cast<float *>(s) = *reinterpret_cast<const float *>(gmem);
+}
 #endif
+__device__ __forceinline__ void copy16_async(void *smem, const void *gmem)
+{
+  copy16_async(shared_address(smem), gmem);
 }
 
 __device__ __forceinline__ void async_commit()
@@ -92,73 +104,45 @@ __device__ __forceinline__ void warp_share_copy_async(T *smem, const T *gmem)
 }
 
 /* warp_share_copy_async from one lane's addresses computed once, for a
- * loop that copies tile after tile: each copy adds the tile's offset to
+ * loop that copies tile after tile: each copy adds the tile's offsets to
  * them (an add a copy) where warp_share_copy_async forms both 64-bit and
  * shared addresses again (kernel_small.cuh: 60 instructions a tile at d =
  * 2, most of them address arithmetic). `gmem` and `smem` as there, for
- * offset 0; `buffer` a byte offset into smem. */
+ * offsets 0. */
 template <int SHARE, typename T> struct warp_share_copier {
   static constexpr int N = (int) (SHARE * sizeof(T) / 16), PER = (N + 31) / 32;
   static_assert((SHARE * sizeof(T)) % 16 == 0, "whole 16-byte copies");
   const char *src;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  unsigned dst; /* shared-window address */
-#else
-  char *dst;
-#endif
+  shared_at dst;
   __device__ __forceinline__ warp_share_copier(T *smem, const T *gmem)
   {
     const size_t at = (size_t) (threadIdx.x / 32) * SHARE * sizeof(T) + 16 * (threadIdx.x % 32);
     src = reinterpret_cast<const char *>(gmem) + at;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    dst = (unsigned) __cvta_generic_to_shared(reinterpret_cast<char *>(smem) + at);
-#else
-    dst = reinterpret_cast<char *>(smem) + at;
-#endif
+    dst = shared_address(reinterpret_cast<char *>(smem) + at);
   }
-  /* the share of the tile `elems` values from gmem into smem + buffer bytes */
-  __device__ __forceinline__ void copy(int buffer, int64_t elems) const
+  /* the warp's share of a tile from gmem + src_bytes into smem + dst_bytes */
+  __device__ __forceinline__ void copy(int dst_bytes, int64_t src_bytes) const
   {
-    const char *g = src + elems * (int64_t) sizeof(T);
     const int lane = threadIdx.x % 32;
 #pragma unroll
-    for (int c = 0; c < PER; c++) {
-      if ((c + 1) * 32 <= N || lane < N - c * 32) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + buffer + 512 * c),
-                     "l"(g + 512 * c));
-#else
-        copy16_async(dst + buffer + 512 * c, g + 512 * c);
-#endif
-      }
-    }
+    for (int c = 0; c < PER; c++)
+      if ((c + 1) * 32 <= N || lane < N - c * 32)
+        copy16_async(dst + dst_bytes + 512 * c, src + src_bytes + 512 * c);
   }
 };
 
 /* The same for one 4-byte value a lane (kernel_small's anchors). */
 struct lane_copier4 {
   const char *src;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  unsigned dst;
-#else
-  char *dst;
-#endif
+  shared_at dst;
   __device__ __forceinline__ lane_copier4(void *smem, const void *gmem)
-      : src(static_cast<const char *>(gmem))
+      : src(static_cast<const char *>(gmem)), dst(shared_address(smem))
   {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    dst = (unsigned) __cvta_generic_to_shared(smem);
-#else
-    dst = static_cast<char *>(smem);
-#endif
   }
-  __device__ __forceinline__ void copy(int buffer, int64_t bytes) const
+  /* the lane's value at gmem + src_bytes into smem + dst_bytes */
+  __device__ __forceinline__ void copy(int dst_bytes, int64_t src_bytes) const
   {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst + buffer), "l"(src + bytes));
-#else
-    copy4_async(dst + buffer, src + bytes);
-#endif
+    copy4_async(dst + dst_bytes, src + src_bytes);
   }
 };
 
