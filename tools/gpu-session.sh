@@ -17,7 +17,9 @@
 # harness's correctness mode), plan (its device-plan mode against prune.c),
 # ceiling (the harness's ceiling mode: issue 32's kernel rows, each form's
 # pairs per second at tolerance 0 with the SM clock and the exp unit's limit
-# at that clock, to $OUT/ceiling.csv),
+# at that clock, to $OUT/ceiling.csv), bound (the harness's bound mode: each
+# pair's arithmetic alone, with a share of the exp2s as a polynomial, to
+# $OUT/bound.csv),
 # bench (bench/gpu.R, written to $OUT/gpu.csv), prune (bench/prune.R, to
 # $OUT/prune.csv), derivatives and bandwidth (bench/<step>.R, to
 # $OUT/<step>.csv), large (bench/prune_large.R: issue 15's n = 1e7 and 1e8
@@ -43,7 +45,7 @@ finish() {
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$final/" 2>/dev/null
   [ -f "$out/gpu.csv" ] && cp "$out/gpu.csv" "$final/"
-  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit mixed ceiling inference; do
+  for csv in prune prune-large cdf derivatives bandwidth gpu-multi single-precision shapes fit mixed ceiling bound inference; do
     [ -f "$out/$csv.csv" ] && cp "$out/$csv.csv" "$final/"
   done
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
@@ -103,6 +105,13 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
         { limit = sms * 16 * clock * 1e6; share = clock == "NA" ? "NA" : sprintf("%.3f", $8 / limit)
           print $0, "\"" card "\"", clock, sprintf("%.3e", limit), share, date, commit }' \
         "$out/ceiling-rows.csv" > "$out/ceiling.csv" ;;
+    bound) # what the pair's arithmetic alone reaches (its clock measured in the kernel)
+      step bound env SANITIZE=0 PROFILE=0 MODE=bound BOUND_CSV="$out/bound-rows.csv" \
+        OUT="$out/harness-bound" bash tools/gpu-tests/harness/run.sh
+      card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+      awk -v card="$card" -v date="$(date -u +%F)" -v commit="${KDEGPU_COMMIT:-unknown}" \
+        'BEGIN {FS = OFS = ","} NR == 1 {print $0, "device", "date", "commit"; next}
+        {print $0, "\"" card "\"", date, commit}' "$out/bound-rows.csv" > "$out/bound.csv" ;;
     bench)
       step bench env KDEGPU_BENCH_DERIVATIVES=0 Rscript bench/gpu.R "$out/gpu.csv" ;; # see derivatives
     plan)

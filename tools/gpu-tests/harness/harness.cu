@@ -13,6 +13,8 @@
  *                    planbench, planbig, planquick)
  *   harness ceiling  issue 32's kernel rows (harness_ceiling.cu)
  *   harness exp2     the polynomial exp2 against exp2, every float argument
+ *   harness bound    each pair's arithmetic alone, with a share of the exp2s
+ *                    on the FMA pipe: a bound on every kernel (harness_bound.cu)
  *
  * The reference is a plain double-precision loop over all training points
  * using the kernels.h functions on the original coordinates, computed on the
@@ -45,6 +47,8 @@ int plan_mode(const std::string &mode);
 /* Issue 32's kernel rows (harness_ceiling.cu). */
 int ceiling_mode();
 int exp2_mode();
+/* An upper bound on pairs per second (harness_bound.cu). */
+int bound_mode();
 
 /* How the next models are made, and what the last evaluation did. */
 static kde_cuda_tuning tuning;
@@ -717,6 +721,8 @@ int main(int argc, char **argv)
     failures += ceiling_mode();
   } else if (mode == "exp2") {
     failures += exp2_mode();
+  } else if (mode == "bound") {
+    failures += bound_mode();
   } else if (mode == "quick") {
     correctness(true);
   } else if (mode == "kbench") {

@@ -1,0 +1,266 @@
+/*
+ * tools/gpu-tests/harness/harness_bound.cu: how many Gaussian pairs per
+ * second a kernel that does nothing but each pair's own arithmetic can
+ * reach, with a share of the exponentials on the FMA pipe (issue 32's
+ * "above the exp unit's limit"): an upper bound for every real kernel of
+ * that form, which also loads tiles, keeps a running max and merges.
+ *
+ *   harness bound       d = 1, 2, 3; both forms; P of every 32 exponentials
+ *                       as numeric.cuh's poly_exp2 (P = 0, 2, ..., 12)
+ *   BOUND_CSV=file      the rows also as CSV (tools/gpu-session.sh's step
+ *                       bound adds the card, date and commit)
+ *
+ * A thread holds 4 queries; a block's 256 points (x, aux) sit in shared
+ * memory, read as one float4 a point (a broadcast), and are swept again
+ * and again; each pair is
+ *   expanded:   s = aux + q.x                  d FMAs
+ *   difference: s = aux - sum (q_k - x_k)^2    d subtracts, d FMAs
+ * then exp2(s) and one add. Nothing else per pair: no running max, no
+ * compensation, no copies. The "lean" polynomial is poly_exp2 without its
+ * range clamps (wrong outside [-125, 126]; the bound it gives is the more
+ * generous). The SM clock is measured in the kernel (clock64 against the
+ * global timer), so the exp unit's limit is stated at the clock run.
+ */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/numeric.cuh"
+
+namespace {
+
+constexpr int kThreads = 256, kPoints = 256, kQ = 4, kGroup = 8;
+
+__device__ __forceinline__ float lean_exp2(float x)
+{
+  const float shifter = 12582912.0f;
+  const float t = x + shifter;
+  const float f = x - (t - shifter);
+  float p = 1.5353362890196235e-4f;
+  p = fmaf(p, f, 1.3398875094744961e-3f);
+  p = fmaf(p, f, 9.6184373595470437e-3f);
+  p = fmaf(p, f, 5.5503324695085253e-2f);
+  p = fmaf(p, f, 2.4022647913573195e-1f);
+  p = fmaf(p, f, 6.9314720285574971e-1f);
+  p = fmaf(p, f, 1.0f);
+  return __int_as_float(__float_as_int(p) + (int) ((unsigned) __float_as_int(t) << 23));
+}
+
+/* FORM 0 expanded, 1 difference; LEAN: lean_exp2 for the polynomial share */
+template <int D, int FORM, int P, bool LEAN>
+__global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict__ points,
+                                                       const float *__restrict__ queries,
+                                                       int sweeps, float *out,
+                                                       long long *clock_ticks,
+                                                       unsigned long long *nanoseconds)
+{
+  __shared__ float4 tile[kPoints];
+  tile[threadIdx.x] = points[(blockIdx.x % 64) * kPoints + threadIdx.x];
+  __syncthreads();
+  float q[kQ][D], acc[kQ];
+  const int tid = blockIdx.x * kThreads + threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kQ; i++) {
+#pragma unroll
+    for (int k = 0; k < D; k++) q[i][k] = queries[(tid * kQ + i) * D + k];
+    acc[i] = 0.0f;
+  }
+  long long c0 = 0;
+  unsigned long long t0 = 0;
+  if (tid == 0) {
+    c0 = clock64();
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  }
+  for (int s = 0; s < sweeps; s++) {
+#pragma unroll 2
+    for (int g = 0; g < kPoints; g += kGroup) {
+#pragma unroll
+      for (int p = 0; p < kGroup; p++) {
+        const float4 x = tile[g + p];
+        const float xs[3] = {x.x, x.y, x.z};
+#pragma unroll
+        for (int i = 0; i < kQ; i++) {
+          float v = x.w;
+#pragma unroll
+          for (int k = 0; k < D; k++) {
+            if (FORM == 0) {
+              v = fmaf(q[i][k], xs[k], v);
+            } else {
+              const float u = q[i][k] - xs[k];
+              v = fmaf(-u, u, v);
+            }
+          }
+          /* the group's last P of its 32 exponentials on the FMA pipe */
+          const bool poly = p * kQ + i >= kGroup * kQ - P;
+          acc[i] += poly ? (LEAN ? lean_exp2(v) : kdegpu::poly_exp2(v)) : kdegpu::fast_exp2(v);
+        }
+      }
+    }
+  }
+  if (tid == 0) {
+    unsigned long long t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    *clock_ticks = clock64() - c0;
+    *nanoseconds = t1 - t0;
+  }
+  out[tid] = acc[0] + acc[1] + acc[2] + acc[3];
+}
+
+struct bound_result {
+  double pairs_per_s, mhz;
+};
+
+template <int D, int FORM, int P, bool LEAN>
+bound_result run_bound(const float4 *points, const float *queries, float *out, long long *ticks,
+                       unsigned long long *ns, int blocks, int sweeps)
+{
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<float> ms;
+  bound_result r = {0, 0};
+  for (int rep = 0; rep < 4; rep++) {
+    cudaEventRecord(a);
+    pair_bound<D, FORM, P, LEAN><<<blocks, kThreads>>>(points, queries, sweeps, out, ticks, ns);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float t;
+    cudaEventElapsedTime(&t, a, b);
+    if (rep > 0) ms.push_back(t);
+  }
+  long long h_ticks;
+  unsigned long long h_ns;
+  cudaMemcpy(&h_ticks, ticks, sizeof h_ticks, cudaMemcpyDeviceToHost);
+  cudaMemcpy(&h_ns, ns, sizeof h_ns, cudaMemcpyDeviceToHost);
+  std::sort(ms.begin(), ms.end());
+  const double pairs = (double) blocks * kThreads * kQ * kPoints * sweeps;
+  r.pairs_per_s = pairs / (ms[ms.size() / 2] * 1e-3);
+  r.mhz = h_ns > 0 ? 1e3 * (double) h_ticks / (double) h_ns : 0;
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return r;
+}
+
+struct bound_args {
+  FILE *csv;
+  const float4 *points;
+  const float *queries;
+  float *out;
+  long long *ticks;
+  unsigned long long *ns;
+  int blocks, sweeps, sms;
+};
+
+template <int D, int FORM, bool LEAN, int P>
+void bound_row(const bound_args &g, double *best, int *best_p)
+{
+  const bound_result r =
+      run_bound<D, FORM, P, LEAN>(g.points, g.queries, g.out, g.ticks, g.ns, g.blocks, g.sweeps);
+  const double limit = (double) g.sms * 16 * r.mhz * 1e6;
+  printf("bound d=%d %-10s %-4s P=%2d/32: %.3e pairs/s at %4.0f MHz, %.2fx the exp unit's "
+         "limit\n",
+         D, FORM == 0 ? "expanded" : "difference", LEAN ? "lean" : "poly", P, r.pairs_per_s,
+         r.mhz, r.pairs_per_s / limit);
+  if (g.csv != NULL)
+    fprintf(g.csv, "%s,%d,%s,%d,%.4e,%.0f,%.4e,%.3f\n", FORM == 0 ? "expanded" : "difference", D,
+            LEAN ? "lean" : "poly_exp2", P, r.pairs_per_s, r.mhz, limit, r.pairs_per_s / limit);
+  if (r.pairs_per_s > *best) {
+    *best = r.pairs_per_s;
+    *best_p = P;
+  }
+}
+
+template <int D, int FORM, bool LEAN>
+void bound_rows(const bound_args &g)
+{
+  double best = 0;
+  int best_p = 0;
+  bound_row<D, FORM, LEAN, 0>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, 2>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, 4>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, 6>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, 8>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, 10>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, 12>(g, &best, &best_p);
+  printf("best  d=%d %-10s %-4s: %.3e pairs/s (P=%d)\n", D, FORM == 0 ? "expanded" : "difference",
+         LEAN ? "lean" : "poly", best, best_p);
+}
+
+} // namespace
+
+int bound_mode()
+{
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pair_bound<3, 1, 12, false>, kThreads, 0);
+  bound_args g;
+  g.sms = sms;
+  g.blocks = sms * std::max(per_sm, 1) * 4;
+  g.sweeps = 64;
+  /* points in a cube of side 2, aux in [-4, 0]; queries within it: every
+   * exponent between about -30 and 4 (normal results, either form) */
+  std::vector<float4> hp(64 * kPoints);
+  unsigned state = 12345;
+  auto uniform = [&state]() {
+    state = state * 1664525u + 1013904223u;
+    return (float) (state >> 8) / 16777216.0f;
+  };
+  for (auto &p : hp) p = make_float4(2 * uniform() - 1, 2 * uniform() - 1, 2 * uniform() - 1, -4 * uniform());
+  const size_t nq = (size_t) g.blocks * kThreads * kQ * 3;
+  std::vector<float> hq(nq);
+  for (auto &v : hq) v = 2 * uniform() - 1;
+  float4 *d_points;
+  float *d_queries, *d_out;
+  long long *d_ticks;
+  unsigned long long *d_ns;
+  if (cudaMalloc(&d_points, hp.size() * sizeof(float4)) != cudaSuccess ||
+      cudaMalloc(&d_queries, nq * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&d_out, (size_t) g.blocks * kThreads * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&d_ticks, sizeof(long long)) != cudaSuccess ||
+      cudaMalloc(&d_ns, sizeof(unsigned long long)) != cudaSuccess) {
+    printf("FAIL bound: cudaMalloc\n");
+    return 1;
+  }
+  cudaMemcpy(d_points, hp.data(), hp.size() * sizeof(float4), cudaMemcpyHostToDevice);
+  cudaMemcpy(d_queries, hq.data(), nq * sizeof(float), cudaMemcpyHostToDevice);
+  g.points = d_points;
+  g.queries = d_queries;
+  g.out = d_out;
+  g.ticks = d_ticks;
+  g.ns = d_ns;
+  const char *csv_path = getenv("BOUND_CSV");
+  g.csv = csv_path != NULL ? fopen(csv_path, "w") : NULL;
+  if (g.csv != NULL)
+    fprintf(g.csv, "form,d,polynomial,poly_of_32,pairs_per_s,sm_clock_mhz,exp_limit,share_of_limit\n");
+  printf("\n== bound: each pair's arithmetic alone, %d SMs, %d blocks of %d threads (%d a SM)\n",
+         sms, g.blocks, kThreads, per_sm);
+  bound_rows<1, 0, false>(g);
+  bound_rows<1, 0, true>(g);
+  bound_rows<1, 1, false>(g);
+  bound_rows<1, 1, true>(g);
+  bound_rows<2, 0, false>(g);
+  bound_rows<2, 0, true>(g);
+  bound_rows<2, 1, false>(g);
+  bound_rows<2, 1, true>(g);
+  bound_rows<3, 0, false>(g);
+  bound_rows<3, 0, true>(g);
+  bound_rows<3, 1, false>(g);
+  bound_rows<3, 1, true>(g);
+  if (g.csv != NULL) fclose(g.csv);
+  const cudaError_t err = cudaDeviceSynchronize();
+  cudaFree(d_points);
+  cudaFree(d_queries);
+  cudaFree(d_out);
+  cudaFree(d_ticks);
+  cudaFree(d_ns);
+  if (err != cudaSuccess) {
+    printf("FAIL bound: %s\n", cudaGetErrorString(err));
+    return 1;
+  }
+  return 0;
+}
