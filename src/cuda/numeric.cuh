@@ -143,10 +143,11 @@ __device__ __forceinline__ double fast_exp2(double x)
  * exp2 over every float argument in [-125, 126] whose exp2 is normal
  * (checked exhaustively: the harness's exp2 check; Taylor's degree 6 gave
  * 2.7 ulp). Arguments are clamped to [-125, 126]: above, a result of 2^126
- * still trips the lazy-max check; below, 0 as with ftz. */
-__device__ __forceinline__ float poly_exp2(float x)
+ * still trips the lazy-max check; below, 0 as with ftz.
+ * poly_exp2_in_range: the same without the clamps, for xc in [-125, 126]
+ * (wrong outside). */
+__device__ __forceinline__ float poly_exp2_in_range(float xc)
 {
-  const float xc = fminf(fmaxf(x, -125.0f), 126.0f);
   const float shifter = 12582912.0f; /* 1.5 x 2^23: adding rounds to an integer */
   const float t = xc + shifter;
   const float f = xc - (t - shifter);
@@ -157,7 +158,11 @@ __device__ __forceinline__ float poly_exp2(float x)
   p = fmaf(p, f, 2.4022647913573195e-1f);
   p = fmaf(p, f, 6.9314720285574971e-1f);
   p = fmaf(p, f, 1.0f);
-  const float r = __int_as_float(__float_as_int(p) + (int) ((unsigned) __float_as_int(t) << 23));
+  return __int_as_float(__float_as_int(p) + (int) ((unsigned) __float_as_int(t) << 23));
+}
+__device__ __forceinline__ float poly_exp2(float x)
+{
+  const float r = poly_exp2_in_range(fminf(fmaxf(x, -125.0f), 126.0f));
   return x < -125.0f ? 0.0f : r;
 }
 /* Double precision never takes the polynomial share (POLY is 0 there, and

@@ -17,7 +17,7 @@
  *   difference: s = aux - sum (q_k - x_k)^2    d subtracts, d FMAs
  * then exp2(s) and one add. Nothing else per pair: no running max, no
  * compensation, no copies. The "lean" polynomial is poly_exp2 without its
- * range clamps (wrong outside [-125, 126]; the bound it gives is the more
+ * range clamps (poly_exp2_in_range) (wrong outside [-125, 126]; the bound it gives is the more
  * generous). The SM clock is measured in the kernel (clock64 against the
  * global timer), so the exp unit's limit is stated at the clock run.
  */
@@ -34,22 +34,8 @@ namespace {
 
 constexpr int kThreads = 256, kPoints = 256, kQ = 4, kGroup = 8;
 
-__device__ __forceinline__ float lean_exp2(float x)
-{
-  const float shifter = 12582912.0f;
-  const float t = x + shifter;
-  const float f = x - (t - shifter);
-  float p = 1.5353362890196235e-4f;
-  p = fmaf(p, f, 1.3398875094744961e-3f);
-  p = fmaf(p, f, 9.6184373595470437e-3f);
-  p = fmaf(p, f, 5.5503324695085253e-2f);
-  p = fmaf(p, f, 2.4022647913573195e-1f);
-  p = fmaf(p, f, 6.9314720285574971e-1f);
-  p = fmaf(p, f, 1.0f);
-  return __int_as_float(__float_as_int(p) + (int) ((unsigned) __float_as_int(t) << 23));
-}
 
-/* FORM 0 expanded, 1 difference; LEAN: lean_exp2 for the polynomial share */
+/* FORM 0 expanded, 1 difference; LEAN: poly_exp2_in_range for the polynomial share */
 template <int D, int FORM, int P, bool LEAN>
 __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict__ points,
                                                        const float *__restrict__ queries,
@@ -95,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict_
           }
           /* the group's last P of its 32 exponentials on the FMA pipe */
           const bool poly = p * kQ + i >= kGroup * kQ - P;
-          acc[i] += poly ? (LEAN ? lean_exp2(v) : kdegpu::poly_exp2(v)) : kdegpu::fast_exp2(v);
+          acc[i] += poly ? (LEAN ? kdegpu::poly_exp2_in_range(v) : kdegpu::poly_exp2(v)) : kdegpu::fast_exp2(v);
         }
       }
     }
@@ -189,6 +175,15 @@ void bound_rows(const bound_args &g)
          LEAN ? "lean" : "poly", best, best_p);
 }
 
+template <int D>
+void bound_forms(const bound_args &g)
+{
+  bound_rows<D, 0, false>(g);
+  bound_rows<D, 0, true>(g);
+  bound_rows<D, 1, false>(g);
+  bound_rows<D, 1, true>(g);
+}
+
 } // namespace
 
 int bound_mode()
@@ -239,18 +234,9 @@ int bound_mode()
     fprintf(g.csv, "form,d,polynomial,poly_of_32,pairs_per_s,sm_clock_mhz,exp_limit,share_of_limit\n");
   printf("\n== bound: each pair's arithmetic alone, %d SMs, %d blocks of %d threads (%d a SM)\n",
          sms, g.blocks, kThreads, per_sm);
-  bound_rows<1, 0, false>(g);
-  bound_rows<1, 0, true>(g);
-  bound_rows<1, 1, false>(g);
-  bound_rows<1, 1, true>(g);
-  bound_rows<2, 0, false>(g);
-  bound_rows<2, 0, true>(g);
-  bound_rows<2, 1, false>(g);
-  bound_rows<2, 1, true>(g);
-  bound_rows<3, 0, false>(g);
-  bound_rows<3, 0, true>(g);
-  bound_rows<3, 1, false>(g);
-  bound_rows<3, 1, true>(g);
+  bound_forms<1>(g);
+  bound_forms<2>(g);
+  bound_forms<3>(g);
   if (g.csv != NULL) fclose(g.csv);
   const cudaError_t err = cudaDeviceSynchronize();
   cudaFree(d_points);
