@@ -15,17 +15,22 @@
  * and again; each pair is
  *   expanded:   s = aux + q.x                  d FMAs
  *   difference: s = aux - sum (q_k - x_k)^2    d subtracts, d FMAs
+ *   mma:        s from a bfloat16 tensor-core product (mma.sync m16n8k16:
+ *               128 pairs a warp, one MMA per 4 pairs a lane; the d = 3
+ *               tensor-core form needs more than one)
  * then exp2(s) and one add. Nothing else per pair: no running max, no
  * compensation, no copies. The "lean" polynomial is poly_exp2 without its
  * range clamps (poly_exp2_in_range) (wrong outside [-125, 126]; the bound it gives is the more
  * generous). The SM clock is measured in the kernel (clock64 against the
  * global timer), so the exp unit's limit is stated at the clock run.
  */
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "cuda/numeric.cuh"
@@ -35,16 +40,63 @@ namespace {
 constexpr int kThreads = 256, kPoints = 256, kQ = 4, kGroup = 8;
 
 
-/* FORM 0 expanded, 1 difference; LEAN: poly_exp2_in_range for the polynomial share */
+template <int P, bool LEAN>
+__device__ __forceinline__ float bound_exp2(float v, int at)
+{
+  /* the last P of every 32 exponentials on the FMA pipe */
+  return at >= 32 - P ? (LEAN ? kdegpu::poly_exp2_in_range(v) : kdegpu::poly_exp2(v))
+                      : kdegpu::fast_exp2(v);
+}
+
+/* The mma form: each warp's 16 queries x 8 points a step, 32 steps of
+ * points (bfloat16 pairs) in shared memory, swept 8 times a sweep so
+ * that a lane sums as many pairs as in the FMA forms. */
+template <int P, bool LEAN>
+__device__ __forceinline__ void mma_sweeps(const uint2 *__restrict__ mma_points,
+                                           const float *__restrict__ queries, int sweeps,
+                                           float (&acc)[kQ])
+{
+  __shared__ uint2 steps[32 * 32];
+  for (int k = threadIdx.x; k < 32 * 32; k += kThreads)
+    steps[k] = mma_points[(blockIdx.x % 64) * 32 * 32 + k];
+  __syncthreads();
+  const int tid = blockIdx.x * kThreads + threadIdx.x, lane = threadIdx.x % 32;
+  unsigned a[4];
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(queries[tid * 8 + 2 * j], queries[tid * 8 + 2 * j + 1]);
+    a[j] = *reinterpret_cast<const unsigned *>(&h);
+  }
+  for (int s = 0; s < 8 * sweeps; s++) {
+#pragma unroll 2
+    for (int g = 0; g < 32; g += kGroup) {
+#pragma unroll
+      for (int p = 0; p < kGroup; p++) {
+        const uint2 b = steps[(g + p) * 32 + lane];
+        float v[4];
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+            : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "f"(0.0f));
+#pragma unroll
+        for (int i = 0; i < kQ; i++) acc[i] += bound_exp2<P, LEAN>(v[i], p * kQ + i);
+      }
+    }
+  }
+}
+
+/* FORM 0 expanded, 1 difference, 2 mma; LEAN: poly_exp2_in_range for the
+ * polynomial share */
 template <int D, int FORM, int P, bool LEAN>
 __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict__ points,
+                                                       const uint2 *__restrict__ mma_points,
                                                        const float *__restrict__ queries,
                                                        int sweeps, float *out,
                                                        long long *clock_ticks,
                                                        unsigned long long *nanoseconds)
 {
   __shared__ float4 tile[kPoints];
-  tile[threadIdx.x] = points[(blockIdx.x % 64) * kPoints + threadIdx.x];
+  if (FORM != 2) tile[threadIdx.x] = points[(blockIdx.x % 64) * kPoints + threadIdx.x];
   __syncthreads();
   float q[kQ][D], acc[kQ];
   const int tid = blockIdx.x * kThreads + threadIdx.x;
@@ -60,7 +112,8 @@ __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict_
     c0 = clock64();
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   }
-  for (int s = 0; s < sweeps; s++) {
+  if constexpr (FORM == 2) mma_sweeps<P, LEAN>(mma_points, queries, sweeps, acc);
+  for (int s = 0; s < (FORM == 2 ? 0 : sweeps); s++) {
 #pragma unroll 2
     for (int g = 0; g < kPoints; g += kGroup) {
 #pragma unroll
@@ -79,9 +132,7 @@ __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict_
               v = fmaf(-u, u, v);
             }
           }
-          /* the group's last P of its 32 exponentials on the FMA pipe */
-          const bool poly = p * kQ + i >= kGroup * kQ - P;
-          acc[i] += poly ? (LEAN ? kdegpu::poly_exp2_in_range(v) : kdegpu::poly_exp2(v)) : kdegpu::fast_exp2(v);
+          acc[i] += bound_exp2<P, LEAN>(v, p * kQ + i);
         }
       }
     }
@@ -95,12 +146,18 @@ __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict_
   out[tid] = acc[0] + acc[1] + acc[2] + acc[3];
 }
 
+const char *form_name(int form)
+{
+  return form == 0 ? "expanded" : form == 1 ? "difference" : "mma";
+}
+
 struct bound_result {
   double pairs_per_s, mhz;
 };
 
 template <int D, int FORM, int P, bool LEAN>
-bound_result run_bound(const float4 *points, const float *queries, float *out, long long *ticks,
+bound_result run_bound(const float4 *points, const uint2 *mma_points, const float *queries,
+                       float *out, long long *ticks,
                        unsigned long long *ns, int blocks, int sweeps)
 {
   cudaEvent_t a, b;
@@ -110,7 +167,8 @@ bound_result run_bound(const float4 *points, const float *queries, float *out, l
   bound_result r = {0, 0};
   for (int rep = 0; rep < 4; rep++) {
     cudaEventRecord(a);
-    pair_bound<D, FORM, P, LEAN><<<blocks, kThreads>>>(points, queries, sweeps, out, ticks, ns);
+    pair_bound<D, FORM, P, LEAN><<<blocks, kThreads>>>(points, mma_points, queries, sweeps, out,
+                                                        ticks, ns);
     cudaEventRecord(b);
     cudaEventSynchronize(b);
     float t;
@@ -133,6 +191,7 @@ bound_result run_bound(const float4 *points, const float *queries, float *out, l
 struct bound_args {
   FILE *csv;
   const float4 *points;
+  const uint2 *mma_points;
   const float *queries;
   float *out;
   long long *ticks;
@@ -144,14 +203,15 @@ template <int D, int FORM, bool LEAN, int P>
 void bound_row(const bound_args &g, double *best, int *best_p)
 {
   const bound_result r =
-      run_bound<D, FORM, P, LEAN>(g.points, g.queries, g.out, g.ticks, g.ns, g.blocks, g.sweeps);
+      run_bound<D, FORM, P, LEAN>(g.points, g.mma_points, g.queries, g.out, g.ticks, g.ns, g.blocks,
+                                  g.sweeps);
   const double limit = (double) g.sms * 16 * r.mhz * 1e6;
   printf("bound d=%d %-10s %-4s P=%2d/32: %.3e pairs/s at %4.0f MHz, %.2fx the exp unit's "
          "limit\n",
-         D, FORM == 0 ? "expanded" : "difference", LEAN ? "lean" : "poly", P, r.pairs_per_s,
+         D, form_name(FORM), LEAN ? "lean" : "poly", P, r.pairs_per_s,
          r.mhz, r.pairs_per_s / limit);
   if (g.csv != NULL)
-    fprintf(g.csv, "%s,%d,%s,%d,%.4e,%.0f,%.4e,%.3f\n", FORM == 0 ? "expanded" : "difference", D,
+    fprintf(g.csv, "%s,%d,%s,%d,%.4e,%.0f,%.4e,%.3f\n", form_name(FORM), D,
             LEAN ? "lean" : "poly_exp2", P, r.pairs_per_s, r.mhz, limit, r.pairs_per_s / limit);
   if (r.pairs_per_s > *best) {
     *best = r.pairs_per_s;
@@ -171,7 +231,7 @@ void bound_rows(const bound_args &g)
   bound_row<D, FORM, LEAN, 8>(g, &best, &best_p);
   bound_row<D, FORM, LEAN, 10>(g, &best, &best_p);
   bound_row<D, FORM, LEAN, 12>(g, &best, &best_p);
-  printf("best  d=%d %-10s %-4s: %.3e pairs/s (P=%d)\n", D, FORM == 0 ? "expanded" : "difference",
+  printf("best  d=%d %-10s %-4s: %.3e pairs/s (P=%d)\n", D, form_name(FORM),
          LEAN ? "lean" : "poly", best, best_p);
 }
 
@@ -206,14 +266,25 @@ int bound_mode()
     return (float) (state >> 8) / 16777216.0f;
   };
   for (auto &p : hp) p = make_float4(2 * uniform() - 1, 2 * uniform() - 1, 2 * uniform() - 1, -4 * uniform());
+  /* bfloat16 pairs in [-1/4, 1/4] for the mma form: |s| <= 4 */
+  std::vector<uint2> hm(64 * 32 * 32);
+  auto bf16 = [&uniform]() {
+    const float v = 0.5f * uniform() - 0.25f;
+    unsigned bits;
+    memcpy(&bits, &v, 4);
+    return bits >> 16;
+  };
+  for (auto &b : hm) b = make_uint2(bf16() | bf16() << 16, bf16() | bf16() << 16);
   const size_t nq = (size_t) g.blocks * kThreads * kQ * 3;
   std::vector<float> hq(nq);
   for (auto &v : hq) v = 2 * uniform() - 1;
   float4 *d_points;
+  uint2 *d_mma;
   float *d_queries, *d_out;
   long long *d_ticks;
   unsigned long long *d_ns;
   if (cudaMalloc(&d_points, hp.size() * sizeof(float4)) != cudaSuccess ||
+      cudaMalloc(&d_mma, hm.size() * sizeof(uint2)) != cudaSuccess ||
       cudaMalloc(&d_queries, nq * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&d_out, (size_t) g.blocks * kThreads * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&d_ticks, sizeof(long long)) != cudaSuccess ||
@@ -223,6 +294,8 @@ int bound_mode()
   }
   cudaMemcpy(d_points, hp.data(), hp.size() * sizeof(float4), cudaMemcpyHostToDevice);
   cudaMemcpy(d_queries, hq.data(), nq * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpy(d_mma, hm.data(), hm.size() * sizeof(uint2), cudaMemcpyHostToDevice);
+  g.mma_points = d_mma;
   g.points = d_points;
   g.queries = d_queries;
   g.out = d_out;
@@ -237,9 +310,12 @@ int bound_mode()
   bound_forms<1>(g);
   bound_forms<2>(g);
   bound_forms<3>(g);
+  bound_rows<3, 2, false>(g);
+  bound_rows<3, 2, true>(g);
   if (g.csv != NULL) fclose(g.csv);
   const cudaError_t err = cudaDeviceSynchronize();
   cudaFree(d_points);
+  cudaFree(d_mma);
   cudaFree(d_queries);
   cudaFree(d_out);
   cudaFree(d_ticks);
