@@ -253,10 +253,7 @@ int bound_mode()
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pair_bound<3, 1, 12, false>, kThreads, 0);
-  bound_args g;
-  g.sms = sms;
-  g.blocks = sms * std::max(per_sm, 1) * 4;
-  g.sweeps = 64;
+  const int blocks = sms * std::max(per_sm, 1) * 4;
   /* points in a cube of side 2, aux in [-4, 0]; queries within it: every
    * exponent between about -30 and 4 (normal results, either form) */
   std::vector<float4> hp(64 * kPoints);
@@ -275,34 +272,38 @@ int bound_mode()
     return bits >> 16;
   };
   for (auto &b : hm) b = make_uint2(bf16() | bf16() << 16, bf16() | bf16() << 16);
-  const size_t nq = (size_t) g.blocks * kThreads * kQ * 3;
+  const size_t nq = (size_t) blocks * kThreads * kQ * 3;
   std::vector<float> hq(nq);
   for (auto &v : hq) v = 2 * uniform() - 1;
-  float4 *d_points;
-  uint2 *d_mma;
-  float *d_queries, *d_out;
-  long long *d_ticks;
-  unsigned long long *d_ns;
+  float4 *d_points = nullptr;
+  uint2 *d_mma = nullptr;
+  float *d_queries = nullptr, *d_out = nullptr;
+  long long *d_ticks = nullptr;
+  unsigned long long *d_ns = nullptr;
+  const auto free_all = [&]() {
+    cudaFree(d_points);
+    cudaFree(d_mma);
+    cudaFree(d_queries);
+    cudaFree(d_out);
+    cudaFree(d_ticks);
+    cudaFree(d_ns);
+  };
   if (cudaMalloc(&d_points, hp.size() * sizeof(float4)) != cudaSuccess ||
       cudaMalloc(&d_mma, hm.size() * sizeof(uint2)) != cudaSuccess ||
       cudaMalloc(&d_queries, nq * sizeof(float)) != cudaSuccess ||
-      cudaMalloc(&d_out, (size_t) g.blocks * kThreads * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&d_out, (size_t) blocks * kThreads * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&d_ticks, sizeof(long long)) != cudaSuccess ||
       cudaMalloc(&d_ns, sizeof(unsigned long long)) != cudaSuccess) {
     printf("FAIL bound: cudaMalloc\n");
+    free_all();
     return 1;
   }
   cudaMemcpy(d_points, hp.data(), hp.size() * sizeof(float4), cudaMemcpyHostToDevice);
   cudaMemcpy(d_queries, hq.data(), nq * sizeof(float), cudaMemcpyHostToDevice);
   cudaMemcpy(d_mma, hm.data(), hm.size() * sizeof(uint2), cudaMemcpyHostToDevice);
-  g.mma_points = d_mma;
-  g.points = d_points;
-  g.queries = d_queries;
-  g.out = d_out;
-  g.ticks = d_ticks;
-  g.ns = d_ns;
   const char *csv_path = getenv("BOUND_CSV");
-  g.csv = csv_path != NULL ? fopen(csv_path, "w") : NULL;
+  const bound_args g = {csv_path != NULL ? fopen(csv_path, "w") : NULL,
+                        d_points, d_mma, d_queries, d_out, d_ticks, d_ns, blocks, 64, sms};
   if (g.csv != NULL)
     fprintf(g.csv, "form,d,polynomial,poly_of_32,pairs_per_s,sm_clock_mhz,exp_limit,share_of_limit\n");
   printf("\n== bound: each pair's arithmetic alone, %d SMs, %d blocks of %d threads (%d a SM)\n",
@@ -314,12 +315,7 @@ int bound_mode()
   bound_rows<3, 2, true>(g);
   if (g.csv != NULL) fclose(g.csv);
   const cudaError_t err = cudaDeviceSynchronize();
-  cudaFree(d_points);
-  cudaFree(d_mma);
-  cudaFree(d_queries);
-  cudaFree(d_out);
-  cudaFree(d_ticks);
-  cudaFree(d_ns);
+  free_all();
   if (err != cudaSuccess) {
     printf("FAIL bound: %s\n", cudaGetErrorString(err));
     return 1;
