@@ -108,10 +108,25 @@ for s in ${STEPS-tests harness bench}; do # STEPS="" runs none
     bound) # what the pair's arithmetic alone reaches (its clock measured in the kernel)
       step bound env SANITIZE=0 PROFILE=0 MODE=bound BOUND_CSV="$out/bound-rows.csv" \
         OUT="$out/harness-bound" bash tools/gpu-tests/harness/run.sh
+      # with each kernel's instructions a pair (its SASS) and the limit they
+      # set at the row's clock: the issue slots' (4 warp instructions a clock
+      # an SM) or the exp unit's for the 32 - P of 32 exp2s it takes
       card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-      awk -v card="$card" -v date="$(date -u +%F)" -v commit="${KDEGPU_COMMIT:-unknown}" \
-        'BEGIN {FS = OFS = ","} NR == 1 {print $0, "device", "date", "commit"; next}
-        {print $0, "\"" card "\"", date, commit}' "$out/bound-rows.csv" > "$out/bound.csv" ;;
+      sms=$(grep -o '[0-9]* SMs' "$out/harness-bound/harness.log" | head -n 1 | cut -d' ' -f1)
+      touch "$out/harness-bound/bound-sass.csv"
+      awk -v card="$card" -v sms="${sms:-132}" -v date="$(date -u +%F)" \
+        -v commit="${KDEGPU_COMMIT:-unknown}" 'BEGIN {FS = OFS = ","}
+        FILENAME == ARGV[1] {ipp[$1 FS $2 FS $3 FS $4 FS $5] = $8; next}
+        FNR == 1 {print $0, "instructions_per_pair", "issue_limit", "share_of_issue_limit",
+                  "device", "date", "commit"; next}
+        { i = ipp[$1 FS $2 FS $3 FS $4 FS $5]; lim = "NA"; share = "NA"
+          if (i != "" && i > 0) {
+            lim = sms * 4 * 32 * $7 * 1e6 / i
+            if ($8 * 32 / (32 - $5) < lim) lim = $8 * 32 / (32 - $5)
+            share = sprintf("%.3f", $6 / lim); lim = sprintf("%.4e", lim)
+          } else i = "NA"
+          print $0, i, lim, share, "\"" card "\"", date, commit }' \
+        "$out/harness-bound/bound-sass.csv" "$out/bound-rows.csv" > "$out/bound.csv" ;;
     bench)
       step bench env KDEGPU_BENCH_DERIVATIVES=0 Rscript bench/gpu.R "$out/gpu.csv" ;; # see derivatives
     plan)

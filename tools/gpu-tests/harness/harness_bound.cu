@@ -6,7 +6,8 @@
  * that form, which also loads tiles, keeps a running max and merges.
  *
  *   harness bound       d = 1, 2, 3; both forms; P of every 32 exponentials
- *                       as numeric.cuh's poly_exp2 (P = 0, 2, ..., 12)
+ *                       as numeric.cuh's poly_exp2 (P = 0, 2, ..., 12), the
+ *                       last P of 32 or spread evenly
  *   BOUND_CSV=file      the rows also as CSV (tools/gpu-session.sh's step
  *                       bound adds the card, date and commit)
  *
@@ -15,13 +16,14 @@
  * and again; each pair is
  *   expanded:   s = aux + q.x                  d FMAs
  *   difference: s = aux - sum (q_k - x_k)^2    d subtracts, d FMAs
- *   mma:        s from a bfloat16 tensor-core product (mma.sync m16n8k16:
- *               128 pairs a warp, one MMA per 4 pairs a lane; the d = 3
- *               tensor-core form needs more than one)
+ *   mma:        s from bfloat16 tensor-core products (mma.sync m16n8k16:
+ *               128 pairs a warp, two chained MMAs per 4 pairs a lane,
+ *               the 32 k entries of the d = 3 tensor-core form)
  * then exp2(s) and one add. Nothing else per pair: no running max, no
  * compensation, no copies. The "lean" polynomial is poly_exp2 without its
- * range clamps (poly_exp2_in_range) (wrong outside [-125, 126]; the bound it gives is the more
- * generous). The SM clock is measured in the kernel (clock64 against the
+ * range clamps (poly_exp2_in_range: wrong outside [-125, 126]; the bound it
+ * gives is the more generous). run.sh counts each kernel's instructions a
+ * pair from its SASS (bound_sass.awk), for the issue slots' limit. The SM clock is measured in the kernel (clock64 against the
  * global timer), so the exp unit's limit is stated at the clock run.
  */
 #include <cuda_bf16.h>
@@ -40,56 +42,66 @@ namespace {
 constexpr int kThreads = 256, kPoints = 256, kQ = 4, kGroup = 8;
 
 
-template <int P, bool LEAN>
+/* P of every 32 exponentials on the FMA pipe: the last P, or (SPREAD)
+ * spread evenly, the schedulers then interleaving them with the exp unit's */
+template <int P, bool LEAN, bool SPREAD>
 __device__ __forceinline__ float bound_exp2(float v, int at)
 {
-  /* the last P of every 32 exponentials on the FMA pipe */
-  return at >= 32 - P ? (LEAN ? kdegpu::poly_exp2_in_range(v) : kdegpu::poly_exp2(v))
-                      : kdegpu::fast_exp2(v);
+  const bool poly = SPREAD ? (at + 1) * P / 32 > at * P / 32 : at >= 32 - P;
+  return poly ? (LEAN ? kdegpu::poly_exp2_in_range(v) : kdegpu::poly_exp2(v))
+              : kdegpu::fast_exp2(v);
 }
 
-/* The mma form: each warp's 16 queries x 8 points a step, 32 steps of
- * points (bfloat16 pairs) in shared memory, swept 8 times a sweep so
- * that a lane sums as many pairs as in the FMA forms. */
-template <int P, bool LEAN>
-__device__ __forceinline__ void mma_sweeps(const uint2 *__restrict__ mma_points,
+/* The mma form: each warp's 16 queries x 8 points a step, as the d = 3
+ * tensor-core form (kernel_tc_small.cu) two chained k16 MMAs (its kTcSteps),
+ * 32 steps of points (bfloat16 pairs, one 16-byte load a lane) in shared
+ * memory, swept 8 times a sweep so that a lane sums as many pairs as in the
+ * FMA forms. */
+template <int P, bool LEAN, bool SPREAD>
+__device__ __forceinline__ void mma_sweeps(const uint4 *__restrict__ mma_points,
                                            const float *__restrict__ queries, int sweeps,
                                            float (&acc)[kQ])
 {
-  __shared__ uint2 steps[32 * 32];
+  __shared__ uint4 steps[32 * 32];
   for (int k = threadIdx.x; k < 32 * 32; k += kThreads)
     steps[k] = mma_points[(blockIdx.x % 64) * 32 * 32 + k];
   __syncthreads();
   const int tid = blockIdx.x * kThreads + threadIdx.x, lane = threadIdx.x % 32;
-  unsigned a[4];
+  unsigned a[2][4];
 #pragma unroll
-  for (int j = 0; j < 4; j++) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(queries[tid * 8 + 2 * j], queries[tid * 8 + 2 * j + 1]);
-    a[j] = *reinterpret_cast<const unsigned *>(&h);
+  for (int j = 0; j < 8; j++) {
+    const __nv_bfloat162 h =
+        __floats2bfloat162_rn(queries[tid * 16 + 2 * j], queries[tid * 16 + 2 * j + 1]);
+    a[j / 4][j % 4] = *reinterpret_cast<const unsigned *>(&h);
   }
   for (int s = 0; s < 8 * sweeps; s++) {
 #pragma unroll 2
     for (int g = 0; g < 32; g += kGroup) {
 #pragma unroll
       for (int p = 0; p < kGroup; p++) {
-        const uint2 b = steps[(g + p) * 32 + lane];
+        const uint4 b = steps[(g + p) * 32 + lane];
         float v[4];
         asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
             "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
             : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "f"(0.0f));
+            : "r"(a[0][0]), "r"(a[0][1]), "r"(a[0][2]), "r"(a[0][3]), "r"(b.x), "r"(b.y),
+              "f"(0.0f));
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3])
+            : "r"(a[1][0]), "r"(a[1][1]), "r"(a[1][2]), "r"(a[1][3]), "r"(b.z), "r"(b.w));
 #pragma unroll
-        for (int i = 0; i < kQ; i++) acc[i] += bound_exp2<P, LEAN>(v[i], p * kQ + i);
+        for (int i = 0; i < kQ; i++) acc[i] += bound_exp2<P, LEAN, SPREAD>(v[i], p * kQ + i);
       }
     }
   }
 }
 
 /* FORM 0 expanded, 1 difference, 2 mma; LEAN: poly_exp2_in_range for the
- * polynomial share */
-template <int D, int FORM, int P, bool LEAN>
+ * polynomial share; SPREAD: the polynomials spread evenly */
+template <int D, int FORM, int P, bool LEAN, bool SPREAD>
 __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict__ points,
-                                                       const uint2 *__restrict__ mma_points,
+                                                       const uint4 *__restrict__ mma_points,
                                                        const float *__restrict__ queries,
                                                        int sweeps, float *out,
                                                        long long *clock_ticks,
@@ -112,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict_
     c0 = clock64();
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   }
-  if constexpr (FORM == 2) mma_sweeps<P, LEAN>(mma_points, queries, sweeps, acc);
+  if constexpr (FORM == 2) mma_sweeps<P, LEAN, SPREAD>(mma_points, queries, sweeps, acc);
   for (int s = 0; s < (FORM == 2 ? 0 : sweeps); s++) {
 #pragma unroll 2
     for (int g = 0; g < kPoints; g += kGroup) {
@@ -132,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) pair_bound(const float4 *__restrict_
               v = fmaf(-u, u, v);
             }
           }
-          acc[i] += bound_exp2<P, LEAN>(v, p * kQ + i);
+          acc[i] += bound_exp2<P, LEAN, SPREAD>(v, p * kQ + i);
         }
       }
     }
@@ -155,8 +167,8 @@ struct bound_result {
   double pairs_per_s, mhz;
 };
 
-template <int D, int FORM, int P, bool LEAN>
-bound_result run_bound(const float4 *points, const uint2 *mma_points, const float *queries,
+template <int D, int FORM, int P, bool LEAN, bool SPREAD>
+bound_result run_bound(const float4 *points, const uint4 *mma_points, const float *queries,
                        float *out, long long *ticks,
                        unsigned long long *ns, int blocks, int sweeps)
 {
@@ -167,7 +179,7 @@ bound_result run_bound(const float4 *points, const uint2 *mma_points, const floa
   bound_result r = {0, 0};
   for (int rep = 0; rep < 4; rep++) {
     cudaEventRecord(a);
-    pair_bound<D, FORM, P, LEAN><<<blocks, kThreads>>>(points, mma_points, queries, sweeps, out,
+    pair_bound<D, FORM, P, LEAN, SPREAD><<<blocks, kThreads>>>(points, mma_points, queries, sweeps, out,
                                                         ticks, ns);
     cudaEventRecord(b);
     cudaEventSynchronize(b);
@@ -191,7 +203,7 @@ bound_result run_bound(const float4 *points, const uint2 *mma_points, const floa
 struct bound_args {
   FILE *csv;
   const float4 *points;
-  const uint2 *mma_points;
+  const uint4 *mma_points;
   const float *queries;
   float *out;
   long long *ticks;
@@ -199,38 +211,46 @@ struct bound_args {
   int blocks, sweeps, sms;
 };
 
-template <int D, int FORM, bool LEAN, int P>
+template <int D, int FORM, bool LEAN, bool SPREAD, int P>
 void bound_row(const bound_args &g, double *best, int *best_p)
 {
-  const bound_result r =
-      run_bound<D, FORM, P, LEAN>(g.points, g.mma_points, g.queries, g.out, g.ticks, g.ns, g.blocks,
-                                  g.sweeps);
+  const bound_result r = run_bound<D, FORM, P, LEAN, SPREAD>(
+      g.points, g.mma_points, g.queries, g.out, g.ticks, g.ns, g.blocks, g.sweeps);
   const double limit = (double) g.sms * 16 * r.mhz * 1e6;
-  printf("bound d=%d %-10s %-4s P=%2d/32: %.3e pairs/s at %4.0f MHz, %.2fx the exp unit's "
-         "limit\n",
-         D, form_name(FORM), LEAN ? "lean" : "poly", P, r.pairs_per_s,
-         r.mhz, r.pairs_per_s / limit);
+  const char *placement = P == 0 ? "none" : SPREAD ? "spread" : "last";
+  printf("bound d=%d %-10s %-4s %-6s P=%2d/32: %.3e pairs/s at %4.0f MHz, %.2fx the exp "
+         "unit's limit\n",
+         D, form_name(FORM), LEAN ? "lean" : "poly", placement, P, r.pairs_per_s, r.mhz,
+         r.pairs_per_s / limit);
   if (g.csv != NULL)
-    fprintf(g.csv, "%s,%d,%s,%d,%.4e,%.0f,%.4e,%.3f\n", form_name(FORM), D,
-            LEAN ? "lean" : "poly_exp2", P, r.pairs_per_s, r.mhz, limit, r.pairs_per_s / limit);
+    fprintf(g.csv, "%s,%d,%s,%s,%d,%.4e,%.0f,%.4e,%.3f\n", form_name(FORM), D,
+            LEAN ? "lean" : "poly_exp2", placement, P, r.pairs_per_s, r.mhz, limit,
+            r.pairs_per_s / limit);
   if (r.pairs_per_s > *best) {
     *best = r.pairs_per_s;
     *best_p = P;
   }
 }
 
+/* P = 0 once (it has no placement), then 2 .. 12 of 32 placed both ways */
 template <int D, int FORM, bool LEAN>
 void bound_rows(const bound_args &g)
 {
   double best = 0;
   int best_p = 0;
-  bound_row<D, FORM, LEAN, 0>(g, &best, &best_p);
-  bound_row<D, FORM, LEAN, 2>(g, &best, &best_p);
-  bound_row<D, FORM, LEAN, 4>(g, &best, &best_p);
-  bound_row<D, FORM, LEAN, 6>(g, &best, &best_p);
-  bound_row<D, FORM, LEAN, 8>(g, &best, &best_p);
-  bound_row<D, FORM, LEAN, 10>(g, &best, &best_p);
-  bound_row<D, FORM, LEAN, 12>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, false, 0>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, false, 2>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, false, 4>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, false, 6>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, false, 8>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, false, 10>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, false, 12>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, true, 2>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, true, 4>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, true, 6>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, true, 8>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, true, 10>(g, &best, &best_p);
+  bound_row<D, FORM, LEAN, true, 12>(g, &best, &best_p);
   printf("best  d=%d %-10s %-4s: %.3e pairs/s (P=%d)\n", D, form_name(FORM),
          LEAN ? "lean" : "poly", best, best_p);
 }
@@ -252,7 +272,8 @@ int bound_mode()
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pair_bound<3, 1, 12, false>, kThreads, 0);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pair_bound<3, 1, 12, false, false>,
+                                                kThreads, 0);
   const int blocks = sms * std::max(per_sm, 1) * 4;
   /* points in a cube of side 2, aux in [-4, 0]; queries within it: every
    * exponent between about -30 and 4 (normal results, either form) */
@@ -263,20 +284,23 @@ int bound_mode()
     return (float) (state >> 8) / 16777216.0f;
   };
   for (auto &p : hp) p = make_float4(2 * uniform() - 1, 2 * uniform() - 1, 2 * uniform() - 1, -4 * uniform());
-  /* bfloat16 pairs in [-1/4, 1/4] for the mma form: |s| <= 4 */
-  std::vector<uint2> hm(64 * 32 * 32);
+  /* bfloat16 pairs in [-1/4, 1/4] for the mma form: |s| <= 8 */
+  std::vector<uint4> hm(64 * 32 * 32);
   auto bf16 = [&uniform]() {
     const float v = 0.5f * uniform() - 0.25f;
     unsigned bits;
     memcpy(&bits, &v, 4);
     return bits >> 16;
   };
-  for (auto &b : hm) b = make_uint2(bf16() | bf16() << 16, bf16() | bf16() << 16);
-  const size_t nq = (size_t) blocks * kThreads * kQ * 3;
+  for (auto &b : hm)
+    b = make_uint4(bf16() | bf16() << 16, bf16() | bf16() << 16, bf16() | bf16() << 16,
+                   bf16() | bf16() << 16);
+  /* a thread's 4 queries of 3 coordinates, or the mma form's 16 entries */
+  const size_t nq = (size_t) blocks * kThreads * 16;
   std::vector<float> hq(nq);
   for (auto &v : hq) v = 2 * uniform() - 1;
   float4 *d_points = nullptr;
-  uint2 *d_mma = nullptr;
+  uint4 *d_mma = nullptr;
   float *d_queries = nullptr, *d_out = nullptr;
   long long *d_ticks = nullptr;
   unsigned long long *d_ns = nullptr;
@@ -289,7 +313,7 @@ int bound_mode()
     cudaFree(d_ns);
   };
   if (cudaMalloc(&d_points, hp.size() * sizeof(float4)) != cudaSuccess ||
-      cudaMalloc(&d_mma, hm.size() * sizeof(uint2)) != cudaSuccess ||
+      cudaMalloc(&d_mma, hm.size() * sizeof(uint4)) != cudaSuccess ||
       cudaMalloc(&d_queries, nq * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&d_out, (size_t) blocks * kThreads * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&d_ticks, sizeof(long long)) != cudaSuccess ||
@@ -300,12 +324,12 @@ int bound_mode()
   }
   cudaMemcpy(d_points, hp.data(), hp.size() * sizeof(float4), cudaMemcpyHostToDevice);
   cudaMemcpy(d_queries, hq.data(), nq * sizeof(float), cudaMemcpyHostToDevice);
-  cudaMemcpy(d_mma, hm.data(), hm.size() * sizeof(uint2), cudaMemcpyHostToDevice);
+  cudaMemcpy(d_mma, hm.data(), hm.size() * sizeof(uint4), cudaMemcpyHostToDevice);
   const char *csv_path = getenv("BOUND_CSV");
   const bound_args g = {csv_path != NULL ? fopen(csv_path, "w") : NULL,
                         d_points, d_mma, d_queries, d_out, d_ticks, d_ns, blocks, 64, sms};
   if (g.csv != NULL)
-    fprintf(g.csv, "form,d,polynomial,poly_of_32,pairs_per_s,sm_clock_mhz,exp_limit,share_of_limit\n");
+    fprintf(g.csv, "form,d,polynomial,placement,poly_of_32,pairs_per_s,sm_clock_mhz,exp_limit,share_of_limit\n");
   printf("\n== bound: each pair's arithmetic alone, %d SMs, %d blocks of %d threads (%d a SM)\n",
          sms, g.blocks, kThreads, per_sm);
   bound_forms<1>(g);

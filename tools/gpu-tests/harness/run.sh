@@ -62,6 +62,13 @@ smi_pid=$!
 "$bin" ${MODE:-all} 2>&1 | tee "$out/harness.log"
 status=${PIPESTATUS[0]}
 kill "$smi_pid" 2>/dev/null
+if [ "${MODE:-all}" = bound ] && command -v cuobjdump >/dev/null; then
+  # each bound kernel's instructions a pair, for the issue slots' limit
+  cuobjdump -sass "$bin" > "$out/sass_harness.txt" 2>&1
+  awk -f "$here/bound_sass.awk" "$out/sass_harness.txt" > "$out/bound-sass.csv"
+  echo "bound kernels' SASS counted: $(($(wc -l < "$out/bound-sass.csv") - 1))"
+  gzip -f "$out/sass_harness.txt"
+fi
 echo "SM clock under load (MHz): $(awk -F', ' 'NR>1 && $5+0 > 50 {print $2+0}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -3 | tr '\n' ' ')"
 if [ "${PROFILE:-1}" = 1 ] && command -v ncu >/dev/null; then
   # hardware counters for one evaluation of three shapes (clocks left alone)
