@@ -199,7 +199,9 @@ constexpr int kPackThreads = 128;
  * steps at d = 2 (ncu, one H200) a group, 32 pairs a lane, issues 242
  * instructions and keeps the MUFU 30 x 8 = 240 cycles a scheduler: 2 puts
  * the two pipes level, and issue (80% busy, 3.75 warps a scheduler at 128
- * registers) is what the kernel's 3.0e12 pairs/s comes to. */
+ * registers) is what the kernel's 3.0e12 pairs/s comes to. The 2 spread
+ * evenly over a group instead of last (best in the harness's bare loop):
+ * d = 2 3.51 -> 3.45e12, d = 3 2.94 -> 2.84e12 (one H200, harness ceiling). */
 constexpr int kPolyExps = 2;
 /* A warp's quarter of an anchored difference-form tile whose points all lie
  * within sqrt(kTightRadius2) of the tile's anchor (storage units, where a
