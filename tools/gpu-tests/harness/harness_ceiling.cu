@@ -41,12 +41,16 @@ struct ceiling_row {
   int precision; /* 1 single, 0 double */
   int form;      /* kde_cuda_tuning.form: 1 expanded (tensor cores), 2 difference */
   bool weighted;
+  /* the queries spread as the training set (Scott's rule for n points),
+   * not as a set of m points (the few rows' queries: near the centre) */
+  bool queries_like_training = false;
 };
 
 int run_row(const ceiling_row &row, FILE *csv)
 {
   const training t = ordered_training(row.n, row.d, KDE_GAUSSIAN, false, row.weighted, 42);
-  const std::vector<double> q = points(row.m, row.d, KDE_GAUSSIAN, false, 43);
+  const std::vector<double> q =
+      points(row.m, row.d, KDE_GAUSSIAN, false, 43, row.queries_like_training ? row.n : 0);
   kde_cuda_tuning tuning = {};
   tuning.form = row.form;
   kde_status st;
@@ -173,6 +177,14 @@ int ceiling_mode()
       {"double-exp", 3, 1000000, 200000, 0, 1, false},
       {"few", 2, 10000000, 100, 1, 2, false},
       {"few", 3, 10000000, 100, 1, 2, false},
+      /* issue 32's own shape: Scott's H at n = 1e7, where more of the
+       * d = 3 quarters lie within the tight radius (78% at n = 1e6, 93%
+       * here) */
+      {"diff-1e7", 1, 10000000, 1000000, 1, 2, false, true},
+      {"diff-1e7", 2, 10000000, 1000000, 1, 2, false, true},
+      {"diff-1e7", 3, 10000000, 1000000, 1, 2, false, true},
+      {"few-spread", 2, 10000000, 100, 1, 2, false, true},
+      {"few-spread", 3, 10000000, 100, 1, 2, false, true},
   };
   const char *only = getenv("CEILING_ROWS");
   const char *only_d = getenv("CEILING_D");

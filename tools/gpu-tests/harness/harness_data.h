@@ -50,14 +50,16 @@ inline double now_ms()
 }
 
 /* n points (column-major n x d) in bandwidth units, spread as after a
- * rule-of-thumb bandwidth: "normal", or "clustered" (12 tight clusters and
- * 0.2% outliers far out). */
-inline std::vector<double> points(int64_t n, int64_t d, int kernel, bool clustered, uint64_t seed)
+ * rule-of-thumb bandwidth for rule_n points (0: for n): "normal", or
+ * "clustered" (12 tight clusters and 0.2% outliers far out). */
+inline std::vector<double> points(int64_t n, int64_t d, int kernel, bool clustered, uint64_t seed,
+                                  int64_t rule_n = 0)
 {
   prng r(seed);
   std::vector<double> x((size_t) (n * d));
-  const double spread = pow((double) std::max<int64_t>(n, 2), 1.0 / (d + 4)) /
-                        kde_scale(kernel, (int) d);
+  const double spread =
+      pow((double) std::max<int64_t>(rule_n > 0 ? rule_n : n, 2), 1.0 / (d + 4)) /
+      kde_scale(kernel, (int) d);
   std::vector<double> centre(12 * d);
   prng rc(99); /* the same clusters for training points and queries */
   for (double &c : centre) c = (rc.uniform() - 0.5) * 8 * spread;
