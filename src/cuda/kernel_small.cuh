@@ -549,11 +549,12 @@ __global__ void __launch_bounds__(kThreads, real_traits<T>::min_blocks)
     if constexpr (TIGHT_PATH) {
       if (a.anchor != nullptr) {
         T wref, h[Q];
+        bool wide = false;
         tight = a.tight_radius2 > 0 &&
-                warp_tight_quarter<T, D>(tile, a.tight_radius2, q, need, h, wref);
+                warp_tight_quarter<T, D>(tile, a.tight_radius2, q, need, h, wref, wide);
         if (tight) {
-          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, wref, need);
-          else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, wref, need);
+          if (check) tight_tile<T, D, true>(tile, q, h, m, s, ts, own, wref, need, wide);
+          else tight_tile<T, D, false>(tile, q, h, m, s, ts, own, wref, need, wide);
         } else {
 #pragma unroll
           for (int i = 0; i < Q; i++)

@@ -55,17 +55,20 @@ template <bool NONNEGATIVE = false> __device__ __forceinline__ float warp_max(fl
  * terms 2^(aux' + q.x) lie below 2^(|q| r): bounded (kTightLevel), they
  * are summed in the quarter's frame with no running max, d FMAs, the exp2
  * and an add a pair, and the quarter's sum joins the query's running sum
- * once (tight_tile).
+ * once (tight_tile). A wide quarter (kTightWideLevel: farther queries, the
+ * quarter's weights close) has its sum's exponent split off before it is
+ * scaled (wide_scaled).
  *
  * warp_tight_quarter decides (warp-uniform: the quarter's radius and the
  * queries' distance, of the groups in `need`), sets h, and for a tight
  * quarter rewrites its aux row in shared memory in place (only this warp
- * reads its quarter); wref is returned. Null points (aux -inf) have no say
- * in the radius and stay -inf. */
+ * reads its quarter); wref and whether the quarter is wide are returned.
+ * Null points (aux -inf) have no say in the radius or the weights' spread
+ * and stay -inf. */
 template <typename T, int D, int Q>
 __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radius2,
                                                    const T (&q)[Q][D], unsigned need,
-                                                   T (&h)[Q], T &wref)
+                                                   T (&h)[Q], T &wref, bool &wide)
 {
   constexpr int ROWS = D + 1;
   const int lane = threadIdx.x % 32;
@@ -98,9 +101,15 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
    * (tight_tile) round by at most 32 in log2 and the quarter's share stays
    * within 2^-64 .. 2^65 of it (farther, near-duplicate points' shares
    * could round to 0 or inf there) */
-  if (!(most <= radius2) || !(far * most <= (T) (kTightLevel * kTightLevel)) ||
-      !(far <= (T) 0x1p30) || wref == -INFINITY)
-    return false;
+  if (!(most <= radius2) || !(far <= (T) 0x1p30) || wref == -INFINITY) return false;
+  wide = !(far * most <= (T) (kTightLevel * kTightLevel));
+  if (wide) { /* rare: far queries */
+    if (!(far * most <= (T) (kTightWideLevel * kTightWideLevel))) return false;
+    T low = fmin(aux[0] == -INFINITY ? (T) INFINITY : aux[0],
+                 aux[1] == -INFINITY ? (T) INFINITY : aux[1]);
+    low = -warp_max(-low);
+    if (!(wref - low <= (T) kTightWideSpread)) return false;
+  }
 #pragma unroll
   for (int half = 0; half < 2; half++)
     quarter[half * ROWS * kTileWidth + D * kTileWidth] = (aux[half] - wref) - (T) 0.5 * r2[half];
@@ -185,6 +194,17 @@ template <typename T> __device__ __forceinline__ T tight_level(T wref, T m, T h)
   return (s - h) + e;
 }
 
+/* t 2^level for a tight quarter's sum t > 0 (normal): t's exponent moved
+ * into the level first, so that where t is large (a wide quarter's, up to
+ * 2^106) 2^level cannot flush to 0 while the product matters, nor, where t
+ * is small, overflow. */
+__device__ __forceinline__ float wide_scaled(float t, float level)
+{
+  const int bits = __float_as_int(t);
+  const float mantissa = __int_as_float((bits & 0x007fffff) | 0x3f800000);
+  return mantissa * fast_exp2(level + (float) ((bits >> 23) - 127));
+}
+
 /* A tight quarter's pairs (q relative to the tile's anchor, unscaled; h
  * and wref from warp_tight_quarter) into ts, relative to the running max
  * m like the other tiles' sums: the quarter's sum times 2^(wref - m - h)
@@ -204,7 +224,7 @@ __device__ __forceinline__ void tight_raise(const T (&t)[Q], const T (&h)[Q], T 
     const T f = fast_exp2(m[i] - m_new); /* 0 from lowest() */
     s[i] *= f;
     ts[i] *= f;
-    add[i] = t[i] * fast_exp2(tight_level(wref, m_new, h[i]));
+    add[i] = wide_scaled(t[i], tight_level(wref, m_new, h[i]));
     m[i] = m_new;
   }
 }
@@ -213,19 +233,27 @@ template <typename T, int D, bool CHECK, int Q>
 __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (&q)[Q][D],
                                            const T (&h)[Q], T (&m)[Q],
                                            compensated_sum<T> (&s)[Q], T (&ts)[Q],
-                                           const int (&own)[Q], T wref, unsigned need)
+                                           const int (&own)[Q], T wref, unsigned need,
+                                           bool wide)
 {
   T t[Q], add[Q];
   tight_sums<T, D, CHECK>(tile, q, own, need, t);
   bool raise = false;
+  /* t = 0: not needed, or every term 0 (and 0 times 2^+inf, from m still
+   * the lowest float, would be NaN) */
+  if (__builtin_expect(wide, 0)) {
 #pragma unroll
-  for (int i = 0; i < Q; i++) {
-    /* t = 0: not needed, or every term 0 (and 0 times 2^+inf, from m still
-     * the lowest float, would be NaN) */
-    const T scaled = t[i] * fast_exp2(tight_level(wref, m[i], h[i]));
-    add[i] = t[i] > (T) 0 ? scaled : (T) 0;
-    raise |= !(add[i] <= (T) kLazyLimit);
+    for (int i = 0; i < Q; i++)
+      add[i] = t[i] > (T) 0 ? wide_scaled(t[i], tight_level(wref, m[i], h[i])) : (T) 0;
+  } else {
+#pragma unroll
+    for (int i = 0; i < Q; i++) {
+      const T scaled = t[i] * fast_exp2(tight_level(wref, m[i], h[i]));
+      add[i] = t[i] > (T) 0 ? scaled : (T) 0;
+    }
   }
+#pragma unroll
+  for (int i = 0; i < Q; i++) raise |= !(add[i] <= (T) kLazyLimit);
   if (__builtin_expect(raise, 0)) tight_raise(t, h, wref, m, s, ts, add);
 #pragma unroll
   for (int i = 0; i < Q; i++) ts[i] += add[i];

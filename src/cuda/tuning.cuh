@@ -241,6 +241,17 @@ constexpr double kTightRadius2 = 2.25;
  * within) for 2% more pairs/s. So the tight path is d = 2's and 3's
  * (kernel_small.cuh, TIGHT_PATH). */
 constexpr double kTightLevel = 64;
+/* A wide tight quarter: |q| r up to this for the warp's queries, where the
+ * quarter's points' log2 weights lie within kTightWideSpread of each other
+ * (of the non-null ones), so that its terms lie in 2^(-100 - r^2 / 2 -
+ * 20) .. 2^100 (none flushed to 0, the sum below 2^106) and its sum is
+ * scaled with its exponent split off (tight_tile.cuh, wide_scaled). Few
+ * queries spread over the data (100 x 1e7, d = 3, Scott's spread) have
+ * quarters that pass the radius test (93%) but not |q| r <= 64 for every
+ * query of the warp: 80% of the pairs took the tight form, 92% with this
+ * (k-d ordered N(0, I) data, counted on the host). */
+constexpr double kTightWideLevel = 100;
+constexpr double kTightWideSpread = 20;
 /* The same for the d = 3 tensor-core kernel. Its FP32 pipe has room, but
  * more polynomials did not pay (harness tcacc, H100, 5e4 x 1e6): 0: 3.06e12
  * to 3.11e12, 2: 3.11e12, 4: 3.10e12, 8: 2.76e12, 12: 2.49e12. */

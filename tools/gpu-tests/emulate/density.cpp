@@ -200,12 +200,16 @@ template <int D> static int check(const problem &p, const char *label)
   const float radius2 = r2 != nullptr ? (float) atof(r2) : (float) kTightRadius2;
   const std::vector<double> tight = emulate<D>(p, radius2), plain = emulate<D>(p, 0.0f);
   double worst_tight = 0, worst_plain = 0;
-  int64_t differ = 0;
+  int64_t differ = 0, far = 0, differ_far = 0;
   for (int64_t i = 0; i < p.m; i++) {
     // relative error of the density, from log2
     worst_tight = std::max(worst_tight, fabs(expm1((tight[i] - ref[i]) * kLn2)));
     worst_plain = std::max(worst_plain, fabs(expm1((plain[i] - ref[i]) * kLn2)));
     differ += tight[i] != plain[i];
+    // queries over 40 units from every point (their nearest quarter,
+    // wide or not tight, sets their density)
+    far += ref[i] < -800;
+    differ_far += ref[i] < -800 && tight[i] != plain[i];
   }
   // single's rounding of the exponent: eps times the farthest query's
   // exponent, and the sums' (Kahan) rounding
@@ -214,10 +218,12 @@ template <int D> static int check(const problem &p, const char *label)
   const double bound = 2e-6 + 8 * 0x1p-24 * most;
   // d = 2 and 3 take the path where the data are dense; d = 1 never does
   const bool ok = worst_tight <= bound && worst_plain <= bound &&
-                  worst_tight <= 1.5 * worst_plain + 2e-7 && (D >= 2 ? differ > 0 : differ == 0);
-  printf("%s d=%d %s: difference form %.2e, tight tiles %.2e (bound %.2e), %lld of %lld differ\n",
+                  worst_tight <= 1.5 * worst_plain + 2e-7 &&
+                  (D >= 2 ? differ > 0 : differ == 0);
+  printf("%s d=%d %s: difference form %.2e, tight tiles %.2e (bound %.2e), %lld of %lld differ"
+         " (%lld of %lld far ones)\n",
          ok ? "ok  " : "FAIL", D, label, worst_plain, worst_tight, bound, (long long) differ,
-         (long long) p.m);
+         (long long) p.m, (long long) differ_far, (long long) far);
   return ok ? 0 : 1;
 }
 
@@ -254,39 +260,111 @@ template <int D> static int check_groups(const problem &p, const char *label)
   return ok ? 0 : 1;
 }
 
-// Queries some 5e4 units from a quarter of near-duplicate points (radius
-// 63 / D, so that |q| r stays within kTightLevel): the tight tile's log2
-// density finite and within 1e-6 of the reference's (relative, as single
-// keeps a log-density there), as the difference form's. (Before the tight
-// test bounded |q|^2, the raise's rounding at h ~ 2^31 lost such a
+// Queries D to D + 1.28 units from a quarter of points r from its centre,
+// |q| r up to reach (63: within kTightLevel; 99: a wide quarter's; D = 70,
+// r^2 = 1.9 or 0.78: points spread, D >= 3e4: near-duplicates): the tight
+// tile's log2 density finite and within 1e-6 of the reference's (relative,
+// as single keeps a log-density there), as the difference form's, and the
+// tight path taken where |q|^2 <= 2^30 (its bits differ). (Before the
+// tight test bounded |q|^2, the raise's rounding at h ~ 2^31 lost such a
 // quarter's whole sum: -inf.)
-static int check_far_duplicates()
+static int check_far_quarters()
 {
   int failed = 0;
-  for (double D : {3e4, 5e4, 6.5e4}) {
+  for (double reach : {63.0, 99.0})
+    for (double D : {70.0, 3e4, 5e4, 6.5e4}) {
+      problem p;
+      p.d = 3;
+      p.n = 64;
+      p.m = 128;
+      p.loo = false;
+      const double r = reach / (D + 1.28), dir = 1 / sqrt(3.0); /* the farthest query's */
+      p.x.assign(p.n * 3, 0);
+      for (int64_t j = 0; j < p.n; j++)
+        for (int k = 0; k < 3; k++) p.x[k * p.n + j] = 10 + (j % 2 ? r : -r) * dir;
+      p.lw.assign(p.n, -log((double) p.n));
+      p.q.assign(p.m * 3, 0);
+      for (int64_t i = 0; i < p.m; i++)
+        for (int k = 0; k < 3; k++) p.q[k * p.m + i] = 10 + (D + 0.01 * i) * dir;
+      const std::vector<double> tight = emulate<3>(p, (float) kTightRadius2),
+                                plain = emulate<3>(p, 0.0f);
+      double worst = 0;
+      int64_t differ = 0;
+      for (int64_t i = 0; i < p.m; i++) {
+        const double ref = reference(p, i);
+        const double err = std::isfinite(tight[i]) ? fabs(tight[i] - ref) / fabs(ref) : INFINITY;
+        worst = std::max(worst, err);
+        differ += tight[i] != plain[i];
+      }
+      const bool taken = (D + 1.28) * (D + 1.28) <= 0x1p30;
+      const bool ok = worst <= 1e-6 && (!taken || differ > 0);
+      printf("%s d=3 queries %g units from a quarter of radius %.3g (|q| r %g): log2 density"
+             " within %.2e, %s\n",
+             ok ? "ok  " : "FAIL", D, r, reach, worst,
+             taken ? (differ > 0 ? "tight" : "tight not taken") : "too far for the tight form");
+      failed += !ok;
+    }
+  return failed;
+}
+
+// A wide quarter whose sum (some 2^101) joins a running max set, with
+// its headroom (2^16), by one nearer point in the difference form (its
+// quarter's others of weight 2^-100 but radius 2): with
+// its share of the density 2^-ratio, 2^level lies below 2^-126, so that
+// without its sum's exponent split off (wide_scaled) the quarter's share
+// would flush to 0. The density against the reference and the difference
+// form's, as check.
+static int check_wide_scale()
+{
+  int failed = 0;
+  for (double ratio : {6.0, 10.0, 14.0}) {
     problem p;
     p.d = 3;
-    p.n = 64;
+    p.n = 320;
     p.m = 128;
     p.loo = false;
-    const double r = 63.0 / D, dir = 1 / sqrt(3.0);
+    const double dir = 1 / sqrt(3.0), perp = 1 / sqrt(2.0), D1 = 66, r = 99 / (D1 + 1.28);
+    /* the near point's log2 share: the wide quarter's plus ratio */
+    const double near = 5 - (D1 - r) * (D1 - r) / 2 + ratio;
+    const double D0 = sqrt(-2 * near);
     p.x.assign(p.n * 3, 0);
-    for (int64_t j = 0; j < p.n; j++)
-      for (int k = 0; k < 3; k++) p.x[k * p.n + j] = 10 + (j % 2 ? r : -r) * dir;
+    for (int64_t j = 0; j < p.n; j++) {
+      double at[3];
+      for (int k = 0; k < 3; k++) at[k] = 10;
+      if (j < 64) { /* the near point, the first tile's, and 63 of weight
+                       2^-100 around it (radius^2 4: the difference form) */
+        for (int k = 0; k < 3; k++) at[k] += (D1 - D0) * dir;
+        if (j > 0) {
+          at[0] += (j % 2 ? 2 : -2) * perp;
+          at[1] -= (j % 2 ? 2 : -2) * perp;
+        }
+      } else if (j < 256) { /* far behind */
+        for (int k = 0; k < 3; k++) at[k] -= 1e4 * dir;
+      } else { /* the wide quarter, the second tile's: +-r along it */
+        for (int k = 0; k < 3; k++) at[k] += (j % 2 ? r : -r) * dir;
+      }
+      for (int k = 0; k < 3; k++) p.x[k * p.n + j] = at[k];
+    }
     p.lw.assign(p.n, -log((double) p.n));
+    for (int64_t j = 1; j < 64; j++) p.lw[j] -= 100 * kLn2;
     p.q.assign(p.m * 3, 0);
     for (int64_t i = 0; i < p.m; i++)
-      for (int k = 0; k < 3; k++) p.q[k * p.m + i] = 10 + (D + 0.01 * i) * dir;
-    const std::vector<double> tight = emulate<3>(p, (float) kTightRadius2);
-    double worst = 0;
+      for (int k = 0; k < 3; k++) p.q[k * p.m + i] = 10 + (D1 + 0.01 * i) * dir;
+    const std::vector<double> tight = emulate<3>(p, (float) kTightRadius2),
+                              plain = emulate<3>(p, 0.0f);
+    double worst_tight = 0, worst_plain = 0;
+    int64_t differ = 0;
     for (int64_t i = 0; i < p.m; i++) {
       const double ref = reference(p, i);
-      const double err = std::isfinite(tight[i]) ? fabs(tight[i] - ref) / fabs(ref) : INFINITY;
-      worst = std::max(worst, err);
+      worst_tight = std::max(worst_tight, fabs(expm1((tight[i] - ref) * kLn2)));
+      worst_plain = std::max(worst_plain, fabs(expm1((plain[i] - ref) * kLn2)));
+      differ += tight[i] != plain[i];
     }
-    const bool ok = worst <= 1e-6;
-    printf("%s d=3 queries %g units from near-duplicate points: log2 density within %.2e\n",
-           ok ? "ok  " : "FAIL", D, worst);
+    const bool ok = worst_tight <= 1.5 * worst_plain + 2e-7 && differ > 0;
+    printf("%s d=3 a wide quarter 2^-%g of the density behind a nearer point: difference form"
+           " %.2e, tight tiles %.2e, %lld of %lld differ\n",
+           ok ? "ok  " : "FAIL", ratio, worst_plain, worst_tight, (long long) differ,
+           (long long) p.m);
     failed += !ok;
   }
   return failed;
@@ -301,7 +379,7 @@ int main()
   for (int d = 1; d <= 3; d++) {
     if (only != nullptr && atoi(only) != d) continue;
     for (int loo = 0; loo <= 1; loo++)
-      for (double far : {3.0, 12.0}) {
+      for (double far : {3.0, 12.0, 45.0}) {
         if (loo && far > 3.0) continue;
         // a cube whose runs of kAnchorPoints reach about a storage unit
         // from their anchors, so that most warps' quarters are tight (the
@@ -324,7 +402,7 @@ int main()
                            : check_groups<3>(p, label);
       }
   }
-  if (only == nullptr || atoi(only) == 3) failed += check_far_duplicates();
+  if (only == nullptr || atoi(only) == 3) failed += check_far_quarters() + check_wide_scale();
   printf("%d failed\n", failed);
   return failed > 0;
 }
