@@ -101,14 +101,23 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
    * (tight_tile) round by at most 32 in log2 and the quarter's share stays
    * within 2^-64 .. 2^65 of it (farther, near-duplicate points' shares
    * could round to 0 or inf there) */
-  if (!(most <= radius2) || !(far <= (T) 0x1p30) || wref == -INFINITY) return false;
-  wide = !(far * most <= (T) (kTightLevel * kTightLevel));
-  if (wide) { /* rare: far queries */
-    if (!(far * most <= (T) (kTightWideLevel * kTightWideLevel))) return false;
-    T low = fmin(aux[0] == -INFINITY ? (T) INFINITY : aux[0],
-                 aux[1] == -INFINITY ? (T) INFINITY : aux[1]);
-    low = -warp_max(-low);
-    if (!(wref - low <= (T) kTightWideSpread)) return false;
+  wide = false;
+  if (!(most <= radius2) || !(far * most <= (T) (kTightLevel * kTightLevel)) ||
+      !(far <= (T) 0x1p30) || wref == -INFINITY) {
+    /* rare: far queries, then perhaps a wide quarter (d = 3: at d = 2 few
+     * quarters are, and the path cost the full sums 0.3%) */
+    if constexpr (D != 3) {
+      return false;
+    } else {
+      if (!(most <= radius2) || !(far * most <= (T) (kTightWideLevel * kTightWideLevel)) ||
+          !(far <= (T) 0x1p30) || wref == -INFINITY)
+        return false;
+      T low = fmin(aux[0] == -INFINITY ? (T) INFINITY : aux[0],
+                   aux[1] == -INFINITY ? (T) INFINITY : aux[1]);
+      low = -warp_max(-low);
+      if (!(wref - low <= (T) kTightWideSpread)) return false;
+      wide = true;
+    }
   }
 #pragma unroll
   for (int half = 0; half < 2; half++)
@@ -214,8 +223,9 @@ __device__ __forceinline__ float wide_scaled(float t, float level)
  * exponent, and s is rescaled (tight_raise): rare, so one branch for the
  * thread's queries, selects otherwise. The caller adds ts to s. */
 template <typename T, int Q>
-__device__ __forceinline__ void tight_raise(const T (&t)[Q], const T (&h)[Q], T wref, T (&m)[Q],
-                                         compensated_sum<T> (&s)[Q], T (&ts)[Q], T (&add)[Q])
+__device__ __forceinline__ void tight_raise(const T (&t)[Q], const T (&h)[Q], T wref, bool wide,
+                                            T (&m)[Q], compensated_sum<T> (&s)[Q], T (&ts)[Q],
+                                            T (&add)[Q])
 {
 #pragma unroll
   for (int i = 0; i < Q; i++) {
@@ -224,7 +234,8 @@ __device__ __forceinline__ void tight_raise(const T (&t)[Q], const T (&h)[Q], T 
     const T f = fast_exp2(m[i] - m_new); /* 0 from lowest() */
     s[i] *= f;
     ts[i] *= f;
-    add[i] = wide_scaled(t[i], tight_level(wref, m_new, h[i]));
+    const T level = tight_level(wref, m_new, h[i]);
+    add[i] = wide ? wide_scaled(t[i], level) : t[i] * fast_exp2(level);
     m[i] = m_new;
   }
 }
@@ -254,7 +265,7 @@ __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (
   }
 #pragma unroll
   for (int i = 0; i < Q; i++) raise |= !(add[i] <= (T) kLazyLimit);
-  if (__builtin_expect(raise, 0)) tight_raise(t, h, wref, m, s, ts, add);
+  if (__builtin_expect(raise, 0)) tight_raise(t, h, wref, wide, m, s, ts, add);
 #pragma unroll
   for (int i = 0; i < Q; i++) ts[i] += add[i];
 }
