@@ -221,7 +221,9 @@ __device__ __forceinline__ float wide_scaled(float t, float level)
  * form's aux - m. Where that passes kLazyLimit (or m is still the lowest
  * float), m rises to the quarter's own level, (wref - h) + the sum's
  * exponent, and s is rescaled (tight_raise): rare, so one branch for the
- * thread's queries, selects otherwise. The caller adds ts to s. */
+ * thread's queries, selects otherwise; a wide quarter's shares are scaled
+ * there too (wide_scaled), so that the common path stays as short. The
+ * caller adds ts to s. */
 template <typename T, int Q>
 __device__ __forceinline__ void tight_raise(const T (&t)[Q], const T (&h)[Q], T wref, bool wide,
                                             T (&m)[Q], compensated_sum<T> (&s)[Q], T (&ts)[Q],
@@ -229,6 +231,7 @@ __device__ __forceinline__ void tight_raise(const T (&t)[Q], const T (&h)[Q], T 
 {
 #pragma unroll
   for (int i = 0; i < Q; i++) {
+    if (wide) add[i] = t[i] > (T) 0 ? wide_scaled(t[i], tight_level(wref, m[i], h[i])) : (T) 0;
     if (add[i] <= (T) kLazyLimit) continue;
     const T m_new = (wref - h[i]) + (T) ilogb(t[i]);
     const T f = fast_exp2(m[i] - m_new); /* 0 from lowest() */
@@ -249,22 +252,15 @@ __device__ __forceinline__ void tight_tile(const T *__restrict__ tile, const T (
 {
   T t[Q], add[Q];
   tight_sums<T, D, CHECK>(tile, q, own, need, t);
-  bool raise = false;
-  /* t = 0: not needed, or every term 0 (and 0 times 2^+inf, from m still
-   * the lowest float, would be NaN) */
-  if (__builtin_expect(wide, 0)) {
+  bool raise = wide;
 #pragma unroll
-    for (int i = 0; i < Q; i++)
-      add[i] = t[i] > (T) 0 ? wide_scaled(t[i], tight_level(wref, m[i], h[i])) : (T) 0;
-  } else {
-#pragma unroll
-    for (int i = 0; i < Q; i++) {
-      const T scaled = t[i] * fast_exp2(tight_level(wref, m[i], h[i]));
-      add[i] = t[i] > (T) 0 ? scaled : (T) 0;
-    }
+  for (int i = 0; i < Q; i++) {
+    /* t = 0: not needed, or every term 0 (and 0 times 2^+inf, from m still
+     * the lowest float, would be NaN) */
+    const T scaled = t[i] * fast_exp2(tight_level(wref, m[i], h[i]));
+    add[i] = t[i] > (T) 0 ? scaled : (T) 0;
+    raise |= !(add[i] <= (T) kLazyLimit);
   }
-#pragma unroll
-  for (int i = 0; i < Q; i++) raise |= !(add[i] <= (T) kLazyLimit);
   if (__builtin_expect(raise, 0)) tight_raise(t, h, wref, wide, m, s, ts, add);
 #pragma unroll
   for (int i = 0; i < Q; i++) ts[i] += add[i];
