@@ -127,7 +127,8 @@ __device__ __forceinline__ bool warp_tight_quarter(T *__restrict__ tile, T radiu
 }
 
 /* A tight quarter's sums in its own frame: t[i] = the sum over the warp's
- * quarter of 2^(aux' + q_i.x), below 2^(kTightLevel + 6) (64 points), with
+ * quarter of 2^(aux' + q_i.x), below 2^(kTightLevel + 6) (64 points;
+ * a wide quarter's below 2^(kTightWideLevel + 6)), with
  * no running max: a group's values and exp2s in one block as in
  * small_tile's fused steps, but with no lazy-max check and no max to
  * subtract. Only the queries of the groups in `need` (one at a time where
