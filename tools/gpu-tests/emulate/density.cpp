@@ -312,8 +312,8 @@ static int check_far_quarters()
 // quarter's others of weight 2^-100 but radius 2): with
 // its share of the density 2^-ratio, 2^level lies below 2^-126, so that
 // without its sum's exponent split off (wide_scaled) the quarter's share
-// would flush to 0. The density against the reference and the difference
-// form's, as check.
+// would flush to 0 (check: against the reference and the difference
+// form's error).
 static int check_wide_scale()
 {
   int failed = 0;
@@ -350,22 +350,10 @@ static int check_wide_scale()
     p.q.assign(p.m * 3, 0);
     for (int64_t i = 0; i < p.m; i++)
       for (int k = 0; k < 3; k++) p.q[k * p.m + i] = 10 + (D1 + 0.01 * i) * dir;
-    const std::vector<double> tight = emulate<3>(p, (float) kTightRadius2),
-                              plain = emulate<3>(p, 0.0f);
-    double worst_tight = 0, worst_plain = 0;
-    int64_t differ = 0;
-    for (int64_t i = 0; i < p.m; i++) {
-      const double ref = reference(p, i);
-      worst_tight = std::max(worst_tight, fabs(expm1((tight[i] - ref) * kLn2)));
-      worst_plain = std::max(worst_plain, fabs(expm1((plain[i] - ref) * kLn2)));
-      differ += tight[i] != plain[i];
-    }
-    const bool ok = worst_tight <= 1.5 * worst_plain + 2e-7 && differ > 0;
-    printf("%s d=3 a wide quarter 2^-%g of the density behind a nearer point: difference form"
-           " %.2e, tight tiles %.2e, %lld of %lld differ\n",
-           ok ? "ok  " : "FAIL", ratio, worst_plain, worst_tight, (long long) differ,
-           (long long) p.m);
-    failed += !ok;
+    char label[80];
+    snprintf(label, sizeof label, "a wide quarter 2^-%g of the density behind a nearer point",
+             ratio);
+    failed += check<3>(p, label);
   }
   return failed;
 }
